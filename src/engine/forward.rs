@@ -1,0 +1,195 @@
+//! The forward pass: M token rows through every layer in one pass over the weights, with one
+//! layer body for every family (it branches on LayerSpec fields only).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::backend::attention::AttentionArgs;
+use crate::engine::ops::{add_bias, add_into, gated_activation, rms_norm, rms_norm_inplace, softcap};
+use crate::engine::weights::LayerWeights;
+use crate::engine::Model;
+use crate::error::{Error, Result, Status};
+use crate::kv::KvCache;
+use crate::semantics::rope::apply_rope;
+use crate::semantics::{AttentionKind, KvSource, LayerSpec};
+
+/// Which rows' logits a pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    None,
+    Last,
+    All,
+}
+
+/// Runs `tokens` at positions `kv.n_past ..`, appends their keys and values, and returns the
+/// logits of the wanted rows (`rows x vocab`). On failure (abort) the cache is as before.
+pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
+    let start = kv.n_past;
+    let out = run(model, kv, tokens, want, abort);
+    match out {
+        Ok(logits) => {
+            kv.n_past = start + tokens.len();
+            Ok(logits)
+        }
+        Err(e) => {
+            kv.truncate(start);
+            kv.n_past = start;
+            Err(e)
+        }
+    }
+}
+
+fn run(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
+    let spec = &model.spec;
+    let hidden = spec.hidden_size;
+    let m = tokens.len();
+    // x: (m, hidden), the residual stream.
+    let mut x = vec![0.0f32; m * hidden];
+    for (row, &t) in x.chunks_exact_mut(hidden).zip(tokens) {
+        model.weights.embed.row_f32(t as usize, row);
+        if let Some(s) = spec.embed_scale {
+            row.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+    let mut scratch = Scratch::default();
+    for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
+        if abort.load(Ordering::Relaxed) {
+            return Err(Error::new(Status::ErrAborted, format!("aborted before layer {il}")));
+        }
+        attention_block(model, kv, il, ls, lw, &mut x, m, &mut scratch);
+        mlp_block(model, ls, lw, &mut x, m, &mut scratch);
+    }
+    let rows: Vec<usize> = match want {
+        Want::None => return Ok(Vec::new()),
+        Want::Last => vec![m - 1],
+        Want::All => (0..m).collect(),
+    };
+    let mut h = vec![0.0f32; rows.len() * hidden];
+    for (o, &r) in h.chunks_exact_mut(hidden).zip(&rows) {
+        rms_norm(&x[r * hidden..(r + 1) * hidden], &model.weights.final_norm, spec.norm_eps, hidden, o);
+    }
+    let mut logits = vec![0.0f32; rows.len() * spec.vocab_size];
+    model.backend.matmul(&model.weights.lm_head, &h, rows.len(), &mut logits);
+    if let Some(cap) = spec.final_softcap {
+        softcap(&mut logits, cap);
+    }
+    Ok(logits)
+}
+
+/// Buffers reused across layers.
+#[derive(Default)]
+struct Scratch {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+fn resize(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.resize(n, 0.0);
+    &mut v[..n]
+}
+
+/// x += post_norm(o(attention(rope(qk_norm(q, k)), v)) over pre_norm(x)).
+#[allow(clippy::too_many_arguments)]
+fn attention_block(model: &Model, kv: &mut KvCache, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut [f32], m: usize, s: &mut Scratch) {
+    let spec = &model.spec;
+    let be = model.backend.as_ref();
+    let (hidden, d) = (spec.hidden_size, ls.head_dim);
+    let (qw, kvw) = (ls.q_width(), ls.kv_width());
+    let start = kv.n_past;
+    let h = resize(&mut s.h, m * hidden);
+    match &lw.pre_attention_norm {
+        Some(w) => rms_norm(x, w, spec.norm_eps, hidden, h),
+        None => h.copy_from_slice(x),
+    }
+    let q = resize(&mut s.q, m * qw);
+    be.matmul(&lw.q, h, m, q);
+    let owns_plane = ls.kv_source == KvSource::Own;
+    if let Some([bq, _, _]) = &lw.qkv_bias {
+        add_bias(q, bq);
+    }
+    for (r, row) in q.chunks_exact_mut(qw).enumerate() {
+        for head in row.chunks_exact_mut(d) {
+            if let Some(w) = &lw.q_norm {
+                rms_norm_inplace(head, w, spec.norm_eps, d);
+            }
+            apply_rope(&ls.rope, head, start + r);
+        }
+    }
+    if owns_plane {
+        let k = resize(&mut s.k, m * kvw);
+        let v = resize(&mut s.v, m * kvw);
+        be.matmul(&lw.k, h, m, k);
+        be.matmul(&lw.v, h, m, v);
+        if let Some([_, bk, bv]) = &lw.qkv_bias {
+            add_bias(k, bk);
+            add_bias(v, bv);
+        }
+        for (r, row) in k.chunks_exact_mut(kvw).enumerate() {
+            for head in row.chunks_exact_mut(d) {
+                if let Some(w) = &lw.k_norm {
+                    rms_norm_inplace(head, w, spec.norm_eps, d);
+                }
+                apply_rope(&ls.rope, head, start + r);
+            }
+        }
+        if let Some(Some(plane)) = kv.planes.get_mut(il) {
+            plane.k.extend_from_slice(k);
+            plane.v.extend_from_slice(v);
+        }
+    }
+    let attn = resize(&mut s.attn, m * qw);
+    if let Some(plane) = kv.plane_for(&spec.layers, il) {
+        let args = AttentionArgs {
+            n_heads: ls.n_heads,
+            n_kv_heads: ls.n_kv_heads,
+            head_dim: d,
+            scale: ls.attn_scale,
+            softcap: ls.attn_softcap,
+            window: match ls.attention {
+                AttentionKind::Full => None,
+                AttentionKind::Sliding { window } => Some(window),
+            },
+            k: &plane.k,
+            v: &plane.v,
+            first_position: start,
+        };
+        be.attention(&args, q, m, attn);
+    }
+    let proj = resize(&mut s.proj, m * hidden);
+    be.matmul(&lw.o, attn, m, proj);
+    if let Some(b) = &lw.o_bias {
+        add_bias(proj, b);
+    }
+    if let Some(w) = &lw.post_attention_norm {
+        rms_norm_inplace(proj, w, spec.norm_eps, hidden);
+    }
+    add_into(x, proj);
+}
+
+/// x += post_norm(down(act(gate(h)) * up(h))), h = pre_norm(x).
+fn mlp_block(model: &Model, ls: &LayerSpec, lw: &LayerWeights, x: &mut [f32], m: usize, s: &mut Scratch) {
+    let spec = &model.spec;
+    let be = model.backend.as_ref();
+    let hidden = spec.hidden_size;
+    let h = resize(&mut s.h, m * hidden);
+    match &lw.pre_feedforward_norm {
+        Some(w) => rms_norm(x, w, spec.norm_eps, hidden, h),
+        None => h.copy_from_slice(x),
+    }
+    let gate = resize(&mut s.gate, m * ls.mlp_width);
+    let up = resize(&mut s.up, m * ls.mlp_width);
+    be.matmul(&lw.gate, h, m, gate);
+    be.matmul(&lw.up, h, m, up);
+    gated_activation(ls.activation, gate, up);
+    let proj = resize(&mut s.proj, m * hidden);
+    be.matmul(&lw.down, gate, m, proj);
+    if let Some(w) = &lw.post_feedforward_norm {
+        rms_norm_inplace(proj, w, spec.norm_eps, hidden);
+    }
+    add_into(x, proj);
+}

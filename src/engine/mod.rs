@@ -1,0 +1,163 @@
+//! The model (immutable, shared by sessions) and the session (one sequence's state), and the
+//! calls that drive it: step, step_batch.
+
+pub mod forward;
+pub mod ops;
+pub mod weights;
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::backend::{self, Backend, BackendKind};
+use crate::error::{Error, Result, Status};
+use crate::kv::KvCache;
+use crate::pack::chat::{self, Message};
+use crate::pack::vocab::Vocab;
+use crate::pack::Pack;
+use crate::semantics::ModelSpec;
+pub use forward::Want;
+use weights::Weights;
+
+/// How to open a model.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub backend: BackendKind,
+    /// Worker threads of the host backend; 0 = one per core.
+    pub threads: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { backend: BackendKind::Host, threads: 0 }
+    }
+}
+
+/// Weights (memory-mapped), tokenizer, and per-layer table. Immutable once open: safe to share
+/// between threads and sessions.
+pub struct Model {
+    pub spec: ModelSpec,
+    pub config: serde_json::Value,
+    pub weights: Weights,
+    pub vocab: Vocab,
+    pub backend: Box<dyn Backend>,
+    pub source: String,
+}
+
+impl Model {
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
+        let backend = backend::create(opts.backend, opts.threads)?;
+        let pack = Pack::open(path)?;
+        let weights = Weights::resolve(&pack.spec, &pack.tensors)?;
+        if std::env::var("PACKLM_LOG").map(|v| v == "debug").unwrap_or(false) {
+            eprintln!("packlm: {} layers: {}", pack.spec.family, pack.spec.layers_json());
+        }
+        Ok(Model {
+            spec: pack.spec,
+            config: pack.config,
+            weights,
+            vocab: pack.vocab,
+            backend,
+            source: path.display().to_string(),
+        })
+    }
+
+    /// The pack's chat template rendered over `msgs`.
+    pub fn render_chat(&self, msgs: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let template = self
+            .vocab
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| Error::new(Status::ErrUnsupported, "the pack has no chat template"))?;
+        let text_of = |id: Option<u32>| id.and_then(|i| self.vocab.token_text(i)).unwrap_or_default();
+        chat::render(template, msgs, add_generation_prompt, &text_of(self.vocab.bos), &text_of(self.vocab.eos.first().copied()))
+    }
+}
+
+/// One sequence: KV planes, the tokens it holds, and the logits of its last position.
+/// Used by one thread at a time.
+pub struct Session {
+    pub model: Arc<Model>,
+    pub kv: KvCache,
+    /// The token at each held position.
+    pub tokens: Vec<u32>,
+    /// Logits of the last stepped position (empty before the first step).
+    pub last_logits: Vec<f32>,
+    /// Most positions this session may hold.
+    pub n_ctx: usize,
+    /// Set from any thread to stop a long pass between layers.
+    pub abort: Arc<AtomicBool>,
+}
+
+impl Session {
+    /// `n_ctx == 0` means the model's context length; more than that is refused.
+    pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
+        let max = model.spec.max_context;
+        if n_ctx > max {
+            return Err(Error::invalid(format!("n_ctx {n_ctx} is larger than the model's context length {max}")));
+        }
+        let n_ctx = if n_ctx == 0 { max } else { n_ctx };
+        let kv = KvCache::new(&model.spec.layers);
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)) })
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.kv.n_past
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::invalid("no tokens given"));
+        }
+        let vocab = self.model.spec.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::new(Status::ErrTokenOutOfRange, format!("token id {bad} is outside the vocabulary of {vocab}")));
+        }
+        if self.n_past() + tokens.len() > self.n_ctx {
+            return Err(Error::new(
+                Status::ErrContextOverflow,
+                format!("{} held + {} new positions exceed the context of {}", self.n_past(), tokens.len(), self.n_ctx),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` as one pass; returns logits of the wanted rows (rows x vocab).
+    /// On any failure the session is unchanged.
+    pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
+        self.check(tokens)?;
+        let model = self.model.clone();
+        // The last row is always computed so that last_logits stays current.
+        let run_want = if want == Want::All { Want::All } else { Want::Last };
+        let logits = forward::forward(&model, &mut self.kv, tokens, run_want, &self.abort)?;
+        let v = model.spec.vocab_size;
+        self.last_logits = logits[logits.len() - v..].to_vec();
+        self.tokens.extend_from_slice(tokens);
+        Ok(if want == Want::None { Vec::new() } else { logits })
+    }
+
+    /// One position.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.step_batch(&[token], Want::Last)
+    }
+}
+
+/// The model's description (`packlm info --json`, `packlm_model_info_json`).
+pub fn info_json(m: &Model) -> serde_json::Value {
+    let s = &m.spec;
+    serde_json::json!({
+        "source": m.source,
+        "family": s.family,
+        "n_layers": s.layers.len(),
+        "n_vocab": s.vocab_size,
+        "n_ctx": s.max_context,
+        "hidden_size": s.hidden_size,
+        "bos": m.vocab.bos,
+        "eos": m.vocab.eos,
+        "stop": m.vocab.stop,
+        "add_bos": m.vocab.add_bos,
+        "tie_word_embeddings": s.tie_word_embeddings,
+        "backend": m.backend.name(),
+        "layers": s.layers_json(),
+    })
+}

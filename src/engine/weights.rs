@@ -1,0 +1,140 @@
+//! The tensors each layer needs, found by HF name, shape-checked against the LayerSpec table,
+//! with small vectors (norms, biases) turned into f32 once at open.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+use crate::pack::tensor::WeightTensor;
+use crate::semantics::{LayerSpec, ModelSpec, NormForm};
+
+/// RMSNorm weight as it multiplies: `w` or `1 + w` already applied (per the spec's form).
+pub type NormWeight = Vec<f32>;
+
+pub struct LayerWeights {
+    /// (n_heads * head_dim, hidden)
+    pub q: WeightTensor,
+    /// (n_kv_heads * head_dim, hidden)
+    pub k: WeightTensor,
+    /// (n_kv_heads * head_dim, hidden)
+    pub v: WeightTensor,
+    /// (hidden, n_heads * head_dim)
+    pub o: WeightTensor,
+    /// (n_heads * head_dim,) / (kv_width,) / (kv_width,) when the layer has qkv bias
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    /// (hidden,) when the layer has an output bias
+    pub o_bias: Option<Vec<f32>>,
+    /// (head_dim,) each, when the layer has qk-norm
+    pub q_norm: Option<NormWeight>,
+    pub k_norm: Option<NormWeight>,
+    /// (hidden,) each, for the norms the layer has
+    pub pre_attention_norm: Option<NormWeight>,
+    pub post_attention_norm: Option<NormWeight>,
+    pub pre_feedforward_norm: Option<NormWeight>,
+    pub post_feedforward_norm: Option<NormWeight>,
+    /// (mlp_width, hidden)
+    pub gate: WeightTensor,
+    /// (mlp_width, hidden)
+    pub up: WeightTensor,
+    /// (hidden, mlp_width)
+    pub down: WeightTensor,
+}
+
+pub struct Weights {
+    /// (vocab, hidden)
+    pub embed: WeightTensor,
+    pub layers: Vec<LayerWeights>,
+    /// (hidden,)
+    pub final_norm: NormWeight,
+    /// (vocab, hidden): the embedding itself when tied
+    pub lm_head: WeightTensor,
+}
+
+struct Lookup<'a> {
+    tensors: &'a BTreeMap<String, WeightTensor>,
+}
+
+impl Lookup<'_> {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<WeightTensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| Error::tensor(format!("tensor {name} is missing")))?;
+        t.expect_shape(shape)?;
+        Ok(t.clone())
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        Ok(self.get(name, &[len])?.to_f32())
+    }
+    fn norm(&self, name: &str, len: usize, form: NormForm) -> Result<NormWeight> {
+        let w = self.vector(name, len)?;
+        Ok(match form {
+            NormForm::Weight => w,
+            // HF Gemma RMSNorm: output * (1.0 + weight.float()), in f32.
+            NormForm::OnePlusWeight => w.into_iter().map(|x| 1.0 + x).collect(),
+        })
+    }
+}
+
+impl Weights {
+    pub fn resolve(spec: &ModelSpec, tensors: &BTreeMap<String, WeightTensor>) -> Result<Weights> {
+        let lk = Lookup { tensors };
+        let (hidden, vocab) = (spec.hidden_size, spec.vocab_size);
+        let embed = lk.get("model.embed_tokens.weight", &[vocab, hidden])?;
+        let lm_head = if spec.tie_word_embeddings {
+            embed.clone()
+        } else {
+            lk.get("lm_head.weight", &[vocab, hidden])?
+        };
+        let final_norm = lk.norm("model.norm.weight", hidden, spec.norm_form)?;
+        let layers = spec
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| layer(&lk, spec, i, l))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Weights { embed, layers, final_norm, lm_head })
+    }
+}
+
+fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<LayerWeights> {
+    let hidden = spec.hidden_size;
+    let p = |s: &str| format!("model.layers.{i}.{s}");
+    let (qw, kvw) = (l.q_width(), l.kv_width());
+    let norm = |slot: Option<&'static str>| -> Result<Option<NormWeight>> {
+        slot.map(|s| lk.norm(&p(&format!("{s}.weight")), hidden, spec.norm_form)).transpose()
+    };
+    let qkv_bias = if l.qkv_bias {
+        Some([
+            lk.vector(&p("self_attn.q_proj.bias"), qw)?,
+            lk.vector(&p("self_attn.k_proj.bias"), kvw)?,
+            lk.vector(&p("self_attn.v_proj.bias"), kvw)?,
+        ])
+    } else {
+        None
+    };
+    let (q_norm, k_norm) = if l.qk_norm {
+        (
+            Some(lk.norm(&p("self_attn.q_norm.weight"), l.head_dim, spec.norm_form)?),
+            Some(lk.norm(&p("self_attn.k_norm.weight"), l.head_dim, spec.norm_form)?),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(LayerWeights {
+        q: lk.get(&p("self_attn.q_proj.weight"), &[qw, hidden])?,
+        k: lk.get(&p("self_attn.k_proj.weight"), &[kvw, hidden])?,
+        v: lk.get(&p("self_attn.v_proj.weight"), &[kvw, hidden])?,
+        o: lk.get(&p("self_attn.o_proj.weight"), &[hidden, qw])?,
+        qkv_bias,
+        o_bias: if l.o_bias { Some(lk.vector(&p("self_attn.o_proj.bias"), hidden)?) } else { None },
+        q_norm,
+        k_norm,
+        pre_attention_norm: norm(l.norms.pre_attention)?,
+        post_attention_norm: norm(l.norms.post_attention)?,
+        pre_feedforward_norm: norm(l.norms.pre_feedforward)?,
+        post_feedforward_norm: norm(l.norms.post_feedforward)?,
+        gate: lk.get(&p("mlp.gate_proj.weight"), &[l.mlp_width, hidden])?,
+        up: lk.get(&p("mlp.up_proj.weight"), &[l.mlp_width, hidden])?,
+        down: lk.get(&p("mlp.down_proj.weight"), &[hidden, l.mlp_width])?,
+    })
+}

@@ -1,0 +1,118 @@
+//! The one error type inside the library. Every failure carries a [`Status`] (the number the C
+//! caller sees) and a message that names the file, key or value that was wrong.
+
+use std::fmt;
+
+/// Status codes returned by every C call. The numbers never change; a retired value stays here
+/// as a comment so that it is never reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// A pointer argument that must not be NULL was NULL.
+    ErrNullArgument = 1,
+    /// An argument is outside its allowed range (a count, a flag, an options size).
+    ErrInvalidArgument = 2,
+    /// A file or folder could not be read (missing, permissions, I/O).
+    ErrIo = 3,
+    /// A file is malformed: JSON that does not parse, a truncated or hostile header.
+    ErrFormat = 4,
+    /// The pack asks for something this library does not implement (architecture, rope type,
+    /// tensor type, config value that changes the math).
+    ErrUnsupported = 5,
+    /// A tensor is missing or has the wrong shape or type.
+    ErrTensor = 6,
+    /// A token id is outside the vocabulary.
+    ErrTokenOutOfRange = 7,
+    /// The session would pass the model's context length.
+    ErrContextOverflow = 8,
+    /// The caller's buffer is too small; the needed size was written to the size out-parameter.
+    ErrBufferTooSmall = 9,
+    /// The tokenizer or chat template failed.
+    ErrTokenizer = 10,
+    /// The requested backend is not available on this machine.
+    ErrBackendUnavailable = 11,
+    /// A long pass was cancelled through the abort flag.
+    ErrAborted = 12,
+    /// A snapshot is malformed, from another model, or of another format version.
+    ErrSnapshot = 13,
+    /// Text is not valid UTF-8.
+    ErrUtf8 = 14,
+    /// A Rust panic was caught at the C boundary (a bug in packlm; the object is unchanged).
+    ErrPanic = 15,
+}
+
+impl Status {
+    /// The status with this number, if any.
+    pub fn from_code(code: i32) -> Option<Status> {
+        const ALL: [Status; 16] = [
+            Status::Ok, Status::ErrNullArgument, Status::ErrInvalidArgument, Status::ErrIo,
+            Status::ErrFormat, Status::ErrUnsupported, Status::ErrTensor, Status::ErrTokenOutOfRange,
+            Status::ErrContextOverflow, Status::ErrBufferTooSmall, Status::ErrTokenizer,
+            Status::ErrBackendUnavailable, Status::ErrAborted, Status::ErrSnapshot, Status::ErrUtf8,
+            Status::ErrPanic,
+        ];
+        ALL.iter().copied().find(|s| *s as i32 == code)
+    }
+
+    /// Short fixed text of each status, for `packlm_status_str`. NUL-terminated.
+    pub fn text(self) -> &'static str {
+        match self {
+            Status::Ok => "ok\0",
+            Status::ErrNullArgument => "null argument\0",
+            Status::ErrInvalidArgument => "invalid argument\0",
+            Status::ErrIo => "i/o error\0",
+            Status::ErrFormat => "malformed file\0",
+            Status::ErrUnsupported => "unsupported\0",
+            Status::ErrTensor => "missing or mis-shaped tensor\0",
+            Status::ErrTokenOutOfRange => "token id out of range\0",
+            Status::ErrContextOverflow => "context overflow\0",
+            Status::ErrBufferTooSmall => "buffer too small\0",
+            Status::ErrTokenizer => "tokenizer error\0",
+            Status::ErrBackendUnavailable => "backend unavailable\0",
+            Status::ErrAborted => "aborted\0",
+            Status::ErrSnapshot => "bad snapshot\0",
+            Status::ErrUtf8 => "invalid utf-8\0",
+            Status::ErrPanic => "internal panic\0",
+        }
+    }
+}
+
+/// A failure: which kind, and a message naming what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: Status,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(status: Status, message: impl Into<String>) -> Self {
+        Error { status, message: message.into() }
+    }
+    pub fn io(path: &std::path::Path, err: std::io::Error) -> Self {
+        Error::new(Status::ErrIo, format!("{}: {}", path.display(), err))
+    }
+    pub fn format(message: impl Into<String>) -> Self {
+        Error::new(Status::ErrFormat, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::new(Status::ErrUnsupported, message)
+    }
+    pub fn tensor(message: impl Into<String>) -> Self {
+        Error::new(Status::ErrTensor, message)
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::new(Status::ErrInvalidArgument, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status.text().trim_end_matches('\0'), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

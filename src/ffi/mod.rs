@@ -1,0 +1,11 @@
+//! The C boundary: every `extern "C"` function of packlm lives in this folder, one file per C
+//! object. Each body runs inside `ffi_boundary!` (a panic becomes PACKLM_ERR_PANIC), converts
+//! pointers only through `guard::try_*`, and writes its out-parameters only on success.
+
+#![allow(non_camel_case_types)]
+
+pub mod guard;
+pub mod model;
+pub mod session;
+pub mod status;
+pub mod text;

@@ -1,0 +1,201 @@
+//! `packlm_model`: opened once, then shared. Owned as `Box<packlm_model>` holding an
+//! `Arc<Model>`; sessions hold their own `Arc`, so freeing the model while sessions live is safe
+//! (the weights go when the last session is freed). Safe to move to any thread and to use from
+//! many threads at once: every call on it only reads.
+
+use std::ffi::{c_char, c_void};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backend::BackendKind;
+use crate::engine::{Model, OpenOptions};
+use crate::error::{Error, Result, Status};
+use crate::ffi::guard::{ffi_boundary, try_cstr, try_mut, try_ref, write_items, write_text};
+
+/// An open model (opaque).
+pub struct packlm_model {
+    pub(crate) inner: Arc<Model>,
+}
+
+/// Backend codes for `packlm_open_options.backend`.
+pub const PACKLM_BACKEND_HOST: u32 = 0;
+pub const PACKLM_BACKEND_REFERENCE: u32 = 1;
+pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
+
+/// Called during open with the fraction done (0..1); return false to cancel the open
+/// (it then fails with PACKLM_ERR_ABORTED).
+pub type packlm_progress_fn = Option<extern "C" fn(fraction: f32, user_data: *mut c_void) -> bool>;
+
+/// Options of `packlm_model_open`. Fill with `packlm_open_options_default` and change fields;
+/// `size` lets the struct grow without breaking the ABI.
+#[repr(C)]
+pub struct packlm_open_options {
+    /// sizeof(packlm_open_options) as the caller compiled it.
+    pub size: usize,
+    /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_ACCELERATOR.
+    pub backend: u32,
+    /// Worker threads of the host backend; 0 = one per core.
+    pub threads: u32,
+    /// Weight type to convert to on load; 0 = keep the stored types (the only value
+    /// implemented: others give PACKLM_ERR_UNSUPPORTED).
+    pub weight_type: u32,
+    /// Progress callback, may be NULL.
+    pub progress: packlm_progress_fn,
+    /// Passed to `progress` unchanged.
+    pub user_data: *mut c_void,
+}
+
+/// Writes the default options into `*out`. Never fails except on NULL.
+#[no_mangle]
+pub extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> Status {
+    ffi_boundary!("packlm_open_options_default", {
+        let out = try_mut(out, "out")?;
+        *out = packlm_open_options {
+            size: std::mem::size_of::<packlm_open_options>(),
+            backend: PACKLM_BACKEND_HOST,
+            threads: 0,
+            weight_type: 0,
+            progress: None,
+            user_data: std::ptr::null_mut(),
+        };
+        Ok(())
+    })
+}
+
+fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm_progress_fn, *mut c_void)> {
+    if opts.is_null() {
+        return Ok((OpenOptions::default(), None, std::ptr::null_mut()));
+    }
+    let o = try_ref(opts, "options")?;
+    if o.size != std::mem::size_of::<packlm_open_options>() {
+        return Err(Error::invalid(format!(
+            "options.size is {}, this library's packlm_open_options has {} bytes",
+            o.size,
+            std::mem::size_of::<packlm_open_options>()
+        )));
+    }
+    if o.weight_type != 0 {
+        return Err(Error::unsupported(format!("options.weight_type {}: conversion on load is not implemented", o.weight_type)));
+    }
+    let backend = BackendKind::from_code(o.backend)?;
+    Ok((OpenOptions { backend, threads: o.threads as usize }, o.progress, o.user_data))
+}
+
+/// Opens a pack: an HF folder or a GGUF file at the NUL-terminated UTF-8 `path`; `options` may
+/// be NULL for defaults. On success `*out` receives a new model the caller owns (free it with
+/// `packlm_model_free`); on failure `*out` is untouched and `packlm_last_error` names what was
+/// wrong. The weights are memory-mapped: the files must not change while the model is open.
+#[no_mangle]
+pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_open_options, out: *mut *mut packlm_model) -> Status {
+    ffi_boundary!("packlm_model_open", {
+        let path = try_cstr(path, "path")?;
+        let out = try_mut(out, "out")?;
+        let (opts, progress, user) = read_options(options)?;
+        let report = |f: f32| -> Result<()> {
+            match progress {
+                Some(cb) if !cb(f, user) => Err(Error::new(Status::ErrAborted, "open cancelled by the progress callback")),
+                _ => Ok(()),
+            }
+        };
+        report(0.0)?;
+        let model = Model::open(Path::new(path), &opts)?;
+        report(1.0)?;
+        *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model) }));
+        Ok(())
+    })
+}
+
+/// Frees a model handle; NULL is a no-op. Sessions created from it stay valid.
+#[no_mangle]
+pub extern "C" fn packlm_model_free(model: *mut packlm_model) {
+    if !model.is_null() {
+        // SAFETY: `model` came from packlm_model_open and is freed once (caller's contract).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(model) })));
+    }
+}
+
+/// Numbers describing an open model.
+#[repr(C)]
+pub struct packlm_info {
+    /// sizeof(packlm_info) as the caller compiled it; must be set before the call.
+    pub size: usize,
+    /// Rows of the embedding / logits per position.
+    pub n_vocab: u32,
+    pub n_layers: u32,
+    /// Context length (most positions a session may hold).
+    pub n_ctx: u32,
+    pub hidden_size: u32,
+    /// BOS token id, or -1 when the pack has none.
+    pub bos: i32,
+    /// First EOS token id, or -1 when none.
+    pub eos: i32,
+    /// Count of stop tokens (see packlm_model_stop_tokens).
+    pub n_stop: u32,
+    /// 1 when tokenizing with PACKLM_TOKENIZE_ADD_SPECIAL prepends BOS.
+    pub add_bos: u32,
+}
+
+/// Fills `*info` (whose `size` field the caller sets). Safe from any thread.
+#[no_mangle]
+pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packlm_info) -> Status {
+    ffi_boundary!("packlm_model_info", {
+        let m = &try_ref(model, "model")?.inner;
+        let info = try_mut(info, "info")?;
+        if info.size != std::mem::size_of::<packlm_info>() {
+            return Err(Error::invalid(format!("info.size is {}, expected {}", info.size, std::mem::size_of::<packlm_info>())));
+        }
+        let s = &m.spec;
+        *info = packlm_info {
+            size: info.size,
+            n_vocab: s.vocab_size as u32,
+            n_layers: s.layers.len() as u32,
+            n_ctx: s.max_context as u32,
+            hidden_size: s.hidden_size as u32,
+            bos: m.vocab.bos.map(|b| b as i32).unwrap_or(-1),
+            eos: m.vocab.eos.first().map(|&e| e as i32).unwrap_or(-1),
+            n_stop: m.vocab.stop.len() as u32,
+            add_bos: m.vocab.add_bos as u32,
+        };
+        Ok(())
+    })
+}
+
+/// Copies the stop token ids into `buf` (capacity `cap`); `*n` receives the count, or the
+/// count needed with PACKLM_ERR_BUFFER_TOO_SMALL.
+#[no_mangle]
+pub extern "C" fn packlm_model_stop_tokens(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
+    ffi_boundary!("packlm_model_stop_tokens", {
+        let m = &try_ref(model, "model")?.inner;
+        write_items(&m.vocab.stop, buf, cap, n)
+    })
+}
+
+/// Copies each layer's KV row width (n_kv_heads x head_dim; 0 for a layer that reads another
+/// layer's plane) into `buf`; sizes as packlm_model_stop_tokens.
+#[no_mangle]
+pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
+    ffi_boundary!("packlm_model_kv_widths", {
+        let m = &try_ref(model, "model")?.inner;
+        let widths: Vec<u32> = m
+            .spec
+            .layers
+            .iter()
+            .map(|l| match l.kv_source {
+                crate::semantics::KvSource::Own => l.kv_width() as u32,
+                crate::semantics::KvSource::SharedWith { .. } => 0,
+            })
+            .collect();
+        write_items(&widths, buf, cap, n)
+    })
+}
+
+/// The model's description as JSON text (family, sizes, special tokens, one entry per layer),
+/// NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
+/// needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
+#[no_mangle]
+pub extern "C" fn packlm_model_info_json(model: *const packlm_model, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
+    ffi_boundary!("packlm_model_info_json", {
+        let m = &try_ref(model, "model")?.inner;
+        write_text(&crate::engine::info_json(m).to_string(), buf, cap, n)
+    })
+}

@@ -1,0 +1,554 @@
+//! GGUF v2/v3 reader over a memory map.
+//!
+//! Layout (ggml's docs/gguf.md, "File Structure"; llama.cpp ggml/src/gguf.cpp `gguf_init_from_file_impl`):
+//!
+//! ```text
+//! u32 magic "GGUF" | u32 version | u64 tensor_count | u64 metadata_kv_count
+//! metadata_kv_count x { string key; u32 value_type; value }
+//! tensor_count x { string name; u32 n_dims; u64 dims[n_dims]; u32 ggml_type; u64 offset }
+//! padding to general.alignment (default 32)
+//! tensor data; each tensor at data_start + offset, offset a multiple of the alignment
+//! ```
+//!
+//! Strings are `u64 length` + UTF-8 bytes (no NUL); everything is little-endian. v1 used u32
+//! counts and lengths and is refused. The reader trusts nothing in the file: every count, length,
+//! shape and offset is checked against the bytes actually present, with checked arithmetic, before
+//! anything is allocated for it, so a truncated or hostile header gives `ErrFormat` and never a
+//! panic or a huge allocation.
+
+use crate::error::{Error, Result};
+use crate::quant::WeightType;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// "GGUF" read as a little-endian u32 (gguf.md: `GGUF_MAGIC 0x46554747`).
+const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+/// gguf.md: `general.alignment` defaults to 32 when absent (`GGUF_DEFAULT_ALIGNMENT`).
+pub const GGUF_DEFAULT_ALIGNMENT: u64 = 32;
+/// ggml.h `GGML_MAX_DIMS`: a tensor has at most four dimensions.
+const MAX_DIMS: u32 = 4;
+/// Nested arrays are legal in the spec but no writer nests deeply; bound the recursion so a
+/// hostile file cannot overflow the stack.
+const MAX_ARRAY_DEPTH: usize = 8;
+/// Upper bound on metadata values (array elements included) held in memory. The largest real
+/// vocabularies (Gemma3: 262k tokens, plus scores, types and merges) stay near 1M; a hostile file
+/// of N bytes could otherwise make ~32N bytes of `GgufValue`s.
+const MAX_METADATA_VALUES: usize = 1 << 23;
+
+/// A metadata value (gguf.md `gguf_metadata_value_type`: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32,
+/// 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64, 12 f64).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GgufValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+    Array(Vec<GgufValue>),
+}
+
+impl GgufValue {
+    /// The GGUF spelling of this value's type, for messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            GgufValue::U8(_) => "uint8",
+            GgufValue::I8(_) => "int8",
+            GgufValue::U16(_) => "uint16",
+            GgufValue::I16(_) => "int16",
+            GgufValue::U32(_) => "uint32",
+            GgufValue::I32(_) => "int32",
+            GgufValue::U64(_) => "uint64",
+            GgufValue::I64(_) => "int64",
+            GgufValue::F32(_) => "float32",
+            GgufValue::F64(_) => "float64",
+            GgufValue::Bool(_) => "bool",
+            GgufValue::Str(_) => "string",
+            GgufValue::Array(_) => "array",
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            GgufValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Any integer type as i128 (wide enough for every one of them), else None.
+    pub fn as_integer(&self) -> Option<i128> {
+        Some(match *self {
+            GgufValue::U8(v) => v.into(),
+            GgufValue::I8(v) => v.into(),
+            GgufValue::U16(v) => v.into(),
+            GgufValue::I16(v) => v.into(),
+            GgufValue::U32(v) => v.into(),
+            GgufValue::I32(v) => v.into(),
+            GgufValue::U64(v) => v.into(),
+            GgufValue::I64(v) => v.into(),
+            _ => return None,
+        })
+    }
+
+    /// Floats and integers as f64, else None.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            GgufValue::F32(v) => Some(v.into()),
+            GgufValue::F64(v) => Some(v),
+            _ => self.as_integer().map(|v| v as f64),
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[GgufValue]> {
+        match self {
+            GgufValue::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for GgufValue {
+    /// Short form for messages: arrays show their length, long strings are cut.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GgufValue::Str(s) if s.chars().count() > 60 => {
+                write!(f, "{:?}...", s.chars().take(60).collect::<String>())
+            }
+            GgufValue::Str(s) => write!(f, "{s:?}"),
+            GgufValue::Array(a) => write!(f, "[{} elements]", a.len()),
+            GgufValue::F32(v) => write!(f, "{v}"),
+            GgufValue::F64(v) => write!(f, "{v}"),
+            GgufValue::Bool(v) => write!(f, "{v}"),
+            other => write!(f, "{}", other.as_integer().unwrap_or_default()),
+        }
+    }
+}
+
+/// One tensor of the file, with its shape and where its bytes are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GgufTensorInfo {
+    pub name: String,
+    /// ggml order: dims[0] is the fastest-varying (columns); a PyTorch [rows, cols] weight is
+    /// stored as dims = [cols, rows].
+    pub dims: Vec<u64>,
+    pub ty: WeightType,
+    /// Absolute byte offset of the first byte in the file (data section start + the tensor's
+    /// relative offset).
+    pub offset: usize,
+    /// Bytes of the tensor: row_bytes(dims[0]) x dims[1] x dims[2] x dims[3].
+    pub n_bytes: usize,
+}
+
+impl GgufTensorInfo {
+    /// Number of elements (the product of the dims; checked at open not to overflow).
+    pub fn n_elems(&self) -> usize {
+        self.dims.iter().fold(1usize, |n, &d| n.saturating_mul(d as usize))
+    }
+}
+
+/// An opened GGUF file: parsed header, tensor table, and the mapped bytes.
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub version: u32,
+    pub metadata: BTreeMap<String, GgufValue>,
+    pub tensors: Vec<GgufTensorInfo>,
+    pub map: Arc<memmap2::Mmap>,
+}
+
+impl fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .field("n_metadata", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Map and parse a GGUF file. Checks the magic and version (2 or 3), every metadata value,
+    /// every tensor's type (ErrUnsupported for a ggml type we do not implement), shape, alignment
+    /// and that its bytes lie inside the file.
+    pub fn open(path: &Path) -> Result<GgufFile> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len == 0 {
+            // Mapping an empty file fails on some platforms; it is not a GGUF either way.
+            return Err(Error::format(format!("{}: empty file, not a GGUF", path.display())));
+        }
+        // SAFETY: the map is read-only. Like every mmap-based loader (llama.cpp, safetensors) we
+        // rely on the file not being truncated or rewritten while it is open; that is the
+        // documented contract of opening a model.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let header = parse(&map, path)?;
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            version: header.version,
+            metadata: header.metadata,
+            tensors: header.tensors,
+            map: Arc::new(map),
+        })
+    }
+
+    /// The bytes of a tensor of this file (validated at open). A `GgufTensorInfo` that did not
+    /// come from this file and points outside it gets an empty slice rather than a panic.
+    pub fn tensor_data(&self, t: &GgufTensorInfo) -> &[u8] {
+        let range = t.offset..t.offset.checked_add(t.n_bytes).unwrap_or(usize::MAX);
+        let data = self.map.get(range).unwrap_or(&[]);
+        debug_assert_eq!(data.len(), t.n_bytes, "tensor {} is not from {}", t.name, self.path.display());
+        data
+    }
+
+    /// The tensor named `name`, if any.
+    pub fn tensor(&self, name: &str) -> Option<&GgufTensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&GgufValue> {
+        self.metadata.get(key)
+    }
+
+    fn wrong_type(&self, key: &str, want: &str, v: &GgufValue) -> Error {
+        Error::format(format!(
+            "{}: metadata key '{key}' is {} {v}, expected {want}",
+            self.path.display(),
+            v.type_name()
+        ))
+    }
+
+    /// A string value; Err(ErrFormat) naming the key if present with another type.
+    pub fn get_str(&self, key: &str) -> Result<Option<&str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| self.wrong_type(key, "a string", v)),
+        }
+    }
+
+    /// Any integer type as u64; Err(ErrFormat) for another type or a negative value.
+    pub fn get_u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_integer()
+                .and_then(|i| u64::try_from(i).ok())
+                .map(Some)
+                .ok_or_else(|| self.wrong_type(key, "a non-negative integer", v)),
+        }
+    }
+
+    /// A float or integer value as f64; Err(ErrFormat) for another type.
+    pub fn get_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| self.wrong_type(key, "a number", v)),
+        }
+    }
+
+    pub fn get_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(GgufValue::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong_type(key, "a bool", v)),
+        }
+    }
+
+    /// An array value; Err(ErrFormat) naming the key if present with another type.
+    pub fn get_array(&self, key: &str) -> Result<Option<&[GgufValue]>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_array().map(Some).ok_or_else(|| self.wrong_type(key, "an array", v)),
+        }
+    }
+
+    /// `general.architecture` (gguf.md: required), e.g. "llama", "gemma3".
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")?.ok_or_else(|| {
+            Error::format(format!("{}: metadata key 'general.architecture' is missing", self.path.display()))
+        })
+    }
+}
+
+/// What `parse` reads out of the header.
+struct Header {
+    version: u32,
+    metadata: BTreeMap<String, GgufValue>,
+    tensors: Vec<GgufTensorInfo>,
+}
+
+/// Parse the header and tensor table of the GGUF bytes `buf` (the whole file).
+fn parse(buf: &[u8], path: &Path) -> Result<Header> {
+    let mut r = Reader { buf, pos: 0, path, n_values: 0 };
+
+    let magic = r.take(4, &"the magic")?;
+    if magic != GGUF_MAGIC {
+        return Err(r.format(format!("not a GGUF file (magic {magic:02x?}, expected \"GGUF\")")));
+    }
+    let version = r.u32(&"the version")?;
+    match version {
+        2 | 3 => {}
+        // v1 (2023) used u32 counts and string lengths; nothing current writes it.
+        1 => return Err(r.unsupported("GGUF version 1 is not supported (re-convert the model)".into())),
+        // ggml's gguf.cpp reads a byte-swapped version as a sign of a big-endian file.
+        v if v.swap_bytes() <= 3 => {
+            return Err(r.unsupported(format!("big-endian GGUF (version {v:#x}) is not supported")))
+        }
+        v => return Err(r.unsupported(format!("GGUF version {v} is not supported (2 and 3 are)"))),
+    }
+    let n_tensors = r.u64(&"the tensor count")?;
+    let n_kv = r.u64(&"the metadata count")?;
+
+    // Each metadata entry takes at least 13 bytes (key length 8 + type 4 + 1-byte value), each
+    // tensor info at least 24 (name length 8 + n_dims 4 + type 4 + offset 8): a count that
+    // cannot fit in the rest of the file is refused before any allocation sized by it.
+    r.check_count(n_kv, 13, "metadata entries")?;
+    let mut metadata = BTreeMap::new();
+    for i in 0..n_kv {
+        let key = r.string(&format_args!("the key of metadata entry {i}"))?;
+        let value = r.value(&key, 0)?;
+        if metadata.insert(key.clone(), value).is_some() {
+            return Err(r.format(format!("metadata key '{key}' appears twice")));
+        }
+    }
+
+    // gguf.md: general.alignment is a uint32; llama.cpp refuses 0 and non-powers of two.
+    let alignment = match metadata.get("general.alignment") {
+        None => GGUF_DEFAULT_ALIGNMENT,
+        Some(v) => match v.as_integer() {
+            Some(a) if a > 0 && a <= 1 << 30 && (a & (a - 1)) == 0 => a as u64,
+            _ => return Err(r.format(format!("general.alignment is {} {v}, expected a power of two", v.type_name()))),
+        },
+    };
+
+    let n_tensors_usize = r.check_count(n_tensors, 24, "tensor infos")?;
+    let mut infos = Vec::with_capacity(n_tensors_usize);
+    let mut names = std::collections::HashSet::with_capacity(n_tensors_usize);
+    for i in 0..n_tensors {
+        let info = r.tensor_info(i)?;
+        if !names.insert(info.0.clone()) {
+            return Err(r.format(format!("tensor '{}' appears twice", info.0)));
+        }
+        infos.push(info);
+    }
+
+    // The data section starts at the next multiple of the alignment after the tensor table.
+    let data_start = (r.pos as u64)
+        .checked_next_multiple_of(alignment)
+        .ok_or_else(|| r.format("data section offset overflows".into()))?;
+    let file_len = buf.len() as u64;
+    let mut tensors = Vec::with_capacity(infos.len());
+    for (name, dims, ty, rel_offset, n_bytes) in infos {
+        if rel_offset % alignment != 0 {
+            return Err(r.format(format!(
+                "tensor '{name}': offset {rel_offset} is not a multiple of the alignment {alignment}"
+            )));
+        }
+        let start = data_start.checked_add(rel_offset);
+        let end = start.and_then(|s| s.checked_add(n_bytes as u64));
+        let (Some(start), Some(end)) = (start, end) else {
+            return Err(r.format(format!("tensor '{name}': offset {rel_offset} overflows")));
+        };
+        if end > file_len {
+            return Err(r.format(format!(
+                "tensor '{name}' ({} {dims:?}, {n_bytes} bytes at byte {start}) ends at byte {end}, past the end of the file ({file_len} bytes): truncated",
+                ty.name()
+            )));
+        }
+        // end <= file_len, and the file is mapped, so both fit in usize.
+        tensors.push(GgufTensorInfo { name, dims, ty, offset: start as usize, n_bytes });
+    }
+    Ok(Header { version, metadata, tensors })
+}
+
+/// A cursor over the file bytes. Every read is bounds-checked and names what it was reading.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    path: &'a Path,
+    /// Metadata values held so far (array elements included), against MAX_METADATA_VALUES.
+    n_values: usize,
+}
+
+type TensorEntry = (String, Vec<u64>, WeightType, u64, usize);
+
+impl<'a> Reader<'a> {
+    fn format(&self, msg: String) -> Error {
+        Error::format(format!("{}: {msg}", self.path.display()))
+    }
+
+    fn unsupported(&self, msg: String) -> Error {
+        Error::unsupported(format!("{}: {msg}", self.path.display()))
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next `n` bytes, or ErrFormat naming `what` if the file ends first.
+    fn take(&mut self, n: usize, what: &dyn fmt::Display) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(self.format(format!(
+                "truncated: {what} needs {n} bytes at byte {}, the file has {} bytes",
+                self.pos,
+                self.buf.len()
+            )));
+        }
+        let bytes = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self, what: &dyn fmt::Display) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &dyn fmt::Display) -> Result<u32> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &dyn fmt::Display) -> Result<u64> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+
+    /// A count of items each at least `min_bytes` long must fit in the rest of the file.
+    fn check_count(&self, n: u64, min_bytes: usize, what: &str) -> Result<usize> {
+        match usize::try_from(n) {
+            Ok(n) if n <= self.remaining() / min_bytes => Ok(n),
+            _ => Err(self.format(format!(
+                "{n} {what} cannot fit in the {} bytes left at byte {}",
+                self.remaining(),
+                self.pos
+            ))),
+        }
+    }
+
+    /// A gguf string: u64 length + UTF-8 bytes.
+    fn string(&mut self, what: &dyn fmt::Display) -> Result<String> {
+        let len = self.u64(&format_args!("the length of {what}"))?;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        let bytes = self.take(len, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| {
+            self.format(format!("{what} is not valid UTF-8 (bad byte at {})", e.utf8_error().valid_up_to()))
+        })
+    }
+
+    fn count_value(&mut self, key: &str) -> Result<()> {
+        self.n_values += 1;
+        if self.n_values > MAX_METADATA_VALUES {
+            return Err(self.format(format!(
+                "metadata key '{key}': more than {MAX_METADATA_VALUES} metadata values in the file"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The type tag and value of metadata key `key`.
+    fn value(&mut self, key: &str, depth: usize) -> Result<GgufValue> {
+        let ty = self.u32(&format_args!("the type of metadata key '{key}'"))?;
+        self.typed_value(key, ty, depth)
+    }
+
+    fn typed_value(&mut self, key: &str, ty: u32, depth: usize) -> Result<GgufValue> {
+        self.count_value(key)?;
+        let what = format_args!("the value of metadata key '{key}'");
+        Ok(match ty {
+            0 => GgufValue::U8(self.array::<1>(&what)?[0]),
+            1 => GgufValue::I8(i8::from_le_bytes(self.array(&what)?)),
+            2 => GgufValue::U16(u16::from_le_bytes(self.array(&what)?)),
+            3 => GgufValue::I16(i16::from_le_bytes(self.array(&what)?)),
+            4 => GgufValue::U32(u32::from_le_bytes(self.array(&what)?)),
+            5 => GgufValue::I32(i32::from_le_bytes(self.array(&what)?)),
+            6 => GgufValue::F32(f32::from_le_bytes(self.array(&what)?)),
+            7 => match self.array::<1>(&what)?[0] {
+                // gguf.md: a bool is one byte, 0 or 1.
+                b @ (0 | 1) => GgufValue::Bool(b == 1),
+                b => return Err(self.format(format!("metadata key '{key}': bool byte is {b}, expected 0 or 1"))),
+            },
+            8 => GgufValue::Str(self.string(&what)?),
+            9 => self.array_value(key, depth)?,
+            10 => GgufValue::U64(u64::from_le_bytes(self.array(&what)?)),
+            11 => GgufValue::I64(i64::from_le_bytes(self.array(&what)?)),
+            12 => GgufValue::F64(f64::from_le_bytes(self.array(&what)?)),
+            t => return Err(self.format(format!("metadata key '{key}' has unknown value type {t}"))),
+        })
+    }
+
+    /// gguf.md array: u32 element type, u64 count, then the elements.
+    fn array_value(&mut self, key: &str, depth: usize) -> Result<GgufValue> {
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(self.format(format!("metadata key '{key}': arrays nested deeper than {MAX_ARRAY_DEPTH}")));
+        }
+        let elem_ty = self.u32(&format_args!("the element type of array '{key}'"))?;
+        let n = self.u64(&format_args!("the length of array '{key}'"))?;
+        // Smallest encoding of one element: its fixed size, a string's u64 length, or a nested
+        // array's type + length.
+        let min_elem = match elem_ty {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4 | 5 | 6 => 4,
+            8 | 10 | 11 | 12 => 8,
+            9 => 12,
+            t => return Err(self.format(format!("array '{key}' has unknown element type {t}"))),
+        };
+        let n = self.check_count(n, min_elem, &format!("elements of array '{key}'"))?;
+        let mut items = Vec::with_capacity(n.min(MAX_METADATA_VALUES.saturating_sub(self.n_values)));
+        for _ in 0..n {
+            items.push(self.typed_value(key, elem_ty, depth + 1)?);
+        }
+        Ok(GgufValue::Array(items))
+    }
+
+    /// One tensor info: name, dims, ggml type, relative offset; the byte size is computed and
+    /// checked here.
+    fn tensor_info(&mut self, i: u64) -> Result<TensorEntry> {
+        let name = self.string(&format_args!("the name of tensor {i}"))?;
+        let n_dims = self.u32(&format_args!("the dimension count of tensor '{name}'"))?;
+        if n_dims > MAX_DIMS {
+            return Err(self.format(format!("tensor '{name}' has {n_dims} dimensions, at most {MAX_DIMS} allowed")));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for d in 0..n_dims {
+            dims.push(self.u64(&format_args!("dimension {d} of tensor '{name}'"))?);
+        }
+        let type_id = self.u32(&format_args!("the type of tensor '{name}'"))?;
+        let rel_offset = self.u64(&format_args!("the data offset of tensor '{name}'"))?;
+        let ty = WeightType::from_ggml_type(type_id).ok_or_else(|| {
+            self.unsupported(format!("tensor '{name}' has ggml type {type_id}, which packlm does not implement"))
+        })?;
+        let n_bytes = tensor_bytes(&dims, ty).map_err(|why| {
+            self.format(format!("tensor '{name}' ({} {dims:?}): {why}", ty.name()))
+        })?;
+        Ok((name, dims, ty, rel_offset, n_bytes))
+    }
+}
+
+/// Bytes of a tensor of shape `dims` (ggml order) and type `ty`: whole blocks per row
+/// (ggml.c `ggml_row_size`), times the other dims, all checked.
+fn tensor_bytes(dims: &[u64], ty: WeightType) -> std::result::Result<usize, String> {
+    let too_big = || "size overflows".to_string();
+    let mut n_elems: usize = 1;
+    for &d in dims {
+        // gguf.cpp refuses dims above INT64_MAX (ggml's ne is int64_t).
+        if d > i64::MAX as u64 {
+            return Err(format!("dimension {d} is out of range"));
+        }
+        n_elems = usize::try_from(d).ok().and_then(|d| n_elems.checked_mul(d)).ok_or_else(too_big)?;
+    }
+    let cols = dims.first().map_or(Ok(1), |&c| usize::try_from(c).map_err(|_| too_big()))?;
+    let row = ty.row_bytes(cols).ok_or_else(|| {
+        format!("a row of {cols} elements is not a whole number of {}-element blocks", ty.block_elems())
+    })?;
+    let rows = if cols == 0 { 0 } else { n_elems / cols };
+    row.checked_mul(rows).ok_or_else(too_big)
+}

@@ -1,0 +1,217 @@
+//! A GGUF file as a pack: its metadata turned into the HF config.json spelling (so that one set
+//! of family rules serves both containers), its tensors renamed to HF names, and llama-arch Q/K
+//! rows put back into HF order. Key names follow llama.cpp's gguf-py constants; the inverse
+//! mapping is transformers' integrations/ggml.py (GGUF_CONFIG_MAPPING, GGUF_TENSOR_MAPPING).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::pack::gguf::GgufFile;
+use crate::pack::tensor::{TensorBytes, WeightTensor};
+
+/// GGUF `general.architecture` -> HF `model_type`.
+fn model_type(arch: &str) -> Result<&'static str> {
+    match arch {
+        "llama" => Ok("llama"),
+        "qwen2" => Ok("qwen2"),
+        "qwen3" => Ok("qwen3"),
+        other => Err(Error::unsupported(format!(
+            "general.architecture \"{other}\" is not implemented (llama, qwen2, qwen3 are)"
+        ))),
+    }
+}
+
+/// Builds the HF-style config.json value from the GGUF metadata.
+pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
+    let arch = g.architecture()?.to_string();
+    let mt = model_type(&arch)?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let need = |k: &str| -> Result<u64> {
+        g.get_u64(&key(k))?.ok_or_else(|| Error::format(format!("GGUF: missing {}", key(k))))
+    };
+    let n_heads = need("attention.head_count")?;
+    let hidden = need("embedding_length")?;
+    let mut c = Map::new();
+    c.insert("model_type".into(), json!(mt));
+    c.insert("hidden_size".into(), json!(hidden));
+    c.insert("num_hidden_layers".into(), json!(need("block_count")?));
+    c.insert("intermediate_size".into(), json!(need("feed_forward_length")?));
+    c.insert("num_attention_heads".into(), json!(n_heads));
+    c.insert(
+        "num_key_value_heads".into(),
+        json!(g.get_u64(&key("attention.head_count_kv"))?.unwrap_or(n_heads)),
+    );
+    c.insert("max_position_embeddings".into(), json!(need("context_length")?));
+    let eps = g
+        .get_f64(&key("attention.layer_norm_rms_epsilon"))?
+        .ok_or_else(|| Error::format(format!("GGUF: missing {}", key("attention.layer_norm_rms_epsilon"))))?;
+    c.insert("rms_norm_eps".into(), json!(eps));
+    let head_dim = g.get_u64(&key("attention.key_length"))?.unwrap_or(hidden / n_heads.max(1));
+    c.insert("head_dim".into(), json!(head_dim));
+    c.insert("rope_theta".into(), json!(g.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0)));
+    if let Some(rot) = g.get_u64(&key("rope.dimension_count"))? {
+        if rot != head_dim {
+            c.insert("partial_rotary_factor".into(), json!(rot as f64 / head_dim as f64));
+        }
+    }
+    match g.get_str(&key("rope.scaling.type"))? {
+        None | Some("none") => {}
+        Some(kind @ ("linear" | "yarn")) => {
+            let factor = g.get_f64(&key("rope.scaling.factor"))?.ok_or_else(|| {
+                Error::format(format!("GGUF: {} without a factor", key("rope.scaling.type")))
+            })?;
+            let mut s = json!({ "rope_type": kind, "factor": factor });
+            if let Some(o) = g.get_u64(&key("rope.scaling.original_context_length"))? {
+                s["original_max_position_embeddings"] = json!(o);
+            }
+            c.insert("rope_scaling".into(), s);
+        }
+        Some(other) => {
+            return Err(Error::unsupported(format!(
+                "GGUF: {} = \"{other}\" is not implemented",
+                key("rope.scaling.type")
+            )))
+        }
+    }
+    if g.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+        return Err(Error::unsupported(
+            "GGUF: tensor rope_freqs.weight (per-frequency rope factors) is not implemented",
+        ));
+    }
+    if let Some(w) = g.get_u64(&key("attention.sliding_window"))? {
+        c.insert("sliding_window".into(), json!(w));
+    }
+    c.insert("vocab_size".into(), json!(vocab_size));
+    let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
+    c.insert("tie_word_embeddings".into(), json!(tied));
+    c.insert("hidden_act".into(), json!("silu"));
+    if mt == "qwen2" {
+        c.insert("use_sliding_window".into(), json!(false));
+    }
+    Ok(Value::Object(c))
+}
+
+/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`).
+fn hf_name(name: &str) -> Option<String> {
+    let fixed = match name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (stem, suffix) = part.rsplit_once('.')?;
+    let hf = match stem {
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf}.{suffix}"))
+}
+
+/// The tensors under HF names, mapped in place except llama-arch Q/K (see `unpermute_rows`).
+pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String, WeightTensor>> {
+    let arch = g.architecture()?;
+    let n_heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
+    let n_kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(1) as usize;
+    let mut out = BTreeMap::new();
+    for t in &g.tensors {
+        let name = hf_name(&t.name).ok_or_else(|| {
+            Error::unsupported(format!("GGUF: tensor {} has no known role", t.name))
+        })?;
+        let shape: Vec<usize> = t
+            .dims
+            .iter()
+            .rev()
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::format(format!("GGUF: tensor {} dims {:?} too large", t.name, t.dims)))?;
+        // llama.cpp's converter (LlamaModel.permute) reorders Q and K rows of llama-arch models
+        // so that ggml's interleaved rope applies; HF's rope pairs (i, i + d/2). Put them back.
+        let heads = match (arch, t.name.rsplit('.').nth(1)) {
+            ("llama", Some("attn_q")) => Some(n_heads),
+            ("llama", Some("attn_k")) => Some(n_kv_heads),
+            _ => None,
+        };
+        let bytes = match heads {
+            Some(h) => TensorBytes::Owned(Arc::new(unpermute_rows(g.tensor_data(t), &shape, t.ty, h, &t.name)?)),
+            None => TensorBytes::Mapped { map: g.map.clone(), offset: t.offset, len: t.n_bytes },
+        };
+        let w = WeightTensor::new(name.clone(), t.ty, shape, bytes)?;
+        out.insert(name, w);
+    }
+    Ok(out)
+}
+
+/// Inverse of `w.reshape(n_head, 2, head_dim/2, ...).swapaxes(1, 2)`: GGUF row
+/// `h*hd + 2i + s` holds HF row `h*hd + s*hd/2 + i`. Rows are whole quantized blocks, so this
+/// moves bytes and never touches values.
+fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_head: usize, name: &str) -> Result<Vec<u8>> {
+    let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product::<usize>().max(1);
+    let cols = if shape.len() == 1 { 1 } else { *shape.last().unwrap_or(&1) };
+    let row_bytes = if shape.len() == 1 { data.len() / shape[0].max(1) } else {
+        ty.row_bytes(cols).ok_or_else(|| Error::tensor(format!("GGUF: tensor {name} row size")))?
+    };
+    let rows = if shape.len() == 1 { shape[0] } else { rows };
+    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 || row_bytes * rows != data.len() {
+        return Err(Error::tensor(format!(
+            "GGUF: tensor {name} with {rows} rows cannot be split into {n_head} rope heads"
+        )));
+    }
+    let hd = rows / n_head;
+    let half = hd / 2;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..n_head {
+        for s in 0..2 {
+            for i in 0..half {
+                let src = h * hd + 2 * i + s;
+                let dst = h * hd + s * half + i;
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::WeightType;
+
+    #[test]
+    fn unpermute_inverts_the_converters_permutation() {
+        // Two heads of head_dim 4, one f32 column: HF rows 0..8. The converter's permutation
+        // (reshape(2, 2, 2).swapaxes(1, 2)) gives GGUF order 0,2,1,3, 4,6,5,7 (worked by hand).
+        let gguf_order = [0.0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0];
+        let bytes: Vec<u8> = gguf_order.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let out = unpermute_rows(&bytes, &[8, 1], WeightType::F32, 2, "t").unwrap();
+        let back: Vec<f32> = out.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(back, vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    }
+
+    #[test]
+    fn names_map_to_hf() {
+        assert_eq!(hf_name("blk.11.ffn_norm.weight").as_deref(), Some("model.layers.11.post_attention_layernorm.weight"));
+        assert_eq!(hf_name("blk.0.attn_q.bias").as_deref(), Some("model.layers.0.self_attn.q_proj.bias"));
+        assert_eq!(hf_name("token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
+        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+    }
+}

@@ -1,0 +1,619 @@
+//! A `tokenizers::Tokenizer` rebuilt from GGUF metadata.
+//!
+//! A GGUF carries no tokenizer.json, only llama.cpp's `tokenizer.ggml.*` keys. We rebuild the
+//! tokenizer the way HF transformers does when it opens a GGUF (transformers 5.24,
+//! `transformers/integrations/gguf/gguf_tokenizer_mapping.py`, which hands the vocabulary to
+//! `GPT2Tokenizer`, `LlamaTokenizer` or `GemmaTokenizer`), so that our ids are HF's ids. The tests
+//! in tests/gguf_tokenizer.rs compare against ids recorded from HF itself.
+//!
+//! - `tokenizer.ggml.model = "gpt2"`: byte-level BPE from `tokens` + `merges`; the split before
+//!   BPE is chosen by `tokenizer.ggml.pre` (see [`byte_level_pre_tokenizer`]).
+//! - `tokenizer.ggml.model = "llama"`: SentencePiece vocabularies as BPE with byte fallback, the
+//!   merges taken from the file or rebuilt from the scores (Gemma: from the token order).
+//! - Tokens typed control (3) become special added tokens, user-defined (4) plain added tokens,
+//!   so "<|im_start|>" stays one token when special parsing is on.
+
+use crate::error::{Error, Result};
+use crate::pack::gguf::{GgufFile, GgufValue};
+use std::collections::{HashMap, HashSet};
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, NormalizerWrapper, SplitDelimiterBehavior, Tokenizer};
+
+/// The tokenizer of a GGUF file and the token ids its metadata names.
+pub struct GgufVocab {
+    /// The rebuilt tokenizer. Its post-processor adds BOS when `add_bos` is true (and EOS when
+    /// `add_eos` is), so `encode(text, true)` follows the file's rules.
+    pub tokenizer: Tokenizer,
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
+    pub eos: Option<u32>,
+    /// `tokenizer.ggml.eot_token_id` (end of turn), only when the file states it: llama.cpp's
+    /// guess from token texts is ambiguous (SmolLM2 has both "<|endoftext|>" and "<|im_end|>").
+    pub eot: Option<u32>,
+    /// `tokenizer.ggml.padding_token_id`.
+    pub pad: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`; when absent, true for SentencePiece ("llama") vocabularies
+    /// and false otherwise (HF `get_gguf_tokenizer`, matching llama.cpp).
+    pub add_bos: bool,
+    /// `tokenizer.ggml.add_eos_token`, false when absent.
+    pub add_eos: bool,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+}
+
+impl std::fmt::Debug for GgufVocab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufVocab")
+            .field("vocab_size", &self.tokenizer.get_vocab_size(true))
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("eot", &self.eot)
+            .field("pad", &self.pad)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .field("chat_template", &self.chat_template.as_ref().map(|t| t.len()))
+            .finish()
+    }
+}
+
+/// llama.cpp `llama_token_type` (gguf-py `TokenType`): 3 = CONTROL, 4 = USER_DEFINED.
+const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// The SentencePiece word-boundary mark.
+const SPM_SPACE: &str = "\u{2581}";
+
+/// Rebuild the tokenizer and read the special ids of `g`.
+pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
+    let meta = Meta::read(g)?;
+    let kind = meta.model.as_str();
+    let arch = g.architecture()?;
+
+    let mut tokenizer = match kind {
+        "gpt2" => byte_level_tokenizer(&meta)?,
+        // HF `select_tokenizer_builder`: SentencePiece files get a builder by architecture.
+        "llama" => match arch {
+            "gemma" | "gemma2" | "gemma3" => gemma_tokenizer(&meta)?,
+            "phi3" => phi3_tokenizer(&meta)?,
+            _ => llama_tokenizer(&meta)?,
+        },
+        other => {
+            return Err(meta.unsupported(format!(
+                "tokenizer.ggml.model is {other:?}; packlm rebuilds \"gpt2\" and \"llama\" tokenizers"
+            )))
+        }
+    };
+    add_special_tokens(&mut tokenizer, &meta, arch);
+
+    let bos = meta.token_id(g, "tokenizer.ggml.bos_token_id")?;
+    let eos = meta.token_id(g, "tokenizer.ggml.eos_token_id")?;
+    let eot = meta.token_id(g, "tokenizer.ggml.eot_token_id")?;
+    let pad = meta.token_id(g, "tokenizer.ggml.padding_token_id")?;
+    let explicit_bos = g.get_bool("tokenizer.ggml.add_bos_token")?;
+    let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+    // HF get_gguf_tokenizer: "llama" files without the flag get BOS (as llama.cpp does).
+    let add_bos = match (explicit_bos, bos) {
+        (Some(true), None) => {
+            return Err(meta.format(
+                "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing".into(),
+            ))
+        }
+        (Some(flag), _) => flag,
+        (None, Some(_)) => kind == "llama",
+        (None, None) => false,
+    };
+    if add_eos && eos.is_none() {
+        return Err(meta.format("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing".into()));
+    }
+    let bos_piece = bos.filter(|_| add_bos).map(|id| (meta.tokens[id as usize].to_string(), id));
+    let eos_piece = eos.filter(|_| add_eos).map(|id| (meta.tokens[id as usize].to_string(), id));
+    tokenizer.with_post_processor(Some(post_processor(bos_piece, eos_piece).map_err(|e| meta.format(e))?));
+
+    let chat_template = g.get_str("tokenizer.chat_template")?.map(str::to_string);
+    Ok(GgufVocab { tokenizer, bos, eos, eot, pad, add_bos, add_eos, chat_template })
+}
+
+/// The `tokenizer.ggml.*` arrays, checked for type and length.
+struct Meta<'a> {
+    path: String,
+    model: String,
+    pre: Option<&'a str>,
+    tokens: Vec<&'a str>,
+    /// `token_type`, one per token (empty when the key is absent).
+    types: Vec<i64>,
+    /// `scores`, one per token (empty when the key is absent).
+    scores: Vec<f32>,
+    /// `merges` as written ("left right"), None when the key is absent.
+    merges: Option<Vec<&'a str>>,
+    /// (key suffix, id) of the bos/eos/unknown/padding ids present in the file.
+    named_ids: Vec<(&'static str, usize)>,
+}
+
+impl<'a> Meta<'a> {
+    fn read(g: &'a GgufFile) -> Result<Meta<'a>> {
+        let path = g.path.display().to_string();
+        let fmt = |msg: String| Error::format(format!("{path}: {msg}"));
+        let model = g
+            .get_str("tokenizer.ggml.model")?
+            .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.model' is missing".into()))?
+            .to_string();
+        let pre = g.get_str("tokenizer.ggml.pre")?;
+        let tokens = string_array(g, "tokenizer.ggml.tokens")?
+            .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.tokens' is missing".into()))?;
+        if tokens.is_empty() || u32::try_from(tokens.len()).is_err() {
+            return Err(fmt(format!("tokenizer.ggml.tokens has {} entries", tokens.len())));
+        }
+        let types = match g.get_array("tokenizer.ggml.token_type")? {
+            None => Vec::new(),
+            Some(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.as_integer().map(|t| t as i64).ok_or_else(|| {
+                    fmt(format!("tokenizer.ggml.token_type[{i}] is {} {v}, expected an integer", v.type_name()))
+                }))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let scores = match g.get_array("tokenizer.ggml.scores")? {
+            None => Vec::new(),
+            Some(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    GgufValue::F32(s) => Ok(*s),
+                    _ => Err(fmt(format!("tokenizer.ggml.scores[{i}] is {} {v}, expected float32", v.type_name()))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        for (key, n) in [("tokenizer.ggml.token_type", types.len()), ("tokenizer.ggml.scores", scores.len())] {
+            if n != 0 && n != tokens.len() {
+                return Err(fmt(format!("{key} has {n} entries for {} tokens", tokens.len())));
+            }
+        }
+        let merges = string_array(g, "tokenizer.ggml.merges")?;
+        let mut named_ids = Vec::new();
+        for key in ["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"] {
+            if let Some(id) = g.get_u64(&format!("tokenizer.ggml.{key}"))? {
+                named_ids.push((key, usize::try_from(id).unwrap_or(usize::MAX)));
+            }
+        }
+        Ok(Meta { path, model, pre, tokens, types, scores, merges, named_ids })
+    }
+
+    fn format(&self, msg: String) -> Error {
+        Error::format(format!("{}: {msg}", self.path))
+    }
+
+    fn unsupported(&self, msg: String) -> Error {
+        Error::unsupported(format!("{}: {msg}", self.path))
+    }
+
+    fn token_type(&self, id: usize) -> Option<i64> {
+        self.types.get(id).copied()
+    }
+
+    /// A token id key, checked to name a token of the vocabulary.
+    fn token_id(&self, g: &GgufFile, key: &str) -> Result<Option<u32>> {
+        match g.get_u64(key)? {
+            None => Ok(None),
+            Some(id) if id < self.tokens.len() as u64 => Ok(Some(id as u32)),
+            Some(id) => Err(self.format(format!("{key} is {id}, outside the {} tokens", self.tokens.len()))),
+        }
+    }
+
+    /// `tokenizer.ggml.merges` split into pairs (HF `get_merges`: `tuple(merge.split(" "))`).
+    fn merge_pairs(&self) -> Result<Option<Vec<(String, String)>>> {
+        let Some(merges) = &self.merges else { return Ok(None) };
+        merges
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match m.split_once(' ') {
+                Some((l, r)) if !r.contains(' ') => Ok((l.to_string(), r.to_string())),
+                _ => Err(self.format(format!("tokenizer.ggml.merges[{i}] is {m:?}, expected \"left right\""))),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Option<Vec<&'a str>>> {
+    let Some(a) = g.get_array(key)? else { return Ok(None) };
+    a.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_str().ok_or_else(|| {
+                Error::format(format!("{}: {key}[{i}] is {} {v}, expected a string", g.path.display(), v.type_name()))
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Byte-level BPE ("gpt2")
+// ---------------------------------------------------------------------------------------------
+
+/// GPT-2's printable spelling of the 256 byte values (`bytes_to_unicode` in GPT-2's encoder.py,
+/// transformers convert_slow_tokenizer.py): printable Latin-1 bytes stand for themselves, the
+/// other 68 are shifted to U+0100.. in byte order.
+fn bytes_to_unicode() -> [char; 256] {
+    let mut map = ['\0'; 256];
+    let mut shifted = 0u32;
+    for b in 0..=255u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let code = if printable {
+            b as u32
+        } else {
+            shifted += 1;
+            255 + shifted
+        };
+        // Every code here is below U+0200, a valid scalar value.
+        map[b as usize] = char::from_u32(code).unwrap_or('\0');
+    }
+    map
+}
+
+/// The split before byte-level BPE, by `tokenizer.ggml.pre`.
+///
+/// - Names HF lists in `GGUF_PRE_TOKENIZER_SPLITS` get HF's regex, then ByteLevel without its own
+///   regex (HF `set_split_regex`).
+/// - "smollm": individual digits, then GPT-2's ByteLevel. That is SmolLM2's own tokenizer.json
+///   and llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM (llama-vocab.cpp: "\p{N}" before the GPT-2
+///   regex). HF 5.24 has no entry for it and falls back to plain ByteLevel; the ids are the same
+///   on SmolLM2's vocabulary, which merges no digit with anything (the tests check this).
+/// - "default" and "gpt2": GPT-2's ByteLevel, which is `GPT2Tokenizer`'s own and HF's fallback.
+fn byte_level_pre_tokenizer(pre: Option<&str>) -> std::result::Result<PreTokenizerWrapper, String> {
+    // transformers gguf_tokenizer_mapping.py `_LLAMA3_SPLIT`, `_TEKKEN_SPLIT`, `_GPT4O_SPLIT`;
+    // models/qwen2/tokenization_qwen2.py and models/qwen3_5/tokenization_qwen3_5.py PRETOKENIZE_REGEX.
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN35: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+    // Python's pre_tokenizers.ByteLevel(add_prefix_space=False): trim_offsets and use_regex true.
+    let gpt2_byte_level = || PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
+    let regex = match pre.unwrap_or("default") {
+        "default" | "gpt2" => return Ok(gpt2_byte_level()),
+        "smollm" => {
+            return Ok(PreTokenizerWrapper::Sequence(PreSequence::new(vec![
+                PreTokenizerWrapper::Digits(Digits::new(true)),
+                gpt2_byte_level(),
+            ])))
+        }
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3,
+        "tekken" => TEKKEN,
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2,
+        "qwen35" => QWEN35,
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => GPT4O,
+        other => return Err(format!("tokenizer.ggml.pre {other:?} is not a pre-tokenizer packlm knows")),
+    };
+    let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| format!("tokenizer.ggml.pre split regex: {e}"))?;
+    Ok(PreTokenizerWrapper::Sequence(PreSequence::new(vec![
+        PreTokenizerWrapper::Split(split),
+        PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, false)),
+    ])))
+}
+
+/// HF `byte_level_tokenizer` + `GPT2Tokenizer`: BPE without unk or byte fallback, ByteLevel
+/// pre-tokenizer and decoder.
+fn byte_level_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+    // Check the pre-tokenizer name first: an unknown one is a clear ErrUnsupported.
+    let pre = byte_level_pre_tokenizer(meta.pre).map_err(|e| meta.unsupported(e))?;
+    let spelling = bytes_to_unicode();
+    let alphabet: HashSet<char> = spelling.iter().copied().collect();
+    let mut vocab = Vocab::with_capacity(meta.tokens.len());
+    for (id, token) in meta.tokens.iter().enumerate() {
+        // A token written outside the byte alphabet (a control token with a space, say) is
+        // respelled byte by byte, as HF does; a later duplicate overwrites, as in a Python dict.
+        let key = if token.chars().all(|c| alphabet.contains(&c)) {
+            token.to_string()
+        } else {
+            token.bytes().map(|b| spelling[b as usize]).collect()
+        };
+        vocab.insert(key, id as u32);
+    }
+    let merges = meta
+        .merge_pairs()?
+        .ok_or_else(|| meta.format("metadata key 'tokenizer.ggml.merges' is missing (needed by a gpt2 tokenizer)".into()))?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| meta.format(format!("tokenizer.ggml.merges: {e}")))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(pre));
+    tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
+    Ok(tokenizer)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece vocabularies ("llama")
+// ---------------------------------------------------------------------------------------------
+
+/// {token: id}, a later duplicate winning (a Python dict built from the token list).
+fn token_index<'t>(tokens: impl Iterator<Item = &'t str>) -> HashMap<&'t str, u32> {
+    let mut index = HashMap::new();
+    for (id, token) in tokens.enumerate() {
+        index.insert(token, id as u32);
+    }
+    index
+}
+
+/// transformers tokenization_utils_base.py `generate_merges(vocab, vocab_scores)`: every split of
+/// every token into two tokens of the vocabulary, sorted by the token's score (high first), then
+/// by the lengths of the left and right parts (long first); within a token by (left id, right
+/// id). Python's sort is stable, and so is this one. `ordered` lists each distinct token once,
+/// in the order the Python dict `vocab_scores` iterates (first occurrence), with its score.
+fn generate_merges(ordered: &[(&str, f64)], index: &HashMap<&str, u32>) -> Vec<(String, String)> {
+    struct Merge<'t> {
+        left: &'t str,
+        right: &'t str,
+        score: f64,
+        left_chars: usize,
+        right_chars: usize,
+    }
+    let mut merges: Vec<Merge> = Vec::new();
+    let mut local: Vec<(u32, u32, &str, &str)> = Vec::new();
+    for &(token, score) in ordered {
+        local.clear();
+        for (at, _) in token.char_indices().skip(1) {
+            let (left, right) = token.split_at(at);
+            if let (Some(&l), Some(&r)) = (index.get(left), index.get(right)) {
+                local.push((l, r, left, right));
+            }
+        }
+        local.sort_by_key(|&(l, r, _, _)| (l, r));
+        merges.extend(local.iter().map(|&(_, _, left, right)| Merge {
+            left,
+            right,
+            score,
+            left_chars: left.chars().count(),
+            right_chars: right.chars().count(),
+        }));
+    }
+    // sorted(key=(score, len(left), len(right)), reverse=True): descending, ties keep their order.
+    merges.sort_by(|a, b| {
+        b.score
+            .partial_cmp(&a.score)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(b.left_chars.cmp(&a.left_chars))
+            .then(b.right_chars.cmp(&a.right_chars))
+    });
+    merges.into_iter().map(|m| (m.left.to_string(), m.right.to_string())).collect()
+}
+
+/// The distinct tokens in first-occurrence order, each with the value of its last occurrence:
+/// how a Python dict built from (token, value) pairs iterates.
+fn python_dict_order<'t>(pairs: impl Iterator<Item = (&'t str, f64)>) -> Vec<(&'t str, f64)> {
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    let mut ordered: Vec<(&str, f64)> = Vec::new();
+    for (token, value) in pairs {
+        match position.get(token) {
+            Some(&at) => ordered[at].1 = value,
+            None => {
+                position.insert(token, ordered.len());
+                ordered.push((token, value));
+            }
+        }
+    }
+    ordered
+}
+
+/// BPE with byte fallback over `tokens` (HF `sentencepiece_tokenizer`): merges from the file, or
+/// `generate_merges` over `merge_order`.
+fn spm_bpe(meta: &Meta, tokens: &[&str], merge_order: Vec<(&str, f64)>, unk: Option<&str>) -> Result<BPE> {
+    let index = token_index(tokens.iter().copied());
+    let merges = match meta.merge_pairs()? {
+        Some(m) => m,
+        None => generate_merges(&merge_order, &index),
+    };
+    let mut vocab = Vocab::with_capacity(index.len());
+    for (token, id) in &index {
+        vocab.insert(token.to_string(), *id);
+    }
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).fuse_unk(true).byte_fallback(true);
+    if let Some(unk) = unk {
+        builder = builder.unk_token(unk.to_string());
+    }
+    builder.build().map_err(|e| meta.format(format!("SentencePiece vocabulary: {e}")))
+}
+
+/// The SentencePiece decoder: "▁" back to spaces, <0xNN> pieces to bytes, joined; LlamaTokenizer
+/// then strips the one space its pre-tokenizer put in front.
+fn spm_decoder(strip_prefix_space: bool) -> Result<DecoderWrapper> {
+    let replace = Replace::new(SPM_SPACE, " ").map_err(|e| Error::format(format!("decoder: {e}")))?;
+    let mut steps = vec![
+        DecoderWrapper::Replace(replace),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ];
+    if strip_prefix_space {
+        steps.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    Ok(DecoderWrapper::Sequence(DecoderSequence::new(steps)))
+}
+
+fn scores_order<'t>(meta: &Meta<'t>) -> Result<Vec<(&'t str, f64)>> {
+    if meta.scores.is_empty() && meta.merges.is_none() {
+        return Err(meta.format("a llama tokenizer needs tokenizer.ggml.scores or tokenizer.ggml.merges".into()));
+    }
+    Ok(python_dict_order(meta.tokens.iter().copied().zip(meta.scores.iter().map(|&s| f64::from(s)))))
+}
+
+/// HF `LlamaTokenizer` (legacy = False, add_prefix_space = True): no normalizer, Metaspace
+/// pre-tokenizer that puts "▁" before the first word only, no unk token in the BPE model.
+fn llama_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+    let order = scores_order(meta)?;
+    let bpe = spm_bpe(meta, &meta.tokens, order, None)?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Metaspace(Metaspace::new('\u{2581}', PrependScheme::First, false))));
+    tokenizer.with_decoder(Some(spm_decoder(true)?));
+    Ok(tokenizer)
+}
+
+/// HF `phi3_tokenizer`: as Llama, but the prefix "▁" comes from a normalizer (Prepend, then
+/// spaces to "▁") and there is no pre-tokenizer.
+fn phi3_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+    let mut tokenizer = llama_tokenizer(meta)?;
+    let replace = Replace::new(" ", SPM_SPACE).map_err(|e| meta.format(format!("normalizer: {e}")))?;
+    tokenizer.with_normalizer(Some(NormalizerWrapper::Sequence(NormalizerSequence::new(vec![
+        NormalizerWrapper::Prepend(Prepend::new(SPM_SPACE.to_string())),
+        NormalizerWrapper::Replace(replace),
+    ]))));
+    tokenizer.with_pre_tokenizer(None::<PreTokenizerWrapper>);
+    Ok(tokenizer)
+}
+
+/// Python's `str.isspace`: Rust's White_Space plus U+001C..U+001F (bidi class B/S).
+fn python_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// HF `gemma_tokenizer` + `GemmaTokenizer`: tokens made only of whitespace and containing a space
+/// are respelled as that many "▁"; the merges (absent from Gemma files) are rebuilt in token
+/// order, not score order; spaces become "▁" in a normalizer, with no prefix; unk is "<unk>".
+fn gemma_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+    let respelled: Vec<String> = meta
+        .tokens
+        .iter()
+        .map(|t| {
+            if t.contains(' ') && t.chars().all(python_isspace) {
+                SPM_SPACE.repeat(t.chars().count())
+            } else {
+                t.to_string()
+            }
+        })
+        .collect();
+    let tokens: Vec<&str> = respelled.iter().map(String::as_str).collect();
+    // positions = {token: -index}
+    let order = python_dict_order(tokens.iter().enumerate().map(|(i, &t)| (t, -(i as f64))));
+    let bpe = spm_bpe(meta, &tokens, order, Some("<unk>"))?;
+    let mut tokenizer = Tokenizer::new(bpe);
+    let replace = Replace::new(" ", SPM_SPACE).map_err(|e| meta.format(format!("normalizer: {e}")))?;
+    tokenizer.with_normalizer(Some(NormalizerWrapper::Replace(replace)));
+    let split = Split::new(SplitPattern::String(" ".into()), SplitDelimiterBehavior::MergedWithPrevious, false)
+        .map_err(|e| meta.format(format!("pre-tokenizer: {e}")))?;
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Split(split)));
+    tokenizer.with_decoder(Some(spm_decoder(false)?));
+    Ok(tokenizer)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Added tokens and the post-processor
+// ---------------------------------------------------------------------------------------------
+
+/// The special and added tokens HF ends up with, in HF's order:
+/// 1. the tokenizer class's own default special tokens (GPT2Tokenizer "<|endoftext|>";
+///    LlamaTokenizer "<unk>", "<s>", "</s>"; GemmaTokenizer "<bos>", "<eos>", "<unk>", "<pad>",
+///    "<mask>"), where the vocabulary has them. HF would also append the missing ones as new ids,
+///    past the model's vocabulary; we do not.
+/// 2. `add_gguf_special_tokens`: control tokens as special (for byte-level vocabularies only
+///    those spelled in the byte alphabet, the rest being llama.cpp mislabels), then user-defined
+///    tokens already in the vocabulary as plain added tokens.
+/// 3. TokenizersBackend's named special tokens: the texts of bos/eos/unk/padding ids.
+///
+/// Every one is `normalized = false`: matched in the raw text.
+fn add_special_tokens(tokenizer: &mut Tokenizer, meta: &Meta, arch: &str) {
+    let byte_level = meta.model == "gpt2";
+    let class_defaults: &[&str] = match (meta.model.as_str(), arch) {
+        ("gpt2", _) => &["<|endoftext|>"],
+        ("llama", "gemma" | "gemma2" | "gemma3") => &["<bos>", "<eos>", "<unk>", "<pad>", "<mask>"],
+        _ => &["<unk>", "<s>", "</s>"],
+    };
+    let special = |content: &str| AddedToken::from(content, true).normalized(false);
+    let defaults: Vec<AddedToken> =
+        class_defaults.iter().filter(|t| tokenizer.token_to_id(t).is_some()).map(|t| special(t)).collect();
+    tokenizer.add_special_tokens(&defaults);
+
+    let alphabet: HashSet<char> = bytes_to_unicode().iter().copied().collect();
+    let control: Vec<AddedToken> = meta
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|&(id, t)| {
+            meta.token_type(id) == Some(TOKEN_TYPE_CONTROL) && (!byte_level || t.chars().all(|c| alphabet.contains(&c)))
+        })
+        .map(|(_, t)| special(t))
+        .collect();
+    tokenizer.add_special_tokens(&control);
+
+    let user_defined: Vec<AddedToken> = meta
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|&(id, t)| meta.token_type(id) == Some(TOKEN_TYPE_USER_DEFINED) && tokenizer.token_to_id(t).is_some())
+        .map(|(_, t)| AddedToken::from(*t, false).normalized(false))
+        .collect();
+    tokenizer.add_tokens(&user_defined);
+
+    let named: Vec<AddedToken> = ["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"]
+        .iter()
+        .filter_map(|key| meta.named_token(key))
+        .filter(|t| tokenizer.token_to_id(t).is_some() && !tokenizer.get_added_tokens_decoder().values().any(|a| a.content == *t))
+        .map(special)
+        .collect();
+    tokenizer.add_special_tokens(&named);
+}
+
+impl<'a> Meta<'a> {
+    /// Text of the token a `tokenizer.ggml.<key>` id names (ids are range-checked later by
+    /// `token_id`; an out-of-range one simply names nothing here).
+    fn named_token(&self, key: &str) -> Option<&'a str> {
+        self.named_ids.iter().find(|(k, _)| *k == key).and_then(|&(_, id)| self.tokens.get(id).copied())
+    }
+}
+
+/// HF TokenizersBackend.update_post_processor: single = "[bos:0] $A:0 [eos:0]",
+/// pair = single + " [bos:1] $B:1 [eos:1]". Built from pieces rather than parsed from that text,
+/// so a token text with spaces or colons cannot break it.
+fn post_processor(
+    bos: Option<(String, u32)>,
+    eos: Option<(String, u32)>,
+) -> std::result::Result<TemplateProcessing, String> {
+    let piece_special = |t: &str, type_id: u32| serde_json::json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let piece_seq = |s: &str, type_id: u32| serde_json::json!({"Sequence": {"id": s, "type_id": type_id}});
+    let mut single = Vec::new();
+    let mut pair = Vec::new();
+    for (seq, type_id) in [("A", 0u32), ("B", 1)] {
+        let mut part = Vec::new();
+        if let Some((t, _)) = &bos {
+            part.push(piece_special(t, type_id));
+        }
+        part.push(piece_seq(seq, type_id));
+        if let Some((t, _)) = &eos {
+            part.push(piece_special(t, type_id));
+        }
+        if seq == "A" {
+            single = part.clone();
+        }
+        pair.extend(part);
+    }
+    let mut specials = Vec::new();
+    for (t, id) in bos.iter().chain(eos.iter()) {
+        if !specials.iter().any(|(s, _): &(String, u32)| s == t) {
+            specials.push((t.clone(), *id));
+        }
+    }
+    let processor = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": single,
+        "pair": pair,
+        "special_tokens": specials.iter().map(|(t, id)| (t.clone(), serde_json::json!({"id": t, "ids": [id], "tokens": [t]}))).collect::<serde_json::Map<_, _>>(),
+    });
+    serde_json::from_value(processor).map_err(|e| format!("post-processor: {e}"))
+}

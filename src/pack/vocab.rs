@@ -1,0 +1,103 @@
+//! The pack's tokenizer and its special-token rules: BOS, EOS, stop tokens, chat template.
+//!
+//! Encoding never relies on the tokenizer's post-processor: packlm adds BOS itself (when the
+//! pack says to and the caller asks for special tokens), and never a second one when the text
+//! already produced it. That gives one rule for HF folders and GGUF files alike.
+
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result, Status};
+
+/// Chat end-of-turn markers that are stop tokens when the vocabulary has them as specials.
+const END_OF_TURN: &[&str] = &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>"];
+
+pub struct Vocab {
+    /// Matches special tokens in text ("parse special").
+    tokenizer: Tokenizer,
+    /// Treats special-token text as plain text.
+    tokenizer_plain: Tokenizer,
+    pub bos: Option<u32>,
+    pub eos: Vec<u32>,
+    /// Generation stops at any of these (EOS ids, EOT, chat end-of-turn specials).
+    pub stop: Vec<u32>,
+    pub add_bos: bool,
+    pub chat_template: Option<String>,
+    pub size: usize,
+}
+
+impl Vocab {
+    pub fn new(
+        tokenizer: Tokenizer,
+        bos: Option<u32>,
+        eos: Vec<u32>,
+        extra_stop: Vec<u32>,
+        add_bos: bool,
+        chat_template: Option<String>,
+    ) -> Vocab {
+        let mut plain = tokenizer.clone();
+        plain.set_encode_special_tokens(true);
+        let size = tokenizer.get_vocab_size(true);
+        let mut stop = eos.clone();
+        stop.extend(extra_stop);
+        for marker in END_OF_TURN {
+            if let Some(id) = tokenizer.token_to_id(marker) {
+                let is_special = tokenizer
+                    .get_added_tokens_decoder()
+                    .get(&id)
+                    .map(|t| t.special)
+                    .unwrap_or(false);
+                if is_special {
+                    stop.push(id);
+                }
+            }
+        }
+        stop.sort_unstable();
+        stop.dedup();
+        Vocab { tokenizer, tokenizer_plain: plain, bos, eos, stop, add_bos, chat_template, size }
+    }
+
+    /// Token ids of `text`. `add_special`: prepend BOS when the pack adds one (never twice).
+    /// `parse_special`: text like "<|im_start|>" becomes its special token.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let tk = if parse_special { &self.tokenizer } else { &self.tokenizer_plain };
+        let enc = tk
+            .encode(text, false)
+            .map_err(|e| Error::new(Status::ErrTokenizer, format!("encode: {e}")))?;
+        let mut ids = enc.get_ids().to_vec();
+        if add_special && self.add_bos {
+            if let Some(b) = self.bos {
+                if ids.first() != Some(&b) {
+                    ids.insert(0, b);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Text of `ids`; `skip_special` leaves out special tokens.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.check_ids(ids)?;
+        self.tokenizer
+            .decode(ids, skip_special)
+            .map_err(|e| Error::new(Status::ErrTokenizer, format!("decode: {e}")))
+    }
+
+    /// The text one token contributes (its bytes decoded as the decoder would, alone).
+    pub fn token_to_piece(&self, id: u32) -> Result<String> {
+        self.decode(&[id], false)
+    }
+
+    pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= self.size) {
+            return Err(Error::new(
+                Status::ErrTokenOutOfRange,
+                format!("token id {bad} is outside the vocabulary of {}", self.size),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+}

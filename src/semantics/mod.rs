@@ -1,0 +1,152 @@
+//! From a model's config to one plain `LayerSpec` per layer. This folder is the only place that
+//! knows model families: each family is a small rule set in `families.rs` that fills the table,
+//! and the engine runs every layer through one body that branches on the table's fields.
+
+pub mod config;
+mod families;
+pub mod rope;
+
+use serde_json::Value;
+
+use crate::error::Result;
+pub use families::build_spec;
+pub use rope::RopeSpec;
+
+/// Full causal attention, or a sliding window of `window` keys (the query's own position
+/// included: a query at q sees keys k with q - window < k <= q; transformers masking_utils
+/// `sliding_window_overlay`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKind {
+    Full,
+    Sliding { window: usize },
+}
+
+/// How an RMSNorm applies its weight: HF Llama computes `x/rms * w`; Gemma `x/rms * (1 + w)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormForm {
+    Weight,
+    OnePlusWeight,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    GeluTanh,
+}
+
+/// The four places a decoder layer may have an RMSNorm; each is the tensor name suffix
+/// (`model.layers.N.<suffix>.weight`) when the layer has it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LayerNorms {
+    pub pre_attention: Option<&'static str>,
+    pub post_attention: Option<&'static str>,
+    pub pre_feedforward: Option<&'static str>,
+    pub post_feedforward: Option<&'static str>,
+}
+
+/// Where a layer's keys and values live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSource {
+    /// The layer has its own plane in the session.
+    Own,
+    /// The layer reads the plane of layer `owner` and holds none.
+    SharedWith { owner: usize },
+}
+
+/// Everything that decides one decoder layer's arithmetic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSpec {
+    pub attention: AttentionKind,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rope: RopeSpec,
+    /// Multiplies q.k (1/sqrt(head_dim), or 1/sqrt(query_pre_attn_scalar)).
+    pub attn_scale: f32,
+    /// `tanh(x / cap) * cap` on attention logits, when set.
+    pub attn_softcap: Option<f32>,
+    /// RMSNorm over each q and k head before rope (Qwen3, Gemma3).
+    pub qk_norm: bool,
+    /// q, k, v projections carry a bias.
+    pub qkv_bias: bool,
+    /// The output projection carries a bias.
+    pub o_bias: bool,
+    pub norms: LayerNorms,
+    pub activation: Activation,
+    /// The MLP's inner width.
+    pub mlp_width: usize,
+    pub kv_source: KvSource,
+}
+
+impl LayerSpec {
+    /// Width of one position's K (and V) row in this layer's plane.
+    pub fn kv_width(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+    pub fn q_width(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+}
+
+/// The model-wide facts plus the per-layer table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSpec {
+    /// The config's model_type (for `packlm info` only; nothing branches on it).
+    pub family: String,
+    pub hidden_size: usize,
+    pub vocab_size: usize,
+    pub max_context: usize,
+    pub norm_eps: f32,
+    pub norm_form: NormForm,
+    /// Multiplies the token embedding (Gemma: sqrt(hidden_size)).
+    pub embed_scale: Option<f32>,
+    /// `tanh(x / cap) * cap` on the final logits, when set.
+    pub final_softcap: Option<f32>,
+    /// The output projection is the embedding matrix.
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    pub layers: Vec<LayerSpec>,
+}
+
+impl ModelSpec {
+    /// Builds the table from a config.json value; `source` names the file in messages.
+    pub fn from_config(config: &Value, source: &str) -> Result<ModelSpec> {
+        build_spec(config::Cfg::new(config, source))
+    }
+
+    /// The table as JSON, for `packlm info` and `PACKLM_LOG=debug`.
+    pub fn layers_json(&self) -> Value {
+        Value::Array(
+            self.layers
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let (kind, window) = match l.attention {
+                        AttentionKind::Full => ("full", None),
+                        AttentionKind::Sliding { window } => ("sliding", Some(window)),
+                    };
+                    serde_json::json!({
+                        "layer": i,
+                        "attention": kind,
+                        "window": window,
+                        "n_heads": l.n_heads,
+                        "n_kv_heads": l.n_kv_heads,
+                        "head_dim": l.head_dim,
+                        "kv_width": l.kv_width(),
+                        "kv_source": match l.kv_source { KvSource::Own => None, KvSource::SharedWith { owner } => Some(owner) },
+                        "rope_theta": l.rope.theta,
+                        "rope_type": l.rope.kind,
+                        "rope_factor": l.rope.factor,
+                        "rotary_dims": l.rope.rotary_dims,
+                        "attn_scale": l.attn_scale,
+                        "attn_softcap": l.attn_softcap,
+                        "qk_norm": l.qk_norm,
+                        "qkv_bias": l.qkv_bias,
+                        "mlp_width": l.mlp_width,
+                    })
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,162 @@
+/* The C API as a host program uses it: open, tokenize, step, step_batch, free; and bad input,
+ * each giving its status and a message, with no abort and the session still usable after. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "packlm.h"
+
+static int failures = 0, checks = 0;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        checks++;                                                               \
+        if (!(cond)) {                                                          \
+            failures++;                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, " [last error: %s]\n", packlm_last_error());        \
+        }                                                                       \
+    } while (0)
+
+#define EXPECT_STATUS(call, want)                                               \
+    do {                                                                        \
+        packlm_status got_ = (call);                                            \
+        CHECK(got_ == (want), "%s returned %d (%s), want %d", #call, (int)got_, \
+              packlm_status_str(got_), (int)(want));                            \
+    } while (0)
+
+static void expect_error_mentions(const char *what) {
+    const char *e = packlm_last_error();
+    CHECK(e && strstr(e, what), "last error \"%s\" should mention \"%s\"", e ? e : "(null)", what);
+}
+
+static char path_buf[4096];
+static const char *join(const char *dir, const char *name) {
+    snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
+    return path_buf;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_api TINY_MODEL_DIR BAD_INPUT_DIR\n");
+        return 2;
+    }
+    const char *tiny = argv[1], *bad = argv[2];
+
+    CHECK(strcmp(packlm_version(), PACKLM_VERSION) == 0, "version %s vs header %s", packlm_version(), PACKLM_VERSION);
+    CHECK(packlm_abi_version() == PACKLM_ABI_VERSION, "abi version");
+    CHECK(strcmp(packlm_status_str(12345), "unknown status") == 0, "unknown status text");
+
+    /* Bad packs: each a specific status and a message naming the file. */
+    packlm_model *model = NULL;
+    EXPECT_STATUS(packlm_model_open(join(bad, "no_such_folder"), NULL, &model), PACKLM_ERR_IO);
+    expect_error_mentions("no_such_folder");
+    EXPECT_STATUS(packlm_model_open(join(bad, "bad_config"), NULL, &model), PACKLM_ERR_FORMAT);
+    expect_error_mentions("config.json");
+    EXPECT_STATUS(packlm_model_open(join(bad, "trunc_st"), NULL, &model), PACKLM_ERR_FORMAT);
+    expect_error_mentions("model.safetensors");
+    EXPECT_STATUS(packlm_model_open(join(bad, "trunc.gguf"), NULL, &model), PACKLM_ERR_FORMAT);
+    expect_error_mentions("trunc.gguf");
+    CHECK(model == NULL, "out-parameter written on failure");
+
+    /* NULL arguments. */
+    EXPECT_STATUS(packlm_model_open(NULL, NULL, &model), PACKLM_ERR_NULL_ARGUMENT);
+    EXPECT_STATUS(packlm_model_open(tiny, NULL, NULL), PACKLM_ERR_NULL_ARGUMENT);
+
+    /* Options with a size from another build are refused, not misread. */
+    packlm_open_options opts;
+    EXPECT_STATUS(packlm_open_options_default(&opts), PACKLM_OK);
+    opts.size = sizeof opts + 8;
+    EXPECT_STATUS(packlm_model_open(tiny, &opts, &model), PACKLM_ERR_INVALID_ARGUMENT);
+    packlm_open_options_default(&opts);
+    opts.backend = PACKLM_BACKEND_ACCELERATOR;
+    EXPECT_STATUS(packlm_model_open(tiny, &opts, &model), PACKLM_ERR_BACKEND_UNAVAILABLE);
+    packlm_open_options_default(&opts);
+    opts.threads = 2;
+    EXPECT_STATUS(packlm_model_open(tiny, &opts, &model), PACKLM_OK);
+    if (!model) { fprintf(stderr, "cannot continue without a model\n"); return 1; }
+
+    packlm_info info = {.size = sizeof info};
+    EXPECT_STATUS(packlm_model_info(model, &info), PACKLM_OK);
+    CHECK(info.n_vocab == 300 && info.n_layers >= 2 && info.bos == 0, "info: vocab %u layers %u bos %d", info.n_vocab, info.n_layers, info.bos);
+    uint32_t widths[64];
+    size_t n = 0;
+    EXPECT_STATUS(packlm_model_kv_widths(model, widths, 64, &n), PACKLM_OK);
+    CHECK(n == info.n_layers && widths[0] > 0, "kv widths");
+
+    /* Tokenize: too small a buffer gives the size needed and writes nothing. */
+    const char *text = "Hello world";
+    uint32_t toks[64];
+    size_t need = 0;
+    EXPECT_STATUS(packlm_tokenize(model, text, strlen(text), PACKLM_TOKENIZE_ADD_SPECIAL, toks, 1, &need), PACKLM_ERR_BUFFER_TOO_SMALL);
+    CHECK(need > 1 && need < 64, "needed size %zu", need);
+    size_t n_tok = 0;
+    EXPECT_STATUS(packlm_tokenize(model, text, strlen(text), PACKLM_TOKENIZE_ADD_SPECIAL, toks, 64, &n_tok), PACKLM_OK);
+    CHECK(n_tok == need && toks[0] == 0, "tokenize: %zu tokens, first %u", n_tok, toks[0]);
+    EXPECT_STATUS(packlm_tokenize(model, NULL, 3, 0, toks, 64, &n_tok), PACKLM_ERR_NULL_ARGUMENT);
+    EXPECT_STATUS(packlm_tokenize(model, "\xff\xfe", 2, 0, toks, 64, &n_tok), PACKLM_ERR_UTF8);
+
+    char out[256];
+    size_t n_out = 0;
+    EXPECT_STATUS(packlm_detokenize(model, toks + 1, need - 1, 0, out, 3, &n_out), PACKLM_ERR_BUFFER_TOO_SMALL);
+    CHECK(n_out == strlen(text) + 1, "detokenize needs %zu", n_out);
+    EXPECT_STATUS(packlm_detokenize(model, toks + 1, need - 1, 0, out, sizeof out, &n_out), PACKLM_OK);
+    CHECK(strcmp(out, text) == 0 && n_out == strlen(text), "detokenize gave \"%s\"", out);
+    uint32_t bad_tok = 100000;
+    EXPECT_STATUS(packlm_detokenize(model, &bad_tok, 1, 0, out, sizeof out, &n_out), PACKLM_ERR_TOKEN_OUT_OF_RANGE);
+
+    /* Sessions: step_batch, then step; bad calls leave the session as it was. */
+    packlm_session *s = NULL, *fresh = NULL;
+    EXPECT_STATUS(packlm_session_new(model, NULL, &s), PACKLM_OK);
+    EXPECT_STATUS(packlm_session_new(model, NULL, &fresh), PACKLM_OK);
+    float *logits = malloc(sizeof(float) * info.n_vocab * 64);
+    float *want = malloc(sizeof(float) * info.n_vocab);
+    EXPECT_STATUS(packlm_step_batch(s, toks, n_tok, PACKLM_WANT_LAST, logits), PACKLM_OK);
+    size_t past = 0;
+    packlm_session_n_past(s, &past);
+    CHECK(past == n_tok, "n_past %zu after %zu tokens", past, n_tok);
+
+    EXPECT_STATUS(packlm_step(s, info.n_vocab, logits), PACKLM_ERR_TOKEN_OUT_OF_RANGE);
+    expect_error_mentions("outside the vocabulary");
+    uint32_t mixed[2] = {5, 999999};
+    EXPECT_STATUS(packlm_step_batch(s, mixed, 2, PACKLM_WANT_ALL, logits), PACKLM_ERR_TOKEN_OUT_OF_RANGE);
+    EXPECT_STATUS(packlm_step_batch(s, toks, 2, 7, logits), PACKLM_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(packlm_step(NULL, 5, logits), PACKLM_ERR_NULL_ARGUMENT);
+    packlm_session_n_past(s, &past);
+    CHECK(past == n_tok, "n_past changed by failed calls: %zu", past);
+
+    /* The session still works, and gives what a session that saw only good tokens gives. */
+    EXPECT_STATUS(packlm_step(s, 7, logits), PACKLM_OK);
+    for (size_t i = 0; i < n_tok; i++) packlm_step(fresh, toks[i], NULL);
+    EXPECT_STATUS(packlm_step(fresh, 7, want), PACKLM_OK);
+    CHECK(memcmp(logits, want, sizeof(float) * info.n_vocab) == 0, "logits after failed calls differ from a fresh session");
+    int finite = 1;
+    for (uint32_t i = 0; i < info.n_vocab; i++) finite &= isfinite(want[i]);
+    CHECK(finite, "non-finite logits");
+
+    /* Context overflow is refused, and the session is kept. */
+    packlm_session *small = NULL;
+    packlm_session_options so = {.size = sizeof so, .n_ctx = 4};
+    EXPECT_STATUS(packlm_session_new(model, &so, &small), PACKLM_OK);
+    EXPECT_STATUS(packlm_step_batch(small, toks, 5 <= n_tok ? 5 : n_tok, PACKLM_WANT_LAST, logits), n_tok >= 5 ? PACKLM_ERR_CONTEXT_OVERFLOW : PACKLM_OK);
+
+    /* A model without a chat template says so. */
+    packlm_chat_message msg = {.role = "user", .content = "hi"};
+    EXPECT_STATUS(packlm_chat_apply(model, &msg, 1, 1, out, sizeof out, &n_out), PACKLM_ERR_UNSUPPORTED);
+
+    /* Free in any order; NULL is a no-op. The session keeps the model alive. */
+    packlm_model_free(model);
+    EXPECT_STATUS(packlm_step(s, 9, logits), PACKLM_OK);
+    packlm_session_free(s);
+    packlm_session_free(fresh);
+    packlm_session_free(small);
+    packlm_session_free(NULL);
+    packlm_model_free(NULL);
+    free(logits);
+    free(want);
+
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}

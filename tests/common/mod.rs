@@ -1,0 +1,81 @@
+//! Shared helpers of the integration tests: fixture paths, golden files, opening models.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use packlm::backend::BackendKind;
+use packlm::engine::{Model, OpenOptions, Session, Want};
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn tiny(name: &str) -> PathBuf {
+    fixtures().join("tiny").join(name)
+}
+
+/// The real SmolLM2 GGUF, or None (with a note) when scripts/fetch_models.sh has not run.
+pub fn smollm2() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.is_file() {
+        Some(p)
+    } else if std::env::var("PACKLM_REQUIRE_MODELS").is_ok() {
+        panic!("{} is missing and PACKLM_REQUIRE_MODELS is set", p.display());
+    } else {
+        eprintln!("note: {} absent; run scripts/fetch_models.sh", p.display());
+        None
+    }
+}
+
+pub fn open_with(path: &std::path::Path, backend: BackendKind, threads: usize) -> Arc<Model> {
+    Arc::new(Model::open(path, &OpenOptions { backend, threads }).unwrap_or_else(|e| panic!("open {}: {e}", path.display())))
+}
+
+pub fn open(path: &std::path::Path) -> Arc<Model> {
+    open_with(path, BackendKind::Host, 2)
+}
+
+pub struct Golden {
+    pub tokens: Vec<u32>,
+    pub n_vocab: usize,
+    /// (rows, n_vocab)
+    pub logits: Vec<f32>,
+}
+
+pub fn read_f32(path: &std::path::Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+pub fn golden(dir: &std::path::Path) -> Golden {
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+    let tokens = j["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let n_vocab = j["n_vocab"].as_u64().unwrap() as usize;
+    Golden { tokens, n_vocab, logits: read_f32(&dir.join("golden.f32")) }
+}
+
+/// All rows' logits of one batched pass.
+pub fn all_rows(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model.clone(), 0).unwrap();
+    s.step_batch(tokens, Want::All).unwrap()
+}
+
+/// Rows' logits from one step per token.
+pub fn stepped(model: &Arc<Model>, tokens: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model.clone(), 0).unwrap();
+    tokens.iter().flat_map(|&t| s.step(t).unwrap()).collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Bitwise equality, reporting the first difference.
+pub fn assert_bits_equal(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    if let Some(i) = a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+        panic!("{what}: first difference at {i}: {} vs {}", a[i], b[i]);
+    }
+}

@@ -1,0 +1,103 @@
+//! Known answers on the real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_models.sh), against
+//! what HF transformers produced from the same file (tests/fixtures/smollm2/reference.json,
+//! written by tests/fixtures/make_fixtures.py). Skipped with a note when the model is absent,
+//! unless PACKLM_REQUIRE_MODELS is set (make test sets it).
+
+mod common;
+
+use common::*;
+use packlm::backend::BackendKind;
+use packlm::engine::{Session, Want};
+use packlm::pack::chat::Message;
+use packlm::sample::argmax;
+use serde_json::Value;
+
+fn reference() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("smollm2/reference.json")).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn greedy(m: &std::sync::Arc<packlm::engine::Model>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut s = Session::new(m.clone(), 0).unwrap();
+    s.step_batch(prompt, Want::Last).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = argmax(&s.last_logits);
+        out.push(t);
+        if m.vocab.stop.contains(&t) {
+            break;
+        }
+        s.step(t).unwrap();
+    }
+    out
+}
+
+#[test]
+fn prompts_tokenize_as_hf() {
+    let Some(p) = smollm2() else { return };
+    let m = open(&p);
+    let r = reference();
+    assert_eq!(m.vocab.encode("The capital of France is", true, false).unwrap(), ids(&r["prompt"]["ids"]));
+    assert_eq!(m.vocab.encode("def fibonacci(n):", true, false).unwrap(), ids(&r["prompt2"]["ids"]));
+    assert!(!m.vocab.add_bos, "SmolLM2's GGUF says add_bos_token = false");
+}
+
+#[test]
+fn greedy_continuations_equal_hf() {
+    let Some(p) = smollm2() else { return };
+    let m = open(&p);
+    let r = reference();
+    let want = ids(&r["prompt"]["greedy_24"]["ids"]);
+    assert_eq!(greedy(&m, &ids(&r["prompt"]["ids"]), want.len()), want);
+    let text = m.vocab.decode(&want, true).unwrap();
+    assert_eq!(text, r["prompt"]["greedy_24"]["text"].as_str().unwrap());
+    let want2 = ids(&r["prompt2"]["greedy_32"]["ids"]);
+    assert_eq!(greedy(&m, &ids(&r["prompt2"]["ids"]), want2.len()), want2);
+}
+
+#[test]
+fn chat_answers_paris_as_hf() {
+    let Some(p) = smollm2() else { return };
+    let m = open(&p);
+    let r = reference();
+    let msgs = [Message { role: "user".into(), content: "What is the capital of France? Answer with one word.".into() }];
+    let text = m.render_chat(&msgs, true).unwrap();
+    assert_eq!(text, r["chat"]["text"].as_str().unwrap(), "chat template rendering");
+    let prompt = m.vocab.encode(&text, true, true).unwrap();
+    assert_eq!(prompt, ids(&r["chat"]["ids"]));
+    let reply = greedy(&m, &prompt, 16);
+    assert_eq!(reply, ids(&r["chat"]["reply"]["ids"]));
+    let answer = m.vocab.decode(&reply, true).unwrap();
+    assert!(answer.contains("Paris"), "reply {answer:?}");
+}
+
+/// Q4_1/Q8_0 weights dequantized to f32 on both sides, f32 compute: differences are summation
+/// order only, over 30 layers.
+#[test]
+fn last_logits_close_to_hf() {
+    let Some(p) = smollm2() else { return };
+    let m = open(&p);
+    let r = reference();
+    let want = read_f32(&fixtures().join("smollm2/last_logits.f32"));
+    let mut s = Session::new(m.clone(), 0).unwrap();
+    let got = s.step_batch(&ids(&r["prompt"]["ids"]), Want::Last).unwrap();
+    let d = max_abs_diff(&got, &want);
+    eprintln!("max |packlm - HF| over {} logits: {d}", want.len());
+    assert!(d <= 2e-3, "max abs diff {d}");
+    assert_eq!(argmax(&got) as u64, r["prompt"]["last_logits_argmax"].as_u64().unwrap());
+}
+
+#[test]
+fn real_model_batched_equals_sequential_and_threads_agree() {
+    let Some(p) = smollm2() else { return };
+    let r = reference();
+    let prompt = ids(&r["chat"]["ids"]);
+    let two = open_with(&p, BackendKind::Host, 2);
+    let batched = all_rows(&two, &prompt);
+    assert_bits_equal(&batched, &stepped(&two, &prompt), "batched vs sequential");
+    let one = open_with(&p, BackendKind::Host, 1);
+    assert_bits_equal(&batched, &all_rows(&one, &prompt), "1 vs 2 threads");
+}
