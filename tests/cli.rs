@@ -1,0 +1,70 @@
+//! The `packlm` command line, driven as scripts drive it.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn packlm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_packlm")).args(args).output().expect("run packlm")
+}
+
+#[test]
+fn logits_all_rows_match_the_golden_file() {
+    let dir = tiny("qwen2");
+    let g = golden(&dir);
+    let toks: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
+    let out = std::env::temp_dir().join(format!("packlm-cli-logits-{}", std::process::id()));
+    let o = packlm(&["logits", dir.to_str().unwrap(), "--tokens", &toks.join(","), "--all", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = read_f32(&out);
+    std::fs::remove_file(&out).ok();
+    assert!(max_abs_diff(&got, &g.logits) <= 1e-4);
+    // Last row only by default.
+    let o = packlm(&["logits", dir.to_str().unwrap(), "--tokens", &toks.join(","), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success());
+    let last = read_f32(&out);
+    std::fs::remove_file(&out).ok();
+    assert_eq!(last.len(), g.n_vocab);
+    assert_bits_equal(&last, &got[got.len() - g.n_vocab..], "last row");
+}
+
+#[test]
+fn info_and_tokenize_print_json() {
+    let dir = tiny("llama");
+    let o = packlm(&["info", dir.to_str().unwrap(), "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["family"], "llama");
+    assert_eq!(v["n_vocab"], 300);
+    assert_eq!(v["layers"].as_array().unwrap().len(), v["n_layers"].as_u64().unwrap() as usize);
+    let o = packlm(&["tokenize", dir.to_str().unwrap(), "--text", "Hello world"]);
+    let ids: Vec<u32> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ids, vec![0, 41, 283, 77, 80, 265, 272, 77, 69]); // golden_tokenize.json, from HF
+    let o = packlm(&["tokenize", dir.to_str().unwrap(), "--text", "Hello world", "--no-special"]);
+    let ids: Vec<u32> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ids, vec![41, 283, 77, 80, 265, 272, 77, 69]);
+}
+
+#[test]
+fn generate_json_reports_tokens_and_rates() {
+    let dir = tiny("llama");
+    let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "Hello", "-n", "5", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["tokens"].as_array().unwrap().len() <= 5);
+    assert!(v["prompt_tokens"].as_u64().unwrap() >= 2);
+    assert!(v["prefill_tok_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn errors_exit_non_zero_with_the_status() {
+    let o = packlm(&["info", "/nonexistent/pack", "--json"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error 3") && err.contains("/nonexistent/pack"), "{err}");
+    let o = packlm(&["logits", tiny("llama").to_str().unwrap(), "--tokens", "1,99999", "--out", "/dev/null"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("outside the vocabulary"));
+}
