@@ -38,6 +38,16 @@
 #define PACKLM_WANT_NONE 2
 
 /**
+ * Greedy acceptance: a draft is kept while it equals the target's argmax.
+ */
+#define PACKLM_VERIFY_GREEDY 0
+
+/**
+ * Sampled acceptance: the distribution-preserving rejection rule.
+ */
+#define PACKLM_VERIFY_SAMPLED 1
+
+/**
  * ABI version of this header; it changes only when an existing signature or struct changes.
  */
 #define PACKLM_ABI_VERSION 1
@@ -130,9 +140,19 @@ typedef enum {
 } packlm_status;
 
 /**
+ * A source of drafts (opaque). Owned by the caller; one thread at a time.
+ */
+typedef struct packlm_drafter packlm_drafter;
+
+/**
  * An open model (opaque).
  */
 typedef struct packlm_model packlm_model;
+
+/**
+ * A prefix cache (opaque).
+ */
+typedef struct packlm_prefix_cache packlm_prefix_cache;
 
 /**
  * A conversation's state (opaque).
@@ -228,6 +248,87 @@ typedef struct {
 } packlm_session_options;
 
 /**
+ * Sampler settings. `temperature <= 0` is greedy.
+ */
+typedef struct {
+  /**
+   * sizeof(packlm_sampler_params) as the caller compiled it.
+   */
+  size_t size;
+  float temperature;
+  /**
+   * Keep the k most likely tokens; 0 = off.
+   */
+  uint32_t top_k;
+  /**
+   * Keep the smallest set with this much probability; 1 = off.
+   */
+  float top_p;
+  /**
+   * Drop tokens below min_p x the top probability; 0 = off.
+   */
+  float min_p;
+  /**
+   * HF's rule over `recent`: divide positive logits, multiply negative ones; 1 = off.
+   */
+  float repetition_penalty;
+  /**
+   * Tokens the repetition penalty applies to (may be NULL when n_recent is 0).
+   */
+  const uint32_t *recent;
+  size_t n_recent;
+} packlm_sampler_params;
+
+typedef struct {
+  /**
+   * sizeof(packlm_verify_params) as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * PACKLM_VERIFY_GREEDY or PACKLM_VERIFY_SAMPLED.
+   */
+  uint32_t mode;
+  /**
+   * The target's sampler (sampled mode; its `recent` is ignored: the session's history is used).
+   */
+  packlm_sampler_params sampler;
+  /**
+   * Sampled mode: the drafter's probabilities, k rows of n_vocab; NULL = each draft is a
+   * point mass (n-gram drafts, greedy draft models).
+   */
+  const float *draft_probs;
+  /**
+   * Sampled mode: the random state, advanced in place.
+   */
+  uint64_t *rng_state;
+} packlm_verify_params;
+
+typedef struct {
+  /**
+   * sizeof(packlm_verify_result) as the caller compiled it; set before the call.
+   */
+  size_t size;
+  /**
+   * Drafted tokens accepted (0..k).
+   */
+  uint32_t n_accepted;
+  /**
+   * The new pending token (the correction, or the bonus token when all k were accepted).
+   */
+  uint32_t next_token;
+  /**
+   * If not NULL: receives n_vocab logits, those the new pending token was chosen from.
+   */
+  float *logits_out;
+  /**
+   * The session's totals: verify calls, drafted tokens, accepted tokens.
+   */
+  uint64_t rounds;
+  uint64_t drafted;
+  uint64_t accepted;
+} packlm_verify_result;
+
+/**
  * One chat message: NUL-terminated UTF-8 role ("system", "user", "assistant") and content.
  */
 typedef struct {
@@ -282,6 +383,29 @@ packlm_status packlm_model_kv_widths(const packlm_model *model, uint32_t *buf, s
 packlm_status packlm_model_info_json(const packlm_model *model, char *buf, size_t cap, size_t *n);
 
 /**
+ * A cache keeping at most `capacity_bytes` of snapshots (oldest dropped first).
+ */
+packlm_status packlm_prefix_cache_new(size_t capacity_bytes, packlm_prefix_cache **out);
+
+/**
+ * Stores the session's current state.
+ */
+packlm_status packlm_prefix_cache_store(packlm_prefix_cache *cache, const packlm_session *session);
+
+/**
+ * Restores into `session` the stored state sharing the longest prefix with `tokens[0..n]`
+ * (at most n - 1 positions, so the last prompt token is still to be fed). `*n_reused`
+ * receives how many prompt tokens the session now holds; 0 means none was usable and the
+ * session is untouched. Feed `tokens[*n_reused..]` next.
+ */
+packlm_status packlm_prefix_cache_restore(const packlm_prefix_cache *cache, packlm_session *session, const uint32_t *tokens, size_t n, size_t *n_reused);
+
+/**
+ * Frees a cache; NULL is a no-op.
+ */
+void packlm_prefix_cache_free(packlm_prefix_cache *cache);
+
+/**
  * Creates a session on `model` (`options` may be NULL). `*out` receives a session the caller
  * owns (free with packlm_session_free). Sessions of one model may run on different threads
  * at the same time.
@@ -311,6 +435,66 @@ packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits
  * On failure the session is unchanged.
  */
 packlm_status packlm_step_batch(packlm_session *session, const uint32_t *tokens, size_t m, uint32_t want, float *logits_out);
+
+/**
+ * Draws a token from `n_vocab` logits under `params`, advancing `*rng_state` (any 64-bit seed;
+ * the same seed reproduces the same draws on any machine). The token goes to `*token`.
+ */
+packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sampler_params *params, uint64_t *rng_state, uint32_t *token);
+
+/**
+ * The speculative step as one call: `pending` is the token already chosen but not yet fed;
+ * `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
+ * longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
+ * exactly as if those tokens had been stepped one by one. On failure (bad token, context
+ * full) the session is unchanged and `*result` is not written.
+ */
+packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uint32_t *draft, size_t k, const packlm_verify_params *params, packlm_verify_result *result);
+
+/**
+ * A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
+ * n tokens (n from `max_ngram` down to 1). `*out` is owned by the caller.
+ */
+packlm_status packlm_drafter_new_ngram(uint32_t max_ngram, packlm_drafter **out);
+
+/**
+ * A drafter running `draft_model` (same tokenizer as `target`) greedily in its own session.
+ * The drafter keeps the draft model alive.
+ */
+packlm_status packlm_drafter_new_model(const packlm_model *draft_model, const packlm_model *target, packlm_drafter **out);
+
+/**
+ * Proposes up to `k` tokens after the session's history followed by `pending` into
+ * `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
+ */
+packlm_status packlm_drafter_propose(packlm_drafter *drafter, const packlm_session *session, uint32_t pending, size_t k, uint32_t *draft_out, size_t *n_out);
+
+/**
+ * Frees a drafter; NULL is a no-op.
+ */
+void packlm_drafter_free(packlm_drafter *drafter);
+
+/**
+ * Keeps exactly the first `n_positions` positions; more than the session holds gives
+ * PACKLM_ERR_INVALID_ARGUMENT. The next step is bit-identical to a session that only ever saw
+ * those positions. The logits of the new last position are not kept: step the next token.
+ */
+packlm_status packlm_truncate(packlm_session *session, size_t n_positions);
+
+/**
+ * Writes the session's exact state into `buf` (capacity `cap`) and its size into `*needed`.
+ * With `buf` NULL or `cap` too small, only `*needed` is written and PACKLM_ERR_BUFFER_TOO_SMALL
+ * is returned. The bytes belong to the caller; they restore into any session of the same
+ * model, in this process or another.
+ */
+packlm_status packlm_snapshot(const packlm_session *session, uint8_t *buf, size_t cap, size_t *needed);
+
+/**
+ * Replaces the session's state with the snapshot in `buf[0..len]`. Everything is validated
+ * first (format version, model fingerprint, sizes, checksum): a snapshot of another model, a
+ * truncated or corrupted one gives PACKLM_ERR_SNAPSHOT and leaves the session unchanged.
+ */
+packlm_status packlm_restore(packlm_session *session, const uint8_t *buf, size_t len);
 
 /**
  * Fixed text of a status (static storage; never free it); "unknown status" for a number that

@@ -75,7 +75,7 @@ impl Builder {
     }
     /// A tensor whose data is appended (aligned to 32) to the data section.
     fn tensor(mut self, name: &str, dims: &[u64], ty: u32, data: &[u8]) -> Self {
-        while self.data.len() % 32 != 0 {
+        while !self.data.len().is_multiple_of(32) {
             self.data.push(0);
         }
         let offset = self.data.len() as u64;
@@ -105,7 +105,7 @@ impl Builder {
     fn bytes(&self) -> Vec<u8> {
         let mut out = self.header_with_counts(self.n_tensors, self.n_kv);
         if !self.data.is_empty() {
-            while out.len() % 32 != 0 {
+            while !out.len().is_multiple_of(32) {
                 out.push(0);
             }
             out.extend(&self.data);
@@ -258,7 +258,7 @@ fn v2_is_accepted_and_alignment_is_honoured() {
     b.version = 2;
     // rebuild with 64-byte alignment: pad the data start to 64 by hand
     let mut bytes = b.header_with_counts(b.n_tensors, b.n_kv);
-    while bytes.len() % 64 != 0 {
+    while !bytes.len().is_multiple_of(64) {
         bytes.push(0);
     }
     // offsets 0 and 32 are not all multiples of 64: the second tensor must be refused
@@ -269,7 +269,7 @@ fn v2_is_accepted_and_alignment_is_honoured() {
     let mut b = Builder::new().kv_u32("general.alignment", 64).tensor_raw("x", &[4], 0, 0).tensor_raw("y", &[4], 0, 64);
     b.version = 2;
     let mut bytes = b.header_with_counts(b.n_tensors, b.n_kv);
-    while bytes.len() % 64 != 0 {
+    while !bytes.len().is_multiple_of(64) {
         bytes.push(0);
     }
     let start = bytes.len();
@@ -375,7 +375,7 @@ fn hostile_shapes_and_offsets_are_err_format() {
     let one = |dims: &[u64], ty: u32, off: u64| Builder::new().tensor_raw("w", dims, ty, off);
     let with_data = |b: Builder| {
         let mut bytes = b.bytes();
-        while bytes.len() % 32 != 0 {
+        while !bytes.len().is_multiple_of(32) {
             bytes.push(0);
         }
         bytes.extend(&data);

@@ -5,7 +5,7 @@ use packlm::error::Status;
 use packlm::pack::gguf::GgufFile;
 use packlm::pack::gguf_tokenizer::{vocab_from_gguf, GgufVocab};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -189,6 +189,3 @@ fn bad_tokenizer_metadata_is_err_format() {
     let e = vocab_from_gguf(&g).unwrap_err();
     assert!(e.status == Status::ErrFormat && e.message.contains("tokenizer.ggml.tokens"), "{e}");
 }
-
-#[allow(dead_code)]
-fn _unused(_: &Path) {}

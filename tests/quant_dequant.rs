@@ -190,7 +190,7 @@ fn q6_k_block_by_hand() {
     // y[l + 64] : q = (2 | 2 << 4) - 32 = 2,   scale sc[4] = 3
     // y[l + 96] : q = (2 | 3 << 4) - 32 = 18,  scale sc[6] = 4
     assert_eq!(y[0], 0.5 * 1.0 * -31.0);
-    assert_eq!(y[16], 0.5 * -1.0 * -31.0); // l = 16 uses sc[1]
+    assert_eq!(y[16], -0.5 * -31.0); // l = 16 uses sc[1]
     assert_eq!(y[32], 0.5 * 2.0 * -15.0);
     assert_eq!(y[64], 0.5 * 3.0 * 2.0);
     assert_eq!(y[96], 0.5 * 4.0 * 18.0);

@@ -1,8 +1,11 @@
 //! The model (immutable, shared by sessions) and the session (one sequence's state), and the
 //! calls that drive it: step, step_batch.
 
+pub mod draft;
 pub mod forward;
 pub mod ops;
+pub mod prefix_cache;
+pub mod speculative;
 pub mod weights;
 
 use std::path::Path;
@@ -42,6 +45,8 @@ pub struct Model {
     pub vocab: Vocab,
     pub backend: Box<dyn Backend>,
     pub source: String,
+    /// Hash of the config and the tensor table (names, types, shapes): snapshots carry it.
+    pub fingerprint: u64,
 }
 
 impl Model {
@@ -49,6 +54,7 @@ impl Model {
         let backend = backend::create(opts.backend, opts.threads)?;
         let pack = Pack::open(path)?;
         let weights = Weights::resolve(&pack.spec, &pack.tensors)?;
+        let fingerprint = fingerprint(&pack);
         if std::env::var("PACKLM_LOG").map(|v| v == "debug").unwrap_or(false) {
             eprintln!("packlm: {} layers: {}", pack.spec.family, pack.spec.layers_json());
         }
@@ -59,6 +65,7 @@ impl Model {
             vocab: pack.vocab,
             backend,
             source: path.display().to_string(),
+            fingerprint,
         })
     }
 
@@ -74,6 +81,27 @@ impl Model {
     }
 }
 
+/// FNV-1a over the canonical config JSON (serde_json orders keys) and each tensor's name, type
+/// and shape: equal for the same model opened from the same pack anywhere.
+fn fingerprint(pack: &Pack) -> u64 {
+    let mut text = pack.config.to_string();
+    for (name, t) in &pack.tensors {
+        text.push_str(&format!("\n{name}:{}:{:?}", t.ty.name(), t.shape));
+    }
+    crate::kv::snapshot::fnv1a64(text.as_bytes())
+}
+
+/// Counters of a session's speculative steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyCounters {
+    /// packlm_verify calls.
+    pub rounds: u64,
+    /// Draft tokens scored.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+}
+
 /// One sequence: KV planes, the tokens it holds, and the logits of its last position.
 /// Used by one thread at a time.
 pub struct Session {
@@ -87,6 +115,7 @@ pub struct Session {
     pub n_ctx: usize,
     /// Set from any thread to stop a long pass between layers.
     pub abort: Arc<AtomicBool>,
+    pub counters: VerifyCounters,
 }
 
 impl Session {
@@ -98,7 +127,7 @@ impl Session {
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = KvCache::new(&model.spec.layers);
-        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)) })
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default() })
     }
 
     pub fn n_past(&self) -> usize {
@@ -139,6 +168,41 @@ impl Session {
     /// One position.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.step_batch(&[token], Want::Last)
+    }
+
+    /// Keeps exactly the first `n` positions (n <= n_past). The logits of the new last position
+    /// are not kept (`last_logits` becomes empty): step the next token to continue.
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.n_past() {
+            return Err(Error::invalid(format!("cannot truncate to {n} positions: the session holds {}", self.n_past())));
+        }
+        if n < self.n_past() {
+            self.kv.truncate(n);
+            self.tokens.truncate(n);
+            self.last_logits.clear();
+        }
+        Ok(())
+    }
+
+    /// The session's exact state as portable bytes (see kv::snapshot).
+    pub fn snapshot(&self) -> Vec<u8> {
+        crate::kv::snapshot::encode(&self.kv, &self.tokens, self.model.fingerprint)
+    }
+
+    /// Size of `snapshot()` without building it.
+    pub fn snapshot_len(&self) -> usize {
+        crate::kv::snapshot::encoded_len(&self.kv)
+    }
+
+    /// Replaces the state with a snapshot's; everything is validated first, so on failure the
+    /// session is unchanged. `last_logits` becomes empty, as after truncate.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let m = &self.model;
+        let (kv, tokens) = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.fingerprint, m.spec.vocab_size, self.n_ctx)?;
+        self.kv = kv;
+        self.tokens = tokens;
+        self.last_logits.clear();
+        Ok(())
     }
 }
 

@@ -6,6 +6,9 @@
 
 pub mod guard;
 pub mod model;
+pub mod prefix_cache;
 pub mod session;
+pub mod speculative;
+pub mod state;
 pub mod status;
 pub mod text;

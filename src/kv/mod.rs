@@ -2,6 +2,8 @@
 //! row width (n_kv_heads x head_dim of that layer). A KV-shared layer holds no plane.
 //! Every position ever stepped is kept (sliding layers included), so any rollback is exact.
 
+pub mod snapshot;
+
 use crate::semantics::{KvSource, LayerSpec};
 
 /// One layer's keys and values, `[positions][kv_width]` each.

@@ -203,7 +203,7 @@ impl GgufFile {
     /// The bytes of a tensor of this file (validated at open). A `GgufTensorInfo` that did not
     /// come from this file and points outside it gets an empty slice rather than a panic.
     pub fn tensor_data(&self, t: &GgufTensorInfo) -> &[u8] {
-        let range = t.offset..t.offset.checked_add(t.n_bytes).unwrap_or(usize::MAX);
+        let range = t.offset..t.offset.saturating_add(t.n_bytes);
         let data = self.map.get(range).unwrap_or(&[]);
         debug_assert_eq!(data.len(), t.n_bytes, "tensor {} is not from {}", t.name, self.path.display());
         data
@@ -347,7 +347,7 @@ fn parse(buf: &[u8], path: &Path) -> Result<Header> {
     let file_len = buf.len() as u64;
     let mut tensors = Vec::with_capacity(infos.len());
     for (name, dims, ty, rel_offset, n_bytes) in infos {
-        if rel_offset % alignment != 0 {
+        if !rel_offset.is_multiple_of(alignment) {
             return Err(r.format(format!(
                 "tensor '{name}': offset {rel_offset} is not a multiple of the alignment {alignment}"
             )));
@@ -496,7 +496,7 @@ impl<'a> Reader<'a> {
         let min_elem = match elem_ty {
             0 | 1 | 7 => 1,
             2 | 3 => 2,
-            4 | 5 | 6 => 4,
+            4..=6 => 4,
             8 | 10 | 11 | 12 => 8,
             9 => 12,
             t => return Err(self.format(format!("array '{key}' has unknown element type {t}"))),
@@ -549,6 +549,6 @@ fn tensor_bytes(dims: &[u64], ty: WeightType) -> std::result::Result<usize, Stri
     let row = ty.row_bytes(cols).ok_or_else(|| {
         format!("a row of {cols} elements is not a whole number of {}-element blocks", ty.block_elems())
     })?;
-    let rows = if cols == 0 { 0 } else { n_elems / cols };
+    let rows = n_elems.checked_div(cols).unwrap_or(0);
     row.checked_mul(rows).ok_or_else(too_big)
 }

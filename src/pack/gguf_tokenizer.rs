@@ -418,9 +418,9 @@ fn python_dict_order<'t>(pairs: impl Iterator<Item = (&'t str, f64)>) -> Vec<(&'
 /// `generate_merges` over `merge_order`.
 fn spm_bpe(meta: &Meta, tokens: &[&str], merge_order: Vec<(&str, f64)>, unk: Option<&str>) -> Result<BPE> {
     let index = token_index(tokens.iter().copied());
-    let merges = match meta.merge_pairs()? {
-        Some(m) => m,
-        None => generate_merges(&merge_order, &index),
+    let (merges, source) = match meta.merge_pairs()? {
+        Some(m) => (m, "tokenizer.ggml.merges"),
+        None => (generate_merges(&merge_order, &index), "merges rebuilt from tokenizer.ggml.tokens"),
     };
     let mut vocab = Vocab::with_capacity(index.len());
     for (token, id) in &index {
@@ -430,7 +430,7 @@ fn spm_bpe(meta: &Meta, tokens: &[&str], merge_order: Vec<(&str, f64)>, unk: Opt
     if let Some(unk) = unk {
         builder = builder.unk_token(unk.to_string());
     }
-    builder.build().map_err(|e| meta.format(format!("SentencePiece vocabulary: {e}")))
+    builder.build().map_err(|e| meta.format(format!("{source}: {e}")))
 }
 
 /// The SentencePiece decoder: "▁" back to spaces, <0xNN> pieces to bytes, joined; LlamaTokenizer

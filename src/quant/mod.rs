@@ -117,7 +117,7 @@ impl WeightType {
     /// or the size overflows `usize`.
     pub fn row_bytes(self, n_elems: usize) -> Option<usize> {
         let block = self.block_elems();
-        if n_elems % block != 0 {
+        if !n_elems.is_multiple_of(block) {
             return None;
         }
         (n_elems / block).checked_mul(self.block_bytes())

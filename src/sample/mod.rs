@@ -48,8 +48,9 @@ pub fn next_f64(state: &mut u64) -> f64 {
     (next_u64(state) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Draws a token from `logits` under `p`, advancing `rng`.
-pub fn sample(logits: &[f32], p: &SamplerParams, recent: &[u32], rng: &mut u64) -> u32 {
+/// The distribution `p` draws from: one probability per vocabulary entry (zero outside the
+/// kept set). Greedy (`temperature <= 0`) is a point mass on the argmax. Computed in f64.
+pub fn probabilities(logits: &[f32], p: &SamplerParams, recent: &[u32]) -> Vec<f64> {
     let mut l = logits.to_vec();
     if p.repetition_penalty != 1.0 {
         for &t in recent {
@@ -58,8 +59,13 @@ pub fn sample(logits: &[f32], p: &SamplerParams, recent: &[u32], rng: &mut u64) 
             }
         }
     }
+    let mut out = vec![0.0f64; l.len()];
+    if l.is_empty() {
+        return out;
+    }
     if p.temperature <= 0.0 {
-        return argmax(&l);
+        out[argmax(&l) as usize] = 1.0;
+        return out;
     }
     // Candidates sorted by logit, descending (ties by id for reproducibility).
     let mut idx: Vec<u32> = (0..l.len() as u32).collect();
@@ -89,14 +95,49 @@ pub fn sample(logits: &[f32], p: &SamplerParams, recent: &[u32], rng: &mut u64) 
         keep = n.max(1);
     }
     let total: f64 = probs[..keep].iter().sum();
-    let mut r = next_f64(rng) * total;
-    for (i, &x) in probs[..keep].iter().enumerate() {
-        if r < x {
-            return idx[i];
-        }
-        r -= x;
+    for (k, &i) in idx[..keep].iter().enumerate() {
+        out[i as usize] = probs[k] / total;
     }
-    idx[keep - 1]
+    out
+}
+
+/// Draws an index from unnormalized non-negative weights (the last positive one on rounding).
+pub fn draw(weights: &[f64], rng: &mut u64) -> u32 {
+    let total: f64 = weights.iter().sum();
+    let mut r = next_f64(rng) * total;
+    let mut last = 0;
+    for (i, &w) in weights.iter().enumerate() {
+        if w > 0.0 {
+            if r < w {
+                return i as u32;
+            }
+            r -= w;
+            last = i;
+        }
+    }
+    last as u32
+}
+
+/// Draws a token from `logits` under `p`, advancing `rng` (greedy draws nothing).
+pub fn sample(logits: &[f32], p: &SamplerParams, recent: &[u32], rng: &mut u64) -> u32 {
+    if p.temperature <= 0.0 && p.repetition_penalty == 1.0 {
+        return argmax(logits);
+    }
+    let probs = probabilities(logits, p, recent);
+    if p.temperature <= 0.0 {
+        return argmax_f64(&probs);
+    }
+    draw(&probs, rng)
+}
+
+fn argmax_f64(v: &[f64]) -> u32 {
+    let mut best = 0usize;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 #[cfg(test)]

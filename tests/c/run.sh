@@ -21,3 +21,7 @@ if [ -f "$gguf" ]; then head -c 65536 "$gguf" > "$tmp/trunc.gguf"; else printf '
 
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
 "$tmp/test_api" "$tiny" "$tmp"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" "$root/tests/c/test_state.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_state"
+# Two processes: the second restores what the first saved.
+"$tmp/test_state" write "$root/tests/fixtures/tiny/mistral" "$tmp/state"
+"$tmp/test_state" read "$root/tests/fixtures/tiny/mistral" "$tmp/state"

@@ -1,0 +1,159 @@
+//! The speculative step as one call (`verify`), and a generation loop built on it.
+//!
+//! verify(pending, d1..dk): one batched pass over the k+1 rows [pending, d1..dk]; row i's
+//! logits judge d(i+1). Greedy: accept while argmax(row i) == d(i+1). Sampled: the standard
+//! distribution-preserving rule (Leviathan et al. 2023, Chen et al. 2023): accept d with
+//! probability min(1, p(d) / q(d)); on the first rejection draw from the residual
+//! norm(max(0, p - q)); when all k are accepted draw the bonus token from row k. A drafter that
+//! gives no distribution is a point mass q = delta(d). The rows after the last accepted one are
+//! rolled back, so the session holds n_past + 1 + n_accepted positions, exactly as if those
+//! tokens had been stepped one by one.
+
+use crate::engine::draft::Drafter;
+use crate::engine::{Session, Want};
+use crate::error::{Error, Result};
+use crate::sample::{argmax, draw, next_f64, probabilities, sample, SamplerParams};
+
+/// How drafted tokens are judged.
+pub enum Acceptance<'a> {
+    /// Accept while the target's argmax equals the draft.
+    Greedy,
+    /// Rejection sampling against the target distribution under `params`. `draft_probs`, when
+    /// given, holds the drafter's distribution for each drafted token (k rows of n_vocab);
+    /// otherwise each draft is a point mass.
+    Sampled { params: &'a SamplerParams, draft_probs: Option<&'a [f32]>, rng: &'a mut u64 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifyOutcome {
+    pub n_accepted: usize,
+    /// The new pending token: the correction, or the bonus token when all were accepted.
+    pub next: u32,
+}
+
+impl Session {
+    /// The speculative step; see the module comment. On failure the session is unchanged.
+    pub fn verify(&mut self, pending: u32, draft: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
+        let vocab = self.model.spec.vocab_size;
+        if let Acceptance::Sampled { draft_probs: Some(q), .. } = &acc {
+            if q.len() != draft.len() * vocab {
+                return Err(Error::invalid(format!("draft_probs has {} values; {} drafts x {vocab} needed", q.len(), draft.len())));
+            }
+        }
+        let base = self.n_past();
+        let mut rows = Vec::with_capacity(draft.len() + 1);
+        rows.push(pending);
+        rows.extend_from_slice(draft);
+        let logits = self.step_batch(&rows, Want::All)?;
+        let row = |i: usize| &logits[i * vocab..(i + 1) * vocab];
+        let mut n_accepted = 0;
+        let mut next = None;
+        for (i, &d) in draft.iter().enumerate() {
+            match &mut acc {
+                Acceptance::Greedy => {
+                    let best = argmax(row(i));
+                    if best != d {
+                        next = Some(best);
+                        break;
+                    }
+                }
+                Acceptance::Sampled { params, draft_probs, rng } => {
+                    let p = probabilities(row(i), params, &self.tokens[..base + 1 + i]);
+                    let q_rows: Option<&[f32]> = *draft_probs;
+                    let q_of = |t: usize| -> f64 {
+                        match q_rows {
+                            Some(q) => q[i * vocab + t] as f64,
+                            None => (t == d as usize) as u8 as f64,
+                        }
+                    };
+                    let (pd, qd) = (p[d as usize], q_of(d as usize));
+                    let accept = qd > 0.0 && next_f64(rng) < (pd / qd).min(1.0);
+                    if !accept {
+                        let residual: Vec<f64> = (0..vocab).map(|t| (p[t] - q_of(t)).max(0.0)).collect();
+                        let total: f64 = residual.iter().sum();
+                        next = Some(if total > 0.0 { draw(&residual, rng) } else { draw(&p, rng) });
+                        break;
+                    }
+                }
+            }
+            n_accepted += 1;
+        }
+        let next = match next {
+            Some(t) => t,
+            None => match &mut acc {
+                Acceptance::Greedy => argmax(row(draft.len())),
+                Acceptance::Sampled { params, rng, .. } => sample(row(draft.len()), params, &self.tokens[..base + 1 + draft.len()], rng),
+            },
+        };
+        // Keep pending and the accepted drafts; the last kept row's logits become last_logits.
+        let kept = base + 1 + n_accepted;
+        let kept_logits = row(n_accepted).to_vec();
+        self.truncate(kept)?;
+        self.last_logits = kept_logits;
+        self.counters.rounds += 1;
+        self.counters.drafted += draft.len() as u64;
+        self.counters.accepted += n_accepted as u64;
+        Ok(VerifyOutcome { n_accepted, next })
+    }
+}
+
+/// Tokens and counters of a generation run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Generated {
+    pub tokens: Vec<u32>,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub rounds: u64,
+}
+
+/// Generates up to `n_new` tokens after `prompt` (stopping at a stop token, which is not
+/// included). With a drafter, each round drafts up to `k` tokens and verifies them in one pass;
+/// greedy output is then token-for-token what plain greedy stepping gives.
+pub fn generate(
+    s: &mut Session,
+    prompt: &[u32],
+    n_new: usize,
+    params: &SamplerParams,
+    rng: &mut u64,
+    mut drafter: Option<&mut dyn Drafter>,
+    k: usize,
+) -> Result<Generated> {
+    let stop = s.model.vocab.stop.clone();
+    s.step_batch(prompt, Want::Last)?;
+    let mut out = Generated::default();
+    let mut pending = sample(&s.last_logits, params, &s.tokens, rng);
+    while out.tokens.len() < n_new && !stop.contains(&pending) {
+        out.tokens.push(pending);
+        let room = s.n_ctx.saturating_sub(s.n_past());
+        if out.tokens.len() >= n_new || room == 0 {
+            break;
+        }
+        let want_k = k.min(n_new - out.tokens.len()).min(room - 1);
+        let draft = match drafter.as_deref_mut() {
+            Some(d) if want_k > 0 => d.propose(&s.tokens, pending, want_k)?,
+            _ => Vec::new(),
+        };
+        if draft.is_empty() {
+            s.step(pending)?;
+            pending = sample(&s.last_logits, params, &s.tokens, rng);
+            continue;
+        }
+        let acc = if params.temperature <= 0.0 && params.repetition_penalty == 1.0 {
+            Acceptance::Greedy
+        } else {
+            Acceptance::Sampled { params, draft_probs: None, rng }
+        };
+        let r = s.verify(pending, &draft, acc)?;
+        out.rounds += 1;
+        out.drafted += draft.len() as u64;
+        out.accepted += r.n_accepted as u64;
+        for &t in &draft[..r.n_accepted] {
+            if stop.contains(&t) || out.tokens.len() >= n_new {
+                return Ok(out);
+            }
+            out.tokens.push(t);
+        }
+        pending = r.next;
+    }
+    Ok(out)
+}

@@ -1,0 +1,57 @@
+//! `packlm_prefix_cache`: snapshots keyed by their token history, reused when a new prompt
+//! starts with the same tokens. Owned by the caller; one thread at a time.
+
+use crate::engine::prefix_cache::PrefixCache;
+use crate::error::Status;
+use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice};
+use crate::ffi::session::packlm_session;
+
+/// A prefix cache (opaque).
+pub struct packlm_prefix_cache {
+    inner: PrefixCache,
+}
+
+/// A cache keeping at most `capacity_bytes` of snapshots (oldest dropped first).
+#[no_mangle]
+pub extern "C" fn packlm_prefix_cache_new(capacity_bytes: usize, out: *mut *mut packlm_prefix_cache) -> Status {
+    ffi_boundary!("packlm_prefix_cache_new", {
+        let out = try_mut(out, "out")?;
+        *out = Box::into_raw(Box::new(packlm_prefix_cache { inner: PrefixCache::new(capacity_bytes) }));
+        Ok(())
+    })
+}
+
+/// Stores the session's current state.
+#[no_mangle]
+pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, session: *const packlm_session) -> Status {
+    ffi_boundary!("packlm_prefix_cache_store", {
+        let c = try_mut(cache, "cache")?;
+        c.inner.store(&try_ref(session, "session")?.inner);
+        Ok(())
+    })
+}
+
+/// Restores into `session` the stored state sharing the longest prefix with `tokens[0..n]`
+/// (at most n - 1 positions, so the last prompt token is still to be fed). `*n_reused`
+/// receives how many prompt tokens the session now holds; 0 means none was usable and the
+/// session is untouched. Feed `tokens[*n_reused..]` next.
+#[no_mangle]
+pub extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache, session: *mut packlm_session, tokens: *const u32, n: usize, n_reused: *mut usize) -> Status {
+    ffi_boundary!("packlm_prefix_cache_restore", {
+        let c = try_ref(cache, "cache")?;
+        let s = &mut try_mut(session, "session")?.inner;
+        let prompt = try_slice(tokens, n, "tokens")?;
+        let out = try_mut(n_reused, "n_reused")?;
+        *out = c.inner.restore_longest(s, prompt)?;
+        Ok(())
+    })
+}
+
+/// Frees a cache; NULL is a no-op.
+#[no_mangle]
+pub extern "C" fn packlm_prefix_cache_free(cache: *mut packlm_prefix_cache) {
+    if !cache.is_null() {
+        // SAFETY: from packlm_prefix_cache_new, freed once.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(cache) })));
+    }
+}
