@@ -101,3 +101,25 @@ fn real_model_batched_equals_sequential_and_threads_agree() {
     let one = open_with(&p, BackendKind::Host, 1);
     assert_bits_equal(&batched, &all_rows(&one, &prompt), "1 vs 2 threads");
 }
+
+/// Speculative greedy generation with the n-gram drafter gives exactly plain greedy's tokens on
+/// the real model, on a code-edit prompt (long n-gram drafts) and a prose prompt.
+#[test]
+fn speculative_greedy_equals_plain_greedy_on_the_real_model() {
+    use packlm::engine::draft::NgramDrafter;
+    use packlm::engine::speculative::generate;
+    use packlm::sample::SamplerParams;
+    let Some(p) = smollm2() else { return };
+    let m = open(&p);
+    let code = "Rename the variable `total` to `sum` in this function and return the code.\n\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n\nAnswer:\ndef mean(values):\n";
+    let prose = "The history of the printing press begins in";
+    for prompt in [code, prose] {
+        let ids = m.vocab.encode(prompt, true, false).unwrap();
+        let params = SamplerParams::default();
+        let plain = generate(&mut Session::new(m.clone(), 0).unwrap(), &ids, 40, &params, &mut 0, None, 0).unwrap();
+        let mut d = NgramDrafter::default();
+        let spec = generate(&mut Session::new(m.clone(), 0).unwrap(), &ids, 40, &params, &mut 0, Some(&mut d), 6).unwrap();
+        assert_eq!(spec.tokens, plain.tokens, "prompt {prompt:?}");
+        eprintln!("{:?}: drafted {} accepted {} rounds {}", &prompt[..20], spec.drafted, spec.accepted, spec.rounds);
+    }
+}

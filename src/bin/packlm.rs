@@ -4,19 +4,21 @@
 //!   packlm tokenize PACK --text STR [--no-special]
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
 //!   packlm generate PACK --prompt STR [--chat] [-n N] [--temp T] [--seed S] [--json]
+//!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
 //!
 //! Common options: --threads N, --backend host|reference. Errors print the status and message
 //! and exit non-zero.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use packlm::backend::BackendKind;
+use packlm::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
+use packlm::engine::speculative::generate;
 use packlm::engine::{info_json, Model, OpenOptions, Session, Want};
 use packlm::pack::chat::Message;
-use packlm::sample::{sample, SamplerParams};
+use packlm::sample::SamplerParams;
 use packlm::{Error, Result};
 
 struct Args {
@@ -65,6 +67,7 @@ const USAGE: &str = "usage:
   packlm tokenize PACK --text STR [--no-special]
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm generate PACK --prompt STR [--chat] [-n N] [--temp T] [--seed S] [--json]
+                  [--draft ngram|DRAFT_PACK] [--draft-k K]
 options: --threads N  --backend host|reference";
 
 fn main() {
@@ -110,7 +113,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             Ok(())
         }
         "logits" => logits(pack, args),
-        "generate" => generate(pack, args),
+        "generate" => cmd_generate(pack, args),
         other => Err(Error::invalid(format!("unknown command {other:?}\n{USAGE}"))),
     }
 }
@@ -131,13 +134,15 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
 }
 
-fn generate(pack: &str, args: &mut Args) -> Result<()> {
+fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
     let chat = args.flag("--chat");
     let json = args.flag("--json");
     let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
     let temp: f32 = args.parsed(&["--temp"], 0.0)?;
     let seed: u64 = args.parsed(&["--seed"], 0)?;
+    let draft = args.value(&["--draft"])?;
+    let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
     let m = open(pack, args)?;
     args.done()?;
     let prompt_ids = if chat {
@@ -149,54 +154,44 @@ fn generate(pack: &str, args: &mut Args) -> Result<()> {
     if prompt_ids.is_empty() {
         return Err(Error::invalid("the prompt has no tokens"));
     }
+    let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
+        None => None,
+        Some("ngram") => Some(Box::new(NgramDrafter::default())),
+        Some(path) => {
+            let dm = Arc::new(Model::open(Path::new(path), &OpenOptions { backend: BackendKind::Host, threads: 0 })?);
+            Some(Box::new(ModelDrafter::new(dm, &m)?))
+        }
+    };
     let params = SamplerParams { temperature: temp, ..Default::default() };
     let mut rng = seed;
     let mut s = Session::new(m.clone(), 0)?;
+    // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
     let t0 = Instant::now();
-    s.step_batch(&prompt_ids, Want::Last)?;
-    let prefill_s = t0.elapsed().as_secs_f64();
-    let mut out = Vec::new();
-    let mut printed = String::new();
-    let mut decode_steps = 0usize;
-    let t1 = Instant::now();
-    for i in 0..n_new {
-        let next = sample(&s.last_logits, &params, &[], &mut rng);
-        if m.vocab.stop.contains(&next) {
-            break;
-        }
-        out.push(next);
-        if !json {
-            // Print the text as it grows (decode the whole run so multi-byte pieces join).
-            let text = m.vocab.decode(&out, true)?;
-            if text.starts_with(&printed) && !text.ends_with('\u{FFFD}') {
-                print!("{}", &text[printed.len()..]);
-                let _ = std::io::stdout().flush();
-                printed = text;
-            }
-        }
-        if i + 1 < n_new && s.n_past() < s.n_ctx {
-            s.step(next)?;
-            decode_steps += 1;
-        } else {
-            break;
-        }
+    let (head, last) = prompt_ids.split_at(prompt_ids.len() - 1);
+    if !head.is_empty() {
+        s.step_batch(head, Want::None)?;
     }
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let g = generate(&mut s, last, n_new, &params, &mut rng, drafter.as_deref_mut(), draft_k)?;
     let decode_s = t1.elapsed().as_secs_f64();
-    let text = m.vocab.decode(&out, true)?;
+    let text = m.vocab.decode(&g.tokens, true)?;
     if json {
-        let v = serde_json::json!({
-            "tokens": out,
+        let mut v = serde_json::json!({
+            "tokens": g.tokens,
             "text": text,
             "prompt_tokens": prompt_ids.len(),
-            "prefill_tok_s": prompt_ids.len() as f64 / prefill_s.max(1e-9),
-            "decode_tok_s": decode_steps as f64 / decode_s.max(1e-9),
+            "prefill_tok_s": head.len() as f64 / prefill_s.max(1e-9),
+            "decode_tok_s": g.tokens.len() as f64 / decode_s.max(1e-9),
         });
+        if draft.is_some() {
+            v["drafted"] = g.drafted.into();
+            v["accepted"] = g.accepted.into();
+            v["rounds"] = g.rounds.into();
+        }
         println!("{v}");
     } else {
-        if text.len() > printed.len() && text.starts_with(&printed) {
-            print!("{}", &text[printed.len()..]);
-        }
-        println!();
+        println!("{text}");
     }
     Ok(())
 }

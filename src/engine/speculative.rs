@@ -115,7 +115,7 @@ pub fn generate(
     n_new: usize,
     params: &SamplerParams,
     rng: &mut u64,
-    mut drafter: Option<&mut dyn Drafter>,
+    mut drafter: Option<&mut (dyn Drafter + 'static)>,
     k: usize,
 ) -> Result<Generated> {
     let stop = s.model.vocab.stop.clone();
