@@ -18,7 +18,7 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result, Status};
 use crate::semantics::config::Cfg;
-use crate::semantics::ModelSpec;
+use crate::semantics::{Container, ModelSpec};
 use tensor::WeightTensor;
 use vocab::Vocab;
 
@@ -69,7 +69,7 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     let config_path = dir.join("config.json");
     let config = read_json(&config_path)?;
     let source = config_path.display().to_string();
-    let mut spec = ModelSpec::from_config(&config, &source)?;
+    let mut spec = ModelSpec::from_config(&config, &source, Container::Folder)?;
 
     let tok_path = dir.join("tokenizer.json");
     if !tok_path.is_file() {
@@ -127,7 +127,7 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     let n_tokens = gv.tokenizer.get_vocab_size(true);
     let config = gguf_pack::config_from_gguf(&g, n_tokens)?;
     let source = format!("{} (metadata)", path.display());
-    let mut spec = ModelSpec::from_config(&config, &source)?;
+    let mut spec = ModelSpec::from_config(&config, &source, Container::Gguf)?;
     let tensors = gguf_pack::tensors_from_gguf(&g, &config)?;
     let eos: Vec<u32> = gv.eos.into_iter().collect();
     spec.bos_token_id = gv.bos;

@@ -12,6 +12,14 @@ use crate::error::Result;
 pub use families::build_spec;
 pub use rope::RopeSpec;
 
+/// What kind of file the config and weights came from: a property of the container that some
+/// family rules depend on (Gemma's norm weights are stored as w in HF folders, as w + 1 in GGUF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Container {
+    Folder,
+    Gguf,
+}
+
 /// Full causal attention, or a sliding window of `window` keys (the query's own position
 /// included: a query at q sees keys k with q - window < k <= q; transformers masking_utils
 /// `sliding_window_overlay`).
@@ -111,8 +119,8 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     /// Builds the table from a config.json value; `source` names the file in messages.
-    pub fn from_config(config: &Value, source: &str) -> Result<ModelSpec> {
-        build_spec(config::Cfg::new(config, source))
+    pub fn from_config(config: &Value, source: &str, container: Container) -> Result<ModelSpec> {
+        build_spec(config::Cfg::new(config, source), container)
     }
 
     /// The table as JSON, for `packlm info` and `PACKLM_LOG=debug`.

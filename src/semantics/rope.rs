@@ -24,12 +24,28 @@ pub struct RopeSpec {
     pub attention_factor: f32,
 }
 
+/// Where a layer's rope comes from in the older config spelling (no `rope_parameters`).
+#[derive(Clone, Copy, Debug)]
+pub struct LegacyRope {
+    /// The top-level key holding the base (`rope_theta`; Gemma3 sliding layers:
+    /// `rope_local_base_freq`).
+    pub theta_key: &'static str,
+    /// The base when that key is absent too (the family's config-class default).
+    pub default_theta: f64,
+    /// Whether top-level `rope_scaling` applies to this layer (Gemma3: full layers only).
+    pub scaling: bool,
+}
+
+impl LegacyRope {
+    pub const STANDARD: LegacyRope = LegacyRope { theta_key: "rope_theta", default_theta: 10000.0, scaling: true };
+}
+
 /// The rope parameters of one layer type as an object (`rope_parameters`, or the legacy
-/// `rope_scaling` merged with top-level `rope_theta`), read from `cfg`.
+/// `rope_scaling` merged with a top-level base), read from `cfg`.
 /// `layer_type` selects the nested entry when `rope_parameters` is per layer type.
-pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>) -> Result<RopeSpec> {
+pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: LegacyRope) -> Result<RopeSpec> {
     let max_pos = cfg.opt_usize("max_position_embeddings")?;
-    let top_theta = cfg.opt_f64("rope_theta")?;
+    let top_theta = cfg.opt_f64(legacy.theta_key)?;
     let top_partial = cfg.opt_f64("partial_rotary_factor")?;
     // transformers 5 writes `rope_parameters`; older writers `rope_theta` + `rope_scaling`.
     let params = match cfg.opt_obj("rope_parameters")? {
@@ -40,7 +56,8 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>) -> Result<
                 _ => Some(p),
             }
         }
-        None => cfg.opt_obj("rope_scaling")?,
+        None if legacy.scaling => cfg.opt_obj("rope_scaling")?,
+        None => None,
     };
     let get_f = |k: &str| -> Result<Option<f64>> {
         match params {
@@ -52,7 +69,7 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>) -> Result<
         Some(p) => p.opt_str("rope_type")?.or(p.opt_str("type")?).unwrap_or("default"),
         None => "default",
     };
-    let theta = get_f("rope_theta")?.or(top_theta).unwrap_or(10000.0);
+    let theta = get_f("rope_theta")?.or(top_theta).unwrap_or(legacy.default_theta);
     let partial = get_f("partial_rotary_factor")?.or(top_partial).unwrap_or(1.0);
     let rotary_dims = (head_dim as f64 * partial) as usize;
     if rotary_dims == 0 || rotary_dims % 2 != 0 || rotary_dims > head_dim {

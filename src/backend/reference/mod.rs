@@ -5,13 +5,14 @@ use crate::pack::tensor::WeightTensor;
 
 pub struct ReferenceBackend;
 
-/// Sequential f32 dot product, left to right.
+/// Dot product left to right, accumulated in f64 and rounded once: the most exact plain
+/// version, so that it can serve as the oracle for faster kernels.
 pub fn dot_sequential(a: &[f32], b: &[f32]) -> f32 {
-    let mut s = 0.0f32;
+    let mut s = 0.0f64;
     for (x, y) in a.iter().zip(b) {
-        s += x * y;
+        s += *x as f64 * *y as f64;
     }
-    s
+    s as f32
 }
 
 impl Backend for ReferenceBackend {
