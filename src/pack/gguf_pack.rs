@@ -18,8 +18,11 @@ fn model_type(arch: &str) -> Result<&'static str> {
         "llama" => Ok("llama"),
         "qwen2" => Ok("qwen2"),
         "qwen3" => Ok("qwen3"),
+        "gemma" => Ok("gemma"),
+        "gemma2" => Ok("gemma2"),
+        "gemma3" => Ok("gemma3_text"),
         other => Err(Error::unsupported(format!(
-            "general.architecture \"{other}\" is not implemented (llama, qwen2, qwen3 are)"
+            "general.architecture \"{other}\" is not implemented (llama, qwen2, qwen3, gemma, gemma2, gemma3 are)"
         ))),
     }
 }
@@ -87,15 +90,32 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     c.insert("vocab_size".into(), json!(vocab_size));
     let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
     c.insert("tie_word_embeddings".into(), json!(tied));
-    c.insert("hidden_act".into(), json!("silu"));
+    // Keys a GGUF does not carry take the config class's defaults, as HF's GGUF loader does
+    // (the activation, Gemma's query_pre_attn_scalar, Gemma3's local rope base and pattern).
+    if arch.starts_with("gemma") {
+        c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+        c.insert("hidden_act".into(), json!("gelu_pytorch_tanh"));
+        if let Some(cap) = g.get_f64(&key("attn_logit_softcapping"))? {
+            c.insert("attn_logit_softcapping".into(), json!(cap));
+        }
+        if let Some(cap) = g.get_f64(&key("final_logit_softcapping"))? {
+            c.insert("final_logit_softcapping".into(), json!(cap));
+        }
+    } else {
+        c.insert("hidden_act".into(), json!("silu"));
+    }
     if mt == "qwen2" {
         c.insert("use_sliding_window".into(), json!(false));
     }
     Ok(Value::Object(c))
 }
 
-/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`).
-fn hf_name(name: &str) -> Option<String> {
+/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`). `ffn_norm` is the norm
+/// before the MLP: HF calls it `post_attention_layernorm` in Llama-style models and
+/// `pre_feedforward_layernorm` in Gemma2/3, whose `post_attention_layernorm` is GGUF's
+/// `post_attention_norm` (gguf-py tensor_mapping.py).
+fn hf_name(name: &str, arch: &str) -> Option<String> {
+    let sandwich = arch == "gemma2" || arch == "gemma3";
     let fixed = match name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -117,7 +137,10 @@ fn hf_name(name: &str) -> Option<String> {
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if sandwich => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" => "post_attention_layernorm",
+        "post_ffw_norm" => "post_feedforward_layernorm",
         "ffn_gate" => "mlp.gate_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
@@ -133,7 +156,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
     let n_kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(1) as usize;
     let mut out = BTreeMap::new();
     for t in &g.tensors {
-        let name = hf_name(&t.name).ok_or_else(|| {
+        let name = hf_name(&t.name, arch).ok_or_else(|| {
             Error::unsupported(format!("GGUF: tensor {} has no known role", t.name))
         })?;
         let shape: Vec<usize> = t
@@ -209,9 +232,11 @@ mod tests {
 
     #[test]
     fn names_map_to_hf() {
-        assert_eq!(hf_name("blk.11.ffn_norm.weight").as_deref(), Some("model.layers.11.post_attention_layernorm.weight"));
-        assert_eq!(hf_name("blk.0.attn_q.bias").as_deref(), Some("model.layers.0.self_attn.q_proj.bias"));
-        assert_eq!(hf_name("token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
-        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+        assert_eq!(hf_name("blk.11.ffn_norm.weight", "llama").as_deref(), Some("model.layers.11.post_attention_layernorm.weight"));
+        assert_eq!(hf_name("blk.11.ffn_norm.weight", "gemma3").as_deref(), Some("model.layers.11.pre_feedforward_layernorm.weight"));
+        assert_eq!(hf_name("blk.2.post_attention_norm.weight", "gemma3").as_deref(), Some("model.layers.2.post_attention_layernorm.weight"));
+        assert_eq!(hf_name("blk.0.attn_q.bias", "qwen2").as_deref(), Some("model.layers.0.self_attn.q_proj.bias"));
+        assert_eq!(hf_name("token_embd.weight", "llama").as_deref(), Some("model.embed_tokens.weight"));
+        assert_eq!(hf_name("blk.x.attn_q.weight", "llama"), None);
     }
 }

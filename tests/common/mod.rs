@@ -17,7 +17,16 @@ pub fn tiny(name: &str) -> PathBuf {
 
 /// The real SmolLM2 GGUF, or None (with a note) when scripts/fetch_models.sh has not run.
 pub fn smollm2() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The real Gemma3-270M GGUF, likewise.
+pub fn gemma3_270m() -> Option<PathBuf> {
+    real_model("gemma3-270m-Q4_K_M.gguf")
+}
+
+fn real_model(name: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
     if p.is_file() {
         Some(p)
     } else if std::env::var("PACKLM_REQUIRE_MODELS").is_ok() {
