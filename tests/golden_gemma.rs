@@ -8,7 +8,7 @@ use common::*;
 use packlm::backend::BackendKind;
 
 const TOL_F32: f32 = 1e-4;
-const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern"];
+const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4"];
 
 #[test]
 fn gemma_families_match_hf() {
@@ -18,6 +18,7 @@ fn gemma_families_match_hf() {
             let g = golden(&dir);
             let got = all_rows(&open_with(&dir, backend, 2), &g.tokens);
             let d = max_abs_diff(&got, &g.logits);
+            eprintln!("{f} ({backend:?}): max |packlm - HF| = {d:e}");
             assert!(d <= TOL_F32, "{f} ({backend:?}): max |packlm - HF| = {d}");
         }
     }
@@ -33,4 +34,38 @@ fn gemma_batched_equals_sequential_and_threads_agree() {
         assert_bits_equal(&batched, &stepped(&two, &g.tokens), f);
         assert_bits_equal(&batched, &all_rows(&open_with(&dir, BackendKind::Host, 1), &g.tokens), f);
     }
+}
+
+/// The Hub's older spellings: top-level rope_theta, rope_local_base_freq + rope_scaling (full
+/// layers only), no layer_types (Gemma2 alternation), global_head_dim instead of
+/// per_layer_config (Gemma4).
+#[test]
+fn gemma_legacy_spellings_give_identical_logits() {
+    let checked = GEMMA.iter().filter(|f| legacy_config_gives_identical_logits(f)).count();
+    assert_eq!(checked, 4, "gemma, gemma2, gemma3 and gemma4 have legacy configs");
+}
+
+/// Gemma4's KV-shared layers hold no plane and read their owner's: 3 and 4 read 2 (sliding),
+/// 5 reads 1 (full); literal indices from HF's kv_sharing_modes worked by hand.
+#[test]
+fn gemma4_kv_sharing_table() {
+    use packlm::semantics::KvSource;
+    let m = open(&tiny("gemma4"));
+    let src: Vec<KvSource> = m.spec.layers.iter().map(|l| l.kv_source).collect();
+    assert_eq!(
+        src,
+        vec![
+            KvSource::Own,
+            KvSource::Own,
+            KvSource::Own,
+            KvSource::SharedWith { owner: 2 },
+            KvSource::SharedWith { owner: 2 },
+            KvSource::SharedWith { owner: 1 }
+        ]
+    );
+    assert_eq!(m.spec.layers[3].mlp_width, 48, "double-wide MLP on shared layers");
+    assert_eq!(m.spec.layers[2].mlp_width, 24);
+    assert_eq!((m.spec.layers[1].head_dim, m.spec.layers[0].head_dim), (16, 8));
+    let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
+    assert_eq!(s.kv.planes.iter().filter(|p| p.is_some()).count(), 3);
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend::attention::AttentionArgs;
-use crate::engine::ops::{add_bias, add_into, gated_activation, rms_norm, rms_norm_inplace, softcap};
+use crate::engine::ops::{add_bias, add_into, gated_activation, rms_norm, rms_norm_inplace, rms_normalize_inplace, softcap};
 use crate::engine::weights::LayerWeights;
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
@@ -50,13 +50,14 @@ fn run(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &Atom
             row.iter_mut().for_each(|v| *v *= s);
         }
     }
+    let ple = per_layer_inputs(model, tokens, &x);
     let mut scratch = Scratch::default();
     for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
         if abort.load(Ordering::Relaxed) {
             return Err(Error::new(Status::ErrAborted, format!("aborted before layer {il}")));
         }
         attention_block(model, kv, il, ls, lw, &mut x, m, &mut scratch);
-        mlp_block(model, ls, lw, &mut x, m, &mut scratch);
+        mlp_block(model, il, ls, lw, &mut x, m, &ple, &mut scratch);
     }
     let rows: Vec<usize> = match want {
         Want::None => return Ok(Vec::new()),
@@ -120,14 +121,27 @@ fn attention_block(model: &Model, kv: &mut KvCache, il: usize, ls: &LayerSpec, l
             apply_rope(&ls.rope, head, start + r);
         }
     }
-    if owns_plane {
+    if let (true, Some(kw)) = (owns_plane, &lw.k) {
         let k = resize(&mut s.k, m * kvw);
         let v = resize(&mut s.v, m * kvw);
-        be.matmul(&lw.k, h, m, k);
-        be.matmul(&lw.v, h, m, v);
-        if let Some([_, bk, bv]) = &lw.qkv_bias {
+        be.matmul(kw, h, m, k);
+        if let Some([_, bk, _]) = &lw.qkv_bias {
             add_bias(k, bk);
-            add_bias(v, bv);
+        }
+        match &lw.v {
+            Some(vw) => {
+                be.matmul(vw, h, m, v);
+                if let Some([_, _, bv]) = &lw.qkv_bias {
+                    add_bias(v, bv);
+                }
+            }
+            // Values are the raw key projection (before k-norm and rope).
+            None => v.copy_from_slice(k),
+        }
+        if ls.v_norm {
+            for head in v.chunks_exact_mut(d) {
+                rms_normalize_inplace(head, spec.norm_eps);
+            }
         }
         for (r, row) in k.chunks_exact_mut(kvw).enumerate() {
             for head in row.chunks_exact_mut(d) {
@@ -171,8 +185,10 @@ fn attention_block(model: &Model, kv: &mut KvCache, il: usize, ls: &LayerSpec, l
     add_into(x, proj);
 }
 
-/// x += post_norm(down(act(gate(h)) * up(h))), h = pre_norm(x).
-fn mlp_block(model: &Model, ls: &LayerSpec, lw: &LayerWeights, x: &mut [f32], m: usize, s: &mut Scratch) {
+/// x += post_norm(down(act(gate(h)) * up(h))), h = pre_norm(x); then the per-layer input
+/// (x += post_norm(projection(act(gate(x)) * P[layer]))) and the layer scalar, when present.
+#[allow(clippy::too_many_arguments)]
+fn mlp_block(model: &Model, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut [f32], m: usize, ple: &[f32], s: &mut Scratch) {
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let hidden = spec.hidden_size;
@@ -192,4 +208,46 @@ fn mlp_block(model: &Model, ls: &LayerSpec, lw: &LayerWeights, x: &mut [f32], m:
         rms_norm_inplace(proj, w, spec.norm_eps, hidden);
     }
     add_into(x, proj);
+    if let (Some(pl), Some(p)) = (&lw.per_layer, spec.per_layer_input) {
+        // HF Gemma4TextDecoderLayer: gate -> activation -> * per_layer_input -> projection -> norm.
+        let width = spec.layers.len() * p.dim;
+        let g = resize(&mut s.gate, m * p.dim);
+        be.matmul(&pl.gate, x, m, g);
+        let pi: Vec<f32> = (0..m).flat_map(|r| ple[r * width + il * p.dim..r * width + (il + 1) * p.dim].iter().copied()).collect();
+        gated_activation(ls.activation, g, &pi);
+        let proj = resize(&mut s.proj, m * hidden);
+        be.matmul(&pl.projection, g, m, proj);
+        rms_norm_inplace(proj, &pl.post_norm, spec.norm_eps, hidden);
+        add_into(x, proj);
+    }
+    if let Some(scalar) = lw.layer_scalar {
+        x.iter_mut().for_each(|v| *v *= scalar);
+    }
+}
+
+/// Gemma4 per-layer inputs for `tokens` (m, n_layers * dim): the token table scaled by
+/// sqrt(dim), plus the RMS-normed projection of the scaled embedding `e` times 1/sqrt(hidden),
+/// times 1/sqrt(2) (HF Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs).
+fn per_layer_inputs(model: &Model, tokens: &[u32], e: &[f32]) -> Vec<f32> {
+    let spec = &model.spec;
+    let (Some(p), Some(w)) = (spec.per_layer_input, &model.weights.per_layer_input) else {
+        return Vec::new();
+    };
+    let m = tokens.len();
+    let width = spec.layers.len() * p.dim;
+    let mut c = vec![0.0f32; m * width];
+    model.backend.matmul(&w.model_projection, e, m, &mut c);
+    let proj_scale = (spec.hidden_size as f64).powf(-0.5) as f32;
+    c.iter_mut().for_each(|v| *v *= proj_scale);
+    rms_norm_inplace(&mut c, &w.projection_norm, spec.norm_eps, p.dim);
+    let table_scale = (p.dim as f64).sqrt() as f32;
+    let combine = std::f64::consts::FRAC_1_SQRT_2 as f32;
+    let mut t = vec![0.0f32; width];
+    for (row, &tok) in c.chunks_exact_mut(width).zip(tokens) {
+        w.table.row_f32(tok as usize, &mut t);
+        for (cv, &tv) in row.iter_mut().zip(&t) {
+            *cv = (*cv + tv * table_scale) * combine;
+        }
+    }
+    c
 }

@@ -138,7 +138,11 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens given"));
         }
-        let vocab = self.model.spec.vocab_size;
+        // Tokens index the embedding and, on PLE models, the per-layer table too.
+        let vocab = match self.model.spec.per_layer_input {
+            Some(p) => self.model.spec.vocab_size.min(p.vocab),
+            None => self.model.spec.vocab_size,
+        };
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::new(Status::ErrTokenOutOfRange, format!("token id {bad} is outside the vocabulary of {vocab}")));
         }

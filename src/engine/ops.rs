@@ -28,6 +28,13 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
     }
 }
 
+/// In-place RMS normalization without a weight (Gemma4 `v_norm`, `with_scale=False`).
+pub fn rms_normalize_inplace(x: &mut [f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// `act(gate) * up`, written into `gate`.
 pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
     match act {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::pack::tensor::WeightTensor;
-use crate::semantics::{LayerSpec, ModelSpec, NormForm};
+use crate::semantics::{KvSource, LayerSpec, ModelSpec, NormForm};
 
 /// RMSNorm weight as it multiplies: `w` or `1 + w` already applied (per the spec's form).
 pub type NormWeight = Vec<f32>;
@@ -13,10 +13,10 @@ pub type NormWeight = Vec<f32>;
 pub struct LayerWeights {
     /// (n_heads * head_dim, hidden)
     pub q: WeightTensor,
-    /// (n_kv_heads * head_dim, hidden)
-    pub k: WeightTensor,
-    /// (n_kv_heads * head_dim, hidden)
-    pub v: WeightTensor,
+    /// (n_kv_heads * head_dim, hidden); None on a layer that reads another layer's plane
+    pub k: Option<WeightTensor>,
+    /// (n_kv_heads * head_dim, hidden); None also when values come from the key projection
+    pub v: Option<WeightTensor>,
     /// (hidden, n_heads * head_dim)
     pub o: WeightTensor,
     /// (n_heads * head_dim,) / (kv_width,) / (kv_width,) when the layer has qkv bias
@@ -31,6 +31,10 @@ pub struct LayerWeights {
     pub post_attention_norm: Option<NormWeight>,
     pub pre_feedforward_norm: Option<NormWeight>,
     pub post_feedforward_norm: Option<NormWeight>,
+    /// Per-layer input: gate (ple_dim, hidden), projection (hidden, ple_dim), post-norm (hidden,)
+    pub per_layer: Option<PerLayerWeights>,
+    /// Multiplies the residual stream at the end of the layer.
+    pub layer_scalar: Option<f32>,
     /// (mlp_width, hidden)
     pub gate: WeightTensor,
     /// (mlp_width, hidden)
@@ -39,9 +43,29 @@ pub struct LayerWeights {
     pub down: WeightTensor,
 }
 
+pub struct PerLayerWeights {
+    /// (ple_dim, hidden)
+    pub gate: WeightTensor,
+    /// (hidden, ple_dim)
+    pub projection: WeightTensor,
+    /// (hidden,)
+    pub post_norm: NormWeight,
+}
+
+/// The model-level tensors of per-layer inputs.
+pub struct PerLayerInputWeights {
+    /// (ple_vocab, n_layers * ple_dim)
+    pub table: WeightTensor,
+    /// (n_layers * ple_dim, hidden)
+    pub model_projection: WeightTensor,
+    /// (ple_dim,)
+    pub projection_norm: NormWeight,
+}
+
 pub struct Weights {
     /// (vocab, hidden)
     pub embed: WeightTensor,
+    pub per_layer_input: Option<PerLayerInputWeights>,
     pub layers: Vec<LayerWeights>,
     /// (hidden,)
     pub final_norm: NormWeight,
@@ -92,7 +116,18 @@ impl Weights {
             .enumerate()
             .map(|(i, l)| layer(&lk, spec, i, l))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Weights { embed, layers, final_norm, lm_head })
+        let per_layer_input = match spec.per_layer_input {
+            None => None,
+            Some(p) => {
+                let width = spec.layers.len() * p.dim;
+                Some(PerLayerInputWeights {
+                    table: lk.get("model.embed_tokens_per_layer.weight", &[p.vocab, width])?,
+                    model_projection: lk.get("model.per_layer_model_projection.weight", &[width, hidden])?,
+                    projection_norm: lk.norm("model.per_layer_projection_norm.weight", p.dim, spec.norm_form)?,
+                })
+            }
+        };
+        Ok(Weights { embed, per_layer_input, layers, final_norm, lm_head })
     }
 }
 
@@ -112,23 +147,29 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
     } else {
         None
     };
-    let (q_norm, k_norm) = if l.qk_norm {
-        (
-            Some(lk.norm(&p("self_attn.q_norm.weight"), l.head_dim, spec.norm_form)?),
-            Some(lk.norm(&p("self_attn.k_norm.weight"), l.head_dim, spec.norm_form)?),
-        )
-    } else {
-        (None, None)
+    let own = l.kv_source == KvSource::Own;
+    let q_norm = if l.qk_norm { Some(lk.norm(&p("self_attn.q_norm.weight"), l.head_dim, spec.norm_form)?) } else { None };
+    let k_norm = if l.qk_norm && own { Some(lk.norm(&p("self_attn.k_norm.weight"), l.head_dim, spec.norm_form)?) } else { None };
+    let per_layer = match spec.per_layer_input {
+        Some(ple) if l.per_layer_input => Some(PerLayerWeights {
+            gate: lk.get(&p("per_layer_input_gate.weight"), &[ple.dim, hidden])?,
+            projection: lk.get(&p("per_layer_projection.weight"), &[hidden, ple.dim])?,
+            post_norm: lk.norm(&p("post_per_layer_input_norm.weight"), hidden, spec.norm_form)?,
+        }),
+        _ => None,
     };
+    let layer_scalar = if l.layer_scalar { Some(lk.vector(&p("layer_scalar"), 1)?[0]) } else { None };
     Ok(LayerWeights {
         q: lk.get(&p("self_attn.q_proj.weight"), &[qw, hidden])?,
-        k: lk.get(&p("self_attn.k_proj.weight"), &[kvw, hidden])?,
-        v: lk.get(&p("self_attn.v_proj.weight"), &[kvw, hidden])?,
+        k: if own { Some(lk.get(&p("self_attn.k_proj.weight"), &[kvw, hidden])?) } else { None },
+        v: if own && !l.value_from_key { Some(lk.get(&p("self_attn.v_proj.weight"), &[kvw, hidden])?) } else { None },
         o: lk.get(&p("self_attn.o_proj.weight"), &[hidden, qw])?,
         qkv_bias,
         o_bias: if l.o_bias { Some(lk.vector(&p("self_attn.o_proj.bias"), hidden)?) } else { None },
         q_norm,
         k_norm,
+        per_layer,
+        layer_scalar,
         pre_attention_norm: norm(l.norms.pre_attention)?,
         post_attention_norm: norm(l.norms.post_attention)?,
         pre_feedforward_norm: norm(l.norms.pre_feedforward)?,

@@ -17,7 +17,7 @@ const LLAMA_NORMS: LayerNorms = LayerNorms {
 };
 
 /// Gemma2/3 sandwich: a norm before and after both attention and MLP.
-const SANDWICH_NORMS: LayerNorms = LayerNorms {
+pub(super) const SANDWICH_NORMS: LayerNorms = LayerNorms {
     pre_attention: Some("input_layernorm"),
     post_attention: Some("post_attention_layernorm"),
     pre_feedforward: Some("pre_feedforward_layernorm"),
@@ -25,7 +25,7 @@ const SANDWICH_NORMS: LayerNorms = LayerNorms {
 };
 
 /// How a family picks layer kinds when `layer_types` is absent.
-enum SlidingRule {
+pub(super) enum SlidingRule {
     /// No sliding layers.
     None,
     /// Every layer slides when `sliding_window` is set (Mistral).
@@ -38,14 +38,14 @@ enum SlidingRule {
 }
 
 /// What `base` needs from a family.
-struct Base<'a> {
-    model_type: &'a str,
-    head_dim_default: Option<usize>,
-    tie_default: bool,
-    sliding: SlidingRule,
-    activation: Activation,
+pub(super) struct Base<'a> {
+    pub model_type: &'a str,
+    pub head_dim_default: Option<usize>,
+    pub tie_default: bool,
+    pub sliding: SlidingRule,
+    pub activation: Activation,
     /// Rope of each layer kind in the older spelling: (full, sliding).
-    legacy_rope: (LegacyRope, LegacyRope),
+    pub legacy_rope: (LegacyRope, LegacyRope),
 }
 
 pub fn build_spec(cfg: Cfg, container: Container) -> Result<ModelSpec> {
@@ -53,8 +53,9 @@ pub fn build_spec(cfg: Cfg, container: Container) -> Result<ModelSpec> {
     match model_type {
         "llama" | "mistral" | "qwen2" | "qwen3" => llama_like(cfg, model_type),
         "gemma" | "gemma2" | "gemma3" | "gemma3_text" => gemma(cfg, model_type, container),
+        "gemma4" | "gemma4_text" => super::gemma4::gemma4(cfg, container),
         other => Err(Error::unsupported(format!(
-            "{}: model_type \"{other}\" is not implemented (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text are)",
+            "{}: model_type \"{other}\" is not implemented (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gemma4_text are)",
             cfg.source
         ))),
     }
@@ -102,7 +103,7 @@ fn llama_like(cfg: Cfg, model_type: &str) -> Result<ModelSpec> {
 /// tied embeddings; Gemma2/3 add sandwich norms and 1/sqrt(query_pre_attn_scalar); Gemma2 adds
 /// softcapping and alternating sliding layers; Gemma3 adds qk-norm, a local rope base for
 /// sliding layers and rope scaling on full layers only.
-fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<ModelSpec> {
+pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<ModelSpec> {
     let v1 = model_type == "gemma";
     let v3 = model_type.starts_with("gemma3");
     // GemmaMLP reads `hidden_act`; Gemma2/3 read `hidden_activation`. The legacy value "gelu"
@@ -168,7 +169,7 @@ fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<ModelSpec> 
     Ok(spec)
 }
 
-fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
+pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     let hidden = cfg.positive("hidden_size")?;
     let n_layers = cfg.positive("num_hidden_layers")?;
     let n_heads = cfg.positive("num_attention_heads")?;
@@ -210,6 +211,10 @@ fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
             activation: b.activation,
             mlp_width,
             kv_source: KvSource::Own,
+            v_norm: false,
+            value_from_key: false,
+            per_layer_input: false,
+            layer_scalar: false,
         });
     }
     Ok(ModelSpec {
@@ -224,6 +229,7 @@ fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
         tie_word_embeddings: cfg.opt_bool("tie_word_embeddings")?.unwrap_or(b.tie_default),
         bos_token_id: cfg.token_ids("bos_token_id")?.first().copied(),
         eos_token_ids: cfg.token_ids("eos_token_id")?,
+        per_layer_input: None,
         layers,
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod config;
 mod families;
+mod gemma4;
 pub mod rope;
 
 use serde_json::Value;
@@ -84,6 +85,15 @@ pub struct LayerSpec {
     /// The MLP's inner width.
     pub mlp_width: usize,
     pub kv_source: KvSource,
+    /// RMS-normalize each value head, without a weight (Gemma4 `v_norm`).
+    pub v_norm: bool,
+    /// Values are the raw key projection (before k-norm and rope), with no v projection
+    /// (Gemma4 `attention_k_eq_v` on full layers).
+    pub value_from_key: bool,
+    /// The layer adds its per-layer input (PLE) after the MLP (see ModelSpec::per_layer_input).
+    pub per_layer_input: bool,
+    /// The residual stream is multiplied by the layer's `layer_scalar` tensor at the end.
+    pub layer_scalar: bool,
 }
 
 impl LayerSpec {
@@ -114,7 +124,17 @@ pub struct ModelSpec {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// Per-layer embeddings (Gemma4 PLE), when the model has them.
+    pub per_layer_input: Option<PerLayerInput>,
     pub layers: Vec<LayerSpec>,
+}
+
+/// Gemma4 per-layer inputs: a token table of `vocab` rows x (n_layers * dim), and a projection
+/// of the scaled embedding to the same width; layer i reads columns i*dim .. (i+1)*dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerLayerInput {
+    pub dim: usize,
+    pub vocab: usize,
 }
 
 impl ModelSpec {
@@ -151,6 +171,9 @@ impl ModelSpec {
                         "attn_softcap": l.attn_softcap,
                         "qk_norm": l.qk_norm,
                         "qkv_bias": l.qkv_bias,
+                        "v_norm": l.v_norm,
+                        "value_from_key": l.value_from_key,
+                        "per_layer_input": l.per_layer_input,
                         "mlp_width": l.mlp_width,
                     })
                 })

@@ -71,7 +71,7 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: Le
     };
     let theta = get_f("rope_theta")?.or(top_theta).unwrap_or(legacy.default_theta);
     let partial = get_f("partial_rotary_factor")?.or(top_partial).unwrap_or(1.0);
-    let rotary_dims = (head_dim as f64 * partial) as usize;
+    let rotary_dims = if kind == "proportional" { head_dim } else { (head_dim as f64 * partial) as usize };
     if rotary_dims == 0 || rotary_dims % 2 != 0 || rotary_dims > head_dim {
         return Err(cfg.refuse("partial_rotary_factor", "rotary dims must be even and within head_dim"));
     }
@@ -115,6 +115,20 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: Le
             };
             let (inv, att) = yarn_inv_freq(&y, theta, rotary_dims);
             (inv, Some(f), att)
+        }
+        // transformers `_compute_proportional_rope_parameters` (Gemma4 full layers): the first
+        // floor(p * d / 2) pairs rotate at theta^(-2j/d) (the denominator is the whole head),
+        // the other pairs get frequency 0 (pass through); all divided by `factor` (default 1).
+        "proportional" => {
+            let rotated = ((partial * head_dim as f64) / 2.0).floor() as usize;
+            let f = get_f("factor")?.unwrap_or(1.0);
+            let inv = (0..head_dim / 2)
+                .map(|j| {
+                    let x = if j < rotated { 1.0f32 / (theta as f32).powf((2 * j) as f32 / head_dim as f32) } else { 0.0 };
+                    x / f as f32
+                })
+                .collect();
+            return Ok(RopeSpec { kind: kind.to_string(), theta, factor: Some(f), rotary_dims: head_dim, inv_freq: inv, attention_factor: 1.0 });
         }
         other => {
             let key = if cfg.get("rope_parameters").is_some() {

@@ -88,3 +88,29 @@ pub fn assert_bits_equal(a: &[f32], b: &[f32], what: &str) {
         panic!("{what}: first difference at {i}: {} vs {}", a[i], b[i]);
     }
 }
+
+/// When the fixture has a config_legacy.json (the same model in the older config spelling),
+/// checks that it gives bit-identical logits; returns whether there was one.
+pub fn legacy_config_gives_identical_logits(name: &str) -> bool {
+    let dir = tiny(name);
+    if !dir.join("config_legacy.json").is_file() {
+        return false;
+    }
+    let tmp = std::env::temp_dir().join(format!("packlm-legacy-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let file = p.file_name().unwrap().to_str().unwrap().to_string();
+        match file.as_str() {
+            "config.json" => continue,
+            "config_legacy.json" => std::fs::copy(&p, tmp.join("config.json")).unwrap(),
+            _ => std::fs::copy(&p, tmp.join(&file)).unwrap(),
+        };
+    }
+    let g = golden(&dir);
+    let a = all_rows(&open(&dir), &g.tokens);
+    let b = all_rows(&open(&tmp), &g.tokens);
+    std::fs::remove_dir_all(&tmp).ok();
+    assert_bits_equal(&a, &b, &format!("{name}: legacy spelling"));
+    true
+}
