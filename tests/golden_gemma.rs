@@ -8,7 +8,7 @@ use common::*;
 use packlm::backend::BackendKind;
 
 const TOL_F32: f32 = 1e-4;
-const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4"];
+const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide"];
 
 #[test]
 fn gemma_families_match_hf() {
@@ -68,4 +68,16 @@ fn gemma4_kv_sharing_table() {
     assert_eq!((m.spec.layers[1].head_dim, m.spec.layers[0].head_dim), (16, 8));
     let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
     assert_eq!(s.kv.planes.iter().filter(|p| p.is_some()).count(), 3);
+}
+
+/// Two KV widths in one model: full layers 2 x 16 = 32, sliding 2 x 8 = 16 (literal, from the
+/// fixture's config); shared layers 3 (sliding, owner 2) and 4 (full, owner 1) hold none.
+#[test]
+fn gemma4_wide_has_per_layer_kv_widths() {
+    let m = open(&tiny("gemma4_wide"));
+    let widths: Vec<usize> = m.spec.layers.iter().map(|l| l.kv_width()).collect();
+    assert_eq!(widths, vec![16, 32, 16, 16, 32]);
+    let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
+    let planes: Vec<Option<usize>> = s.kv.planes.iter().map(|p| p.as_ref().map(|p| p.kv_width)).collect();
+    assert_eq!(planes, vec![Some(16), Some(32), Some(16), None, None]);
 }
