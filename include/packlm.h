@@ -140,22 +140,28 @@ typedef enum {
 } packlm_status;
 
 /**
- * A source of drafts (opaque). Owned by the caller; one thread at a time.
+ * A source of drafts (opaque), from packlm_drafter_new_*, freed by packlm_drafter_free.
+ * Safe to move to any thread; cannot be used by two threads at once.
  */
 typedef struct packlm_drafter packlm_drafter;
 
 /**
- * An open model (opaque).
+ * An open model (opaque): weights (memory-mapped), tokenizer, per-layer table. Created by
+ * packlm_model_open, freed by packlm_model_free. Immutable: safe to move to any thread and to
+ * use from any number of threads at once; sessions keep it alive.
  */
 typedef struct packlm_model packlm_model;
 
 /**
- * A prefix cache (opaque).
+ * A prefix cache (opaque), from packlm_prefix_cache_new, freed by packlm_prefix_cache_free.
+ * Safe to move to any thread; cannot be used by two threads at once.
  */
 typedef struct packlm_prefix_cache packlm_prefix_cache;
 
 /**
- * A conversation's state (opaque).
+ * A conversation's state (opaque): KV planes, positions held, last logits. Created by
+ * packlm_session_new, freed by packlm_session_free. Safe to move to any thread; cannot be used
+ * by two threads at once. Many sessions of one model may run in parallel.
  */
 typedef struct packlm_session packlm_session;
 

@@ -12,7 +12,9 @@ use crate::engine::{Model, OpenOptions};
 use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{ffi_boundary, try_cstr, try_mut, try_ref, write_items, write_text};
 
-/// An open model (opaque).
+/// An open model (opaque): weights (memory-mapped), tokenizer, per-layer table. Created by
+/// packlm_model_open, freed by packlm_model_free. Immutable: safe to move to any thread and to
+/// use from any number of threads at once; sessions keep it alive.
 pub struct packlm_model {
     pub(crate) inner: Arc<Model>,
 }

@@ -6,7 +6,8 @@ use crate::error::Status;
 use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice};
 use crate::ffi::session::packlm_session;
 
-/// A prefix cache (opaque).
+/// A prefix cache (opaque), from packlm_prefix_cache_new, freed by packlm_prefix_cache_free.
+/// Safe to move to any thread; cannot be used by two threads at once.
 pub struct packlm_prefix_cache {
     inner: PrefixCache,
 }

@@ -6,7 +6,9 @@ use crate::error::{Error, Status};
 use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut};
 use crate::ffi::model::packlm_model;
 
-/// A conversation's state (opaque).
+/// A conversation's state (opaque): KV planes, positions held, last logits. Created by
+/// packlm_session_new, freed by packlm_session_free. Safe to move to any thread; cannot be used
+/// by two threads at once. Many sessions of one model may run in parallel.
 pub struct packlm_session {
     pub(crate) inner: Session,
 }

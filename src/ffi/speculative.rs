@@ -149,7 +149,8 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
     })
 }
 
-/// A source of drafts (opaque). Owned by the caller; one thread at a time.
+/// A source of drafts (opaque), from packlm_drafter_new_*, freed by packlm_drafter_free.
+/// Safe to move to any thread; cannot be used by two threads at once.
 pub struct packlm_drafter {
     inner: Box<dyn Drafter + Send>,
 }
