@@ -13,11 +13,7 @@ use packlm::semantics::AttentionKind;
 use serde_json::Value;
 
 fn reference() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("gemma3/reference.json")).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    fixture_json("gemma3/reference.json")
 }
 
 fn greedy(m: &std::sync::Arc<packlm::engine::Model>, prompt: &[u32], n: usize) -> Vec<u32> {

@@ -288,7 +288,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn spec(v: serde_json::Value) -> ModelSpec {
+    /// A small Gemma config of `model_type` with `n_layers`, plus the `extra` keys.
+    fn spec(model_type: &str, n_layers: usize, extra: serde_json::Value) -> ModelSpec {
+        let mut v = json!({
+            "model_type": model_type, "hidden_size": 64, "num_hidden_layers": n_layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,
+            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
         build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap()
     }
 
@@ -296,12 +305,7 @@ mod tests {
     /// 23, 29 (literal, from HF's (i + 1) % 6 rule worked by hand), and 33 is sliding.
     #[test]
     fn gemma3_pattern_six_puts_full_layers_at_5_11_17_23_29() {
-        let s = spec(json!({
-            "model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 34,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,
-            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
-            "sliding_window": 512, "sliding_window_pattern": 6
-        }));
+        let s = spec("gemma3_text", 34, json!({"sliding_window": 512, "sliding_window_pattern": 6}));
         let full: Vec<usize> = (0..34).filter(|&i| s.layers[i].attention == AttentionKind::Full).collect();
         assert_eq!(full, vec![5, 11, 17, 23, 29]);
         // Sliding layers use the local base, full layers the global one.
@@ -311,25 +315,19 @@ mod tests {
 
     #[test]
     fn layer_types_win_over_the_pattern() {
-        let s = spec(json!({
-            "model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 3,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,
-            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
-            "sliding_window": 8, "sliding_window_pattern": 2,
-            "layer_types": ["full_attention", "full_attention", "sliding_attention"]
-        }));
+        let s = spec(
+            "gemma3_text",
+            3,
+            json!({"sliding_window": 8, "sliding_window_pattern": 2,
+                   "layer_types": ["full_attention", "full_attention", "sliding_attention"]}),
+        );
         let kinds: Vec<_> = s.layers.iter().map(|l| l.attention).collect();
         assert_eq!(kinds, vec![AttentionKind::Full, AttentionKind::Full, AttentionKind::Sliding { window: 8 }]);
     }
 
     #[test]
     fn gemma2_alternates_starting_with_sliding() {
-        let s = spec(json!({
-            "model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 4,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,
-            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
-            "sliding_window": 6, "query_pre_attn_scalar": 24
-        }));
+        let s = spec("gemma2", 4, json!({"sliding_window": 6, "query_pre_attn_scalar": 24}));
         let full: Vec<usize> = (0..4).filter(|&i| s.layers[i].attention == AttentionKind::Full).collect();
         assert_eq!(full, vec![1, 3]);
         assert_eq!(s.layers[0].attn_scale, (24f64.powf(-0.5)) as f32);

@@ -19,9 +19,9 @@ head -c $((size / 2)) "$tiny/model.safetensors" > "$tmp/trunc_st/model.safetenso
 gguf="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ -f "$gguf" ]; then head -c 65536 "$gguf" > "$tmp/trunc.gguf"; else printf 'GGUF\003\000\000\000\001' > "$tmp/trunc.gguf"; fi
 
-cc -std=c11 -Wall -Wextra -Werror -I"$root/include" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
 "$tmp/test_api" "$tiny" "$tmp"
-cc -std=c11 -Wall -Wextra -Werror -I"$root/include" "$root/tests/c/test_state.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_state"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_state.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_state"
 # Two processes: the second restores what the first saved.
 "$tmp/test_state" write "$root/tests/fixtures/tiny/mistral" "$tmp/state"
 "$tmp/test_state" read "$root/tests/fixtures/tiny/mistral" "$tmp/state"

@@ -6,19 +6,8 @@
 #include <string.h>
 
 #include "packlm.h"
+#include "check.h"
 
-static int failures = 0, checks = 0;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        checks++;                                                               \
-        if (!(cond)) {                                                          \
-            failures++;                                                         \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, " [last error: %s]\n", packlm_last_error());        \
-        }                                                                       \
-    } while (0)
 
 #define EXPECT_STATUS(call, want)                                               \
     do {                                                                        \

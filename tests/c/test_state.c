@@ -7,18 +7,8 @@
 #include <string.h>
 
 #include "packlm.h"
+#include "check.h"
 
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        checks++;                                                                     \
-        if (!(cond)) {                                                                \
-            failures++;                                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                      \
-            fprintf(stderr, __VA_ARGS__);                                             \
-            fprintf(stderr, " [last error: %s]\n", packlm_last_error());              \
-        }                                                                             \
-    } while (0)
 #define OK(call) CHECK((call) == PACKLM_OK, "%s failed", #call)
 
 static const uint32_t prompt[] = {0, 39, 237, 74, 257, 205, 135, 146, 131, 73, 39, 237, 74};

@@ -114,3 +114,14 @@ pub fn legacy_config_gives_identical_logits(name: &str) -> bool {
     assert_bits_equal(&a, &b, &format!("{name}: legacy spelling"));
     true
 }
+
+/// A JSON fixture under tests/fixtures.
+pub fn fixture_json(rel: &str) -> serde_json::Value {
+    let p = fixtures().join(rel);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
