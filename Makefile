@@ -30,4 +30,4 @@ py-test: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: rust-test c-test py-test header-check
+test: header-check rust-test c-test py-test

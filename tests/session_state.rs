@@ -273,3 +273,26 @@ fn sampled_acceptance_preserves_the_target_distribution() {
     assert!(c1 < chi2_critical_001(df1), "first token distribution differs from the target");
     assert!(c2 < chi2_critical_001(df2), "second token distribution differs from the target");
 }
+
+/// A draft pack that is the target itself: every greedy draft must be accepted (its rows are
+/// bit-identical to the target's), and the output equals plain greedy. A draft pack with another
+/// tokenizer is refused (checked when the real SmolLM2 model is present).
+#[test]
+fn model_drafter_with_the_same_model_is_always_accepted() {
+    use packlm::engine::draft::ModelDrafter;
+    for f in ["llama", "gemma3"] {
+        let m = open(&tiny(f));
+        let t = golden(&tiny(f)).tokens;
+        let params = SamplerParams::default();
+        let plain = generate(&mut Session::new(m.clone(), 0).unwrap(), &t[..6], 30, &params, &mut 0, None, 0).unwrap();
+        let mut d = ModelDrafter::new(m.clone(), &m).unwrap();
+        let spec = generate(&mut Session::new(m.clone(), 0).unwrap(), &t[..6], 30, &params, &mut 0, Some(&mut d), 4).unwrap();
+        assert_eq!(spec.tokens, plain.tokens, "{f}");
+        assert!(spec.drafted > 0);
+        assert_eq!(spec.accepted, spec.drafted, "{f}: a self-draft was rejected");
+    }
+    if let Some(p) = smollm2() {
+        let e = ModelDrafter::new(open(&tiny("llama")), &open(&p)).err().expect("another tokenizer must be refused");
+        assert_eq!(e.status, Status::ErrInvalidArgument);
+    }
+}
