@@ -14,6 +14,15 @@
 
 
 /**
+ * Log levels passed to the callback.
+ */
+#define PACKLM_LOG_DEBUG 0
+
+#define PACKLM_LOG_INFO 1
+
+#define PACKLM_LOG_WARN 2
+
+/**
  * Backend codes for `packlm_open_options.backend`.
  */
 #define PACKLM_BACKEND_HOST 0
@@ -140,6 +149,13 @@ typedef enum {
 } packlm_status;
 
 /**
+ * A session's abort flag (opaque), from packlm_session_abort_handle, freed by
+ * packlm_abort_free. Safe to use from any thread, including while the session runs a pass on
+ * another thread: that is its purpose. It keeps only the flag alive, not the session.
+ */
+typedef struct packlm_abort packlm_abort;
+
+/**
  * A source of drafts (opaque), from packlm_drafter_new_*, freed by packlm_drafter_free.
  * Safe to move to any thread; cannot be used by two threads at once.
  */
@@ -164,6 +180,12 @@ typedef struct packlm_prefix_cache packlm_prefix_cache;
  * by two threads at once. Many sessions of one model may run in parallel.
  */
 typedef struct packlm_session packlm_session;
+
+/**
+ * A log callback: level (PACKLM_LOG_*), a NUL-terminated message valid during the call, and the
+ * user_data given to packlm_set_log_callback. May be called from any packlm thread.
+ */
+typedef void (*packlm_log_fn)(int32_t level, const char *message, void *user_data);
 
 /**
  * Called during open with the fraction done (0..1); return false to cancel the open
@@ -345,6 +367,34 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes
+ * the session's current and later passes stop between layers with PACKLM_ERR_ABORTED, leaving
+ * the session as it was before the call, until packlm_abort_clear.
+ */
+packlm_status packlm_session_abort_handle(const packlm_session *session, packlm_abort **out);
+
+/**
+ * Raises the flag. Safe from any thread.
+ */
+packlm_status packlm_abort_set(const packlm_abort *abort);
+
+/**
+ * Lowers the flag, so that the session runs again. Safe from any thread.
+ */
+packlm_status packlm_abort_clear(const packlm_abort *abort);
+
+/**
+ * Frees an abort handle; NULL is a no-op.
+ */
+void packlm_abort_free(packlm_abort *abort);
+
+/**
+ * Sends library messages to `callback` (NULL restores the default: stderr when the PACKLM_LOG
+ * environment variable is "debug", "info" or "warn"). Process-wide; safe from any thread.
+ */
+packlm_status packlm_set_log_callback(packlm_log_fn callback, void *user_data);
 
 /**
  * Writes the default options into `*out`. Never fails except on NULL.

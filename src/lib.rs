@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod kv;
+pub mod log;
 pub mod pack;
 pub mod quant;
 pub mod sample;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::backend::{self, Backend, BackendKind};
 use crate::error::{Error, Result, Status};
 use crate::kv::KvCache;
+use crate::log;
 use crate::pack::chat::{self, Message};
 use crate::pack::vocab::Vocab;
 use crate::pack::Pack;
@@ -55,9 +56,13 @@ impl Model {
         let pack = Pack::open(path)?;
         let weights = Weights::resolve(&pack.spec, &pack.tensors)?;
         let fingerprint = fingerprint(&pack);
-        if std::env::var("PACKLM_LOG").map(|v| v == "debug").unwrap_or(false) {
-            eprintln!("packlm: {} layers: {}", pack.spec.family, pack.spec.layers_json());
+        if log::enabled(log::Level::Debug) {
+            log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));
         }
+        log::log(
+            log::Level::Info,
+            &format!("opened {} ({}, {} layers, backend {})", path.display(), pack.spec.family, pack.spec.layers.len(), backend.name()),
+        );
         Ok(Model {
             spec: pack.spec,
             config: pack.config,

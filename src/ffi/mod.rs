@@ -4,6 +4,7 @@
 
 #![allow(non_camel_case_types)]
 
+pub mod control;
 pub mod guard;
 pub mod model;
 pub mod prefix_cache;

@@ -21,6 +21,14 @@ static void expect_error_mentions(const char *what) {
     CHECK(e && strstr(e, what), "last error \"%s\" should mention \"%s\"", e ? e : "(null)", what);
 }
 
+static int log_calls = 0;
+static char log_last[512];
+static void on_log(int level, const char *message, void *user_data) {
+    (void)level;
+    log_calls += *(int *)user_data;
+    snprintf(log_last, sizeof log_last, "%s", message);
+}
+
 static char path_buf[4096];
 static const char *join(const char *dir, const char *name) {
     snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
@@ -64,7 +72,11 @@ int main(int argc, char **argv) {
     EXPECT_STATUS(packlm_model_open(tiny, &opts, &model), PACKLM_ERR_BACKEND_UNAVAILABLE);
     packlm_open_options_default(&opts);
     opts.threads = 2;
+    int one = 1;
+    EXPECT_STATUS(packlm_set_log_callback(on_log, &one), PACKLM_OK);
     EXPECT_STATUS(packlm_model_open(tiny, &opts, &model), PACKLM_OK);
+    EXPECT_STATUS(packlm_set_log_callback(NULL, NULL), PACKLM_OK);
+    CHECK(log_calls >= 1 && strstr(log_last, "opened"), "log callback: %d calls, last \"%s\"", log_calls, log_last);
     if (!model) { fprintf(stderr, "cannot continue without a model\n"); return 1; }
 
     packlm_info info = {.size = sizeof info};
@@ -125,6 +137,22 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < info.n_vocab; i++) finite &= isfinite(want[i]);
     CHECK(finite, "non-finite logits");
 
+    /* Abort: a raised flag stops passes with ABORTED and leaves the session as it was. */
+    packlm_abort *ab = NULL;
+    EXPECT_STATUS(packlm_session_abort_handle(fresh, &ab), PACKLM_OK);
+    size_t before = 0, after = 0;
+    packlm_session_n_past(fresh, &before);
+    EXPECT_STATUS(packlm_abort_set(ab), PACKLM_OK);
+    EXPECT_STATUS(packlm_step(fresh, 9, want), PACKLM_ERR_ABORTED);
+    packlm_session_n_past(fresh, &after);
+    CHECK(after == before, "aborted step changed n_past %zu -> %zu", before, after);
+    EXPECT_STATUS(packlm_abort_clear(ab), PACKLM_OK);
+    EXPECT_STATUS(packlm_step(fresh, 9, want), PACKLM_OK);
+    EXPECT_STATUS(packlm_step(s, 9, logits), PACKLM_OK);
+    CHECK(memcmp(logits, want, sizeof(float) * info.n_vocab) == 0, "logits after an aborted step differ");
+    packlm_abort_free(ab);
+    packlm_abort_free(NULL);
+
     /* Context overflow is refused, and the session is kept. */
     packlm_session *small = NULL;
     packlm_session_options so = {.size = sizeof so, .n_ctx = 4};
@@ -137,7 +165,7 @@ int main(int argc, char **argv) {
 
     /* Free in any order; NULL is a no-op. The session keeps the model alive. */
     packlm_model_free(model);
-    EXPECT_STATUS(packlm_step(s, 9, logits), PACKLM_OK);
+    EXPECT_STATUS(packlm_step(s, 10, logits), PACKLM_OK);
     packlm_session_free(s);
     packlm_session_free(fresh);
     packlm_session_free(small);
