@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""packlm against llama.cpp on the same GGUF, token ids and thread count, in one run.
+
+    python3 scripts/bench_compare.py MODEL.gguf --llama-python VENV/bin/python [--threads 2]
+
+packlm's numbers come from `cargo run --release --example bench`; llama.cpp's from
+llama-cpp-python, which must already be installed in the Python given by --llama-python (this
+script installs nothing). Each engine runs in its own process so that peak RSS is its own.
+Prints both JSON lines and the ratios packlm / llama.cpp (above 1 means packlm is faster,
+except for open time and RSS, where below 1 is better).
+"""
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+
+LLAMA_SIDE = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    from llama_cpp import Llama
+    path, threads, ids, n_decode = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+    t = time.perf_counter()
+    llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024,
+                n_batch=512, verbose=False)
+    open_s = time.perf_counter() - t
+    best = 1e9
+    for _ in range(3):
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        best = min(best, time.perf_counter() - t)
+    llm.reset()
+    llm.eval(ids)
+    tok = ids[-1]
+    t = time.perf_counter()
+    for _ in range(n_decode):  # decode cost does not depend on which token is fed
+        llm.eval([tok])
+    decode_s = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"engine": "llama.cpp", "threads": threads, "open_s": open_s,
+                      "prompt_tokens": len(ids), "prefill_tok_s": len(ids) / best,
+                      "decode_tok_s": n_decode / decode_s, "peak_rss_mib": rss}))
+    """
+)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--llama-python", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--decode", type=int, default=64)
+    a = ap.parse_args()
+    common = ["--threads", str(a.threads), "--prompt-tokens", str(a.prompt_tokens), "--decode", str(a.decode)]
+    ours = json.loads(subprocess.check_output(
+        ["cargo", "run", "-q", "--release", "--example", "bench", "--", a.model] + common).decode().strip().splitlines()[-1])
+    # The same prompt ids packlm used (its tokenizer; the GGUF's vocabulary is shared).
+    text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. " * 64
+    ids = json.loads(subprocess.check_output(
+        ["cargo", "run", "-q", "--release", "--bin", "packlm", "--", "tokenize", a.model, "--text", text]).decode())
+    ids = ids[: a.prompt_tokens]
+    theirs = json.loads(subprocess.check_output(
+        [a.llama_python, "-c", LLAMA_SIDE, a.model, str(a.threads), json.dumps(ids), str(a.decode)]).decode().strip().splitlines()[-1])
+    print(json.dumps(ours))
+    print(json.dumps(theirs))
+    for key in ("prefill_tok_s", "decode_tok_s", "open_s", "peak_rss_mib"):
+        print(f"{key}: packlm / llama.cpp = {ours[key] / theirs[key]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
