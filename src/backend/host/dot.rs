@@ -44,8 +44,8 @@ pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Fixed tree: lane i of the four 8-wide accumulators summed as ((a0+a1)+(a2+a3)), then the 8
-/// lanes pairwise.
-fn reduce32(acc: &[f32; 32]) -> f32 {
+/// lanes pairwise. row_dot.rs's float kernels end with it too.
+pub(super) fn reduce32(acc: &[f32; 32]) -> f32 {
     let mut v = [0.0f32; 8];
     for i in 0..8 {
         v[i] = (acc[i] + acc[8 + i]) + (acc[16 + i] + acc[24 + i]);

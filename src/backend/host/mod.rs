@@ -1,38 +1,70 @@
-//! The fast CPU backend: weight rows split into tiles over a rayon pool, each tile dequantized
-//! once and dotted with every input row. A tile's results do not depend on which thread runs
-//! it, so any thread count gives the same bits.
+//! The fast CPU backend: weight rows split into tiles shared by the calling thread and a few
+//! helpers (team.rs); each weight row is dotted with every input row by a fused kernel that reads
+//! the row's stored bytes directly (row_dot.rs). One output element is one kernel computation
+//! over the whole reduction, so neither the tiling, nor the thread that runs a tile, nor the
+//! batch size changes its bits.
 
 mod dot;
+pub mod row_dot;
+mod team;
 
-use rayon::prelude::*;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_k;
+mod portable;
+
+use parking_lot::Mutex;
 
 use crate::backend::attention::{self, AttentionArgs};
 use crate::backend::Backend;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
 
 pub use dot::dot;
+use row_dot::{block_sums, RowKernel};
+use team::Team;
 
-/// Weight rows per task: small enough to balance two to sixteen cores on a 576-row matrix,
-/// large enough that scheduling costs little.
-const TILE_ROWS: usize = 16;
+/// Multiply-adds per task (some 20 us on one core): small enough that a thread losing its core
+/// in the middle of a task holds up the end of the call by little, large enough that handing
+/// out tasks (an atomic add and a lock) costs nothing in comparison.
+const TASK_MACS: usize = 1 << 18;
+/// Fewest tasks per thread, so that every thread gets work and a slow one leaves its share to
+/// the others.
+const MIN_TASKS_PER_THREAD: usize = 4;
+/// Multiply-adds below which a matmul runs on the calling thread alone: waking a helper costs
+/// a few microseconds, what some 30k multiply-adds take. Results are the same bits either way.
+const SERIAL_MACS: usize = 1 << 15;
 
 pub struct HostBackend {
-    pool: rayon::ThreadPool,
+    team: Team,
 }
 
 impl HostBackend {
+    /// `threads` threads in all, the calling thread included; 0 means one per core.
     pub fn new(threads: usize) -> Result<HostBackend> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("packlm-host-{i}"))
-            .build()
-            .map_err(|e| Error::invalid(format!("cannot start {threads} threads: {e}")))?;
-        Ok(HostBackend { pool })
+        Ok(HostBackend { team: Team::new(threads)? })
     }
 
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.team.threads()
+    }
+
+    /// Weight rows per task for `n_out` x `n_in` weights and `rows` activation rows.
+    fn tile_rows(&self, n_out: usize, n_in: usize, rows: usize) -> usize {
+        (TASK_MACS / (n_in * rows)).min(n_out.div_ceil(self.threads() * MIN_TASKS_PER_THREAD)).max(1)
+    }
+
+    /// `task(i, chunk i)` for the consecutive `chunk`-element pieces of `buf`, on the team (or
+    /// on this thread alone when `serial`).
+    fn for_chunks(&self, buf: &mut [f32], chunk: usize, serial: bool, task: impl Fn(usize, &mut [f32]) + Sync) {
+        if serial || self.threads() == 1 {
+            buf.chunks_mut(chunk).enumerate().for_each(|(i, c)| task(i, c));
+            return;
+        }
+        // Each piece behind its own (never contended) lock: tasks take them by index.
+        let pieces: Vec<Mutex<&mut [f32]>> = buf.chunks_mut(chunk).map(Mutex::new).collect();
+        self.team.run(pieces.len(), &|i| task(i, &mut pieces[i].lock()));
     }
 }
 
@@ -43,24 +75,33 @@ impl Backend for HostBackend {
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
         let (n_out, n_in) = (w.rows(), w.cols());
+        if rows == 0 || n_out == 0 || n_in == 0 {
+            return;
+        }
+        let (x, out) = (&x[..rows * n_in], &mut out[..rows * n_out]);
+        let kernel = RowKernel::best(w.ty);
+        // Once per activation row, reused by every weight row (Q4_1's and Q4_K's min terms).
+        let sums: Vec<f32> =
+            if kernel.needs_block_sums() { x.chunks_exact(n_in).flat_map(block_sums).collect() } else { Vec::new() };
+        let (bytes, row_bytes) = (w.bytes(), w.row_bytes());
+        let tile = self.tile_rows(n_out, n_in, rows);
+        let serial = n_out * n_in * rows <= SERIAL_MACS;
+        // Tile t: weight rows t * tile.., into a chunk laid out (weight rows, rows).
+        let run = |t: usize, chunk: &mut [f32]| {
+            let (j0, n) = (t * tile, chunk.len() / rows);
+            kernel.dot_rows(&bytes[j0 * row_bytes..(j0 + n) * row_bytes], n_in, x, &sums, chunk);
+        };
+        if rows == 1 {
+            // One activation row: the output is already in weight-row order.
+            self.for_chunks(out, tile, serial, run);
+            return;
+        }
         // Results land transposed ([n_out][rows]) so that each tile owns one contiguous chunk.
         let mut out_t = vec![0.0f32; n_out * rows];
-        self.pool.install(|| {
-            out_t.par_chunks_mut(TILE_ROWS * rows).enumerate().for_each(|(tile, chunk)| {
-                let j0 = tile * TILE_ROWS;
-                let n = chunk.len() / rows;
-                let mut wrow = vec![0.0f32; n_in];
-                for jj in 0..n {
-                    w.row_f32(j0 + jj, &mut wrow);
-                    for m in 0..rows {
-                        chunk[jj * rows + m] = dot(&x[m * n_in..(m + 1) * n_in], &wrow);
-                    }
-                }
-            });
-        });
-        for j in 0..n_out {
-            for m in 0..rows {
-                out[m * n_out + j] = out_t[j * rows + m];
+        self.for_chunks(&mut out_t, tile * rows, serial, run);
+        for (j, col) in out_t.chunks_exact(rows).enumerate() {
+            for (m, &v) in col.iter().enumerate() {
+                out[m * n_out + j] = v;
             }
         }
     }
@@ -68,13 +109,18 @@ impl Backend for HostBackend {
     /// Each (row, head) pair is one task; its arithmetic is the scalar version's.
     fn attention(&self, a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
         let (d, nh) = (a.head_dim, a.n_heads);
+        if d == 0 || nh == 0 {
+            return;
+        }
         let out = &mut out[..rows * nh * d];
-        self.pool.install(|| {
-            out.par_chunks_mut(d).enumerate().for_each(|(i, o)| {
-                let (r, h) = (i / nh, i % nh);
-                let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
-                attention::head(a, qh, h, a.first_position + r, o);
-            });
+        // Scores and values over the visible keys: below a few thousand multiply-adds per head
+        // in all, helpers cost more than they save.
+        let visible = a.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
+        let serial = rows * nh * visible * d * 2 <= SERIAL_MACS;
+        self.for_chunks(out, d, serial, |i, o| {
+            let (r, h) = (i / nh, i % nh);
+            let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
+            attention::head(a, qh, h, a.first_position + r, o);
         });
     }
 }

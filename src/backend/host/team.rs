@@ -1,0 +1,188 @@
+//! Running the independent tasks of one kernel call (matmul tiles, attention heads) on the
+//! calling thread and up to `threads - 1` pool workers.
+//!
+//! The calling thread works too, taking tasks from a shared counter like the helpers, and it
+//! waits only for helpers that actually started a task. With rayon's `install`, the caller
+//! sleeps until a worker has been scheduled, run everything and woken it: two thread wake-ups
+//! per call (tens of microseconds on a busy machine, and a decode step makes ~200 calls), and
+//! nothing at all gets done while the workers wait for a core. Here, if no helper gets a core
+//! in time, the caller simply does every task itself.
+//!
+//! Which thread runs a task never changes what the task computes, so results do not depend on
+//! the thread count.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+pub(super) struct Team {
+    /// `threads - 1` helpers; None for one thread.
+    pool: Option<rayon::ThreadPool>,
+    threads: usize,
+}
+
+/// The task function with its lifetime erased (see `Team::run` for why that is sound).
+type TaskPtr = *const (dyn Fn(usize) + Sync + 'static);
+
+/// One `run` call, shared with the helpers it spawned.
+struct Job {
+    task: TaskPtr,
+    n: usize,
+    /// Next task to hand out.
+    next: AtomicUsize,
+    /// Set by the caller once every task has been handed out: a helper that starts later must
+    /// not touch `task`.
+    closed: AtomicBool,
+    /// Helpers between "I may touch `task`" and "I am done with it".
+    active: AtomicUsize,
+    /// A task panicked on a helper.
+    panicked: AtomicBool,
+}
+
+// SAFETY: `task` points to a `Fn + Sync`, so calling it from several threads at once is allowed;
+// the pointer itself is only dereferenced under the protocol described in `Team::run`.
+unsafe impl Send for Job {}
+// SAFETY: as above; every other field is atomic.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Takes and runs tasks until none are left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, SeqCst);
+            if i >= self.n {
+                return;
+            }
+            // SAFETY: the caller of `Team::run` is still inside `run` (it cannot return before
+            // `closed` is set and `active` is back to 0, and we are either the caller or a
+            // helper counted in `active` that saw `closed` unset), so the closure `task` points
+            // to is alive.
+            unsafe { (*self.task)(i) };
+        }
+    }
+
+    /// A helper's part: register, then work unless the caller has already closed the job.
+    fn help(&self) {
+        self.active.fetch_add(1, SeqCst);
+        if !self.closed.load(SeqCst) && catch_unwind(AssertUnwindSafe(|| self.work())).is_err() {
+            self.panicked.store(true, SeqCst);
+        }
+        self.active.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Team {
+    pub(super) fn new(threads: usize) -> Result<Team> {
+        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let pool = if threads > 1 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads - 1)
+                .thread_name(|i| format!("packlm-host-{}", i + 1))
+                .build()
+                .map_err(|e| Error::invalid(format!("cannot start {threads} threads: {e}")))?;
+            Some(pool)
+        } else {
+            None
+        };
+        Ok(Team { pool, threads })
+    }
+
+    pub(super) fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `task(i)` once for every `i < n` and returns when all have finished; `task` must
+    /// not depend on which thread runs it. A panic in a task is raised again here.
+    ///
+    /// Soundness of the lifetime erasure: helpers receive a raw pointer to `task`, which lives
+    /// on the caller's stack. A helper increments `active`, then reads `closed`; it calls `task`
+    /// only if `closed` was unset, and decrements `active` when done. The caller sets `closed`
+    /// after the last task was handed out, then waits for `active == 0` before returning (or
+    /// unwinding). All of it is SeqCst, so a helper whose increment comes after the caller's
+    /// final read of `active` also reads `closed` after it was set, and never calls `task`.
+    pub(super) fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        let helpers = (self.threads - 1).min(n.saturating_sub(1));
+        let Some(pool) = self.pool.as_ref().filter(|_| helpers > 0) else {
+            (0..n).for_each(task);
+            return;
+        };
+        // SAFETY: only the lifetime changes (a fat pointer to the same trait object); the
+        // protocol above keeps every use inside this call.
+        let task: TaskPtr = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), TaskPtr>(task) };
+        let job = Arc::new(Job {
+            task,
+            n,
+            next: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+        });
+        for _ in 0..helpers {
+            let job = job.clone();
+            pool.spawn(move || job.help());
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| job.work()));
+        job.closed.store(true, SeqCst);
+        let mut spins = 0u32;
+        while job.active.load(SeqCst) != 0 {
+            // A helper is finishing a task it took: tasks are short, so spin a little first.
+            spins += 1;
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if let Err(p) = mine {
+            resume_unwind(p);
+        }
+        if job.panicked.load(SeqCst) {
+            panic!("a host backend task panicked on a helper thread");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn every_task_runs_exactly_once() {
+        for threads in [1, 2, 3, 8] {
+            let team = Team::new(threads).unwrap();
+            for n in [0, 1, 2, 7, 100, 1000] {
+                let counts: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                for _ in 0..20 {
+                    team.run(n, &|i| {
+                        counts[i].fetch_add(1, SeqCst);
+                    });
+                }
+                assert!(counts.iter().all(|c| c.load(SeqCst) == 20), "threads={threads} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_panics_the_caller_after_the_others_finish() {
+        let team = Team::new(3).unwrap();
+        let done = AtomicU32::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            team.run(64, &|i| {
+                if i == 40 {
+                    panic!("task 40");
+                }
+                done.fetch_add(1, SeqCst);
+            })
+        }));
+        assert!(r.is_err());
+        // The team is still usable afterwards.
+        let again = AtomicU32::new(0);
+        team.run(10, &|_| {
+            again.fetch_add(1, SeqCst);
+        });
+        assert_eq!(again.load(SeqCst), 10);
+    }
+}
