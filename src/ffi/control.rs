@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::Status;
-use crate::ffi::guard::{ffi_boundary, try_mut, try_ref};
+use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref};
 use crate::ffi::session::packlm_session;
 use crate::log::{self, Level};
 
@@ -50,10 +50,7 @@ pub extern "C" fn packlm_abort_clear(abort: *const packlm_abort) -> Status {
 /// Frees an abort handle; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn packlm_abort_free(abort: *mut packlm_abort) {
-    if !abort.is_null() {
-        // SAFETY: from packlm_session_abort_handle, freed once.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(abort) })));
-    }
+    free_box(abort);
 }
 
 /// Log levels passed to the callback.

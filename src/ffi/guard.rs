@@ -135,3 +135,12 @@ pub fn write_items<T: Copy>(items: &[T], buf: *mut T, cap: usize, n: *mut usize)
     *n = items.len();
     Ok(())
 }
+
+/// Frees a handle made by `Box::into_raw`; NULL is a no-op; a panic in a destructor is caught.
+pub fn free_box<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: `p` came from Box::into_raw in this library and is freed once (the caller's
+        // contract, stated on each `_free` function).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(p) })));
+    }
+}

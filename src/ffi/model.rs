@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::backend::BackendKind;
 use crate::engine::{Model, OpenOptions};
 use crate::error::{Error, Result, Status};
-use crate::ffi::guard::{ffi_boundary, try_cstr, try_mut, try_ref, write_items, write_text};
+use crate::ffi::guard::{free_box, ffi_boundary, try_cstr, try_mut, try_ref, write_items, write_text};
 
 /// An open model (opaque): weights (memory-mapped), tokenizer, per-layer table. Created by
 /// packlm_model_open, freed by packlm_model_free. Immutable: safe to move to any thread and to
@@ -110,10 +110,7 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
 /// Frees a model handle; NULL is a no-op. Sessions created from it stay valid.
 #[no_mangle]
 pub extern "C" fn packlm_model_free(model: *mut packlm_model) {
-    if !model.is_null() {
-        // SAFETY: `model` came from packlm_model_open and is freed once (caller's contract).
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(model) })));
-    }
+    free_box(model);
 }
 
 /// Numbers describing an open model.

@@ -3,7 +3,7 @@
 
 use crate::engine::prefix_cache::PrefixCache;
 use crate::error::Status;
-use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice};
+use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice};
 use crate::ffi::session::packlm_session;
 
 /// A prefix cache (opaque), from packlm_prefix_cache_new, freed by packlm_prefix_cache_free.
@@ -51,8 +51,5 @@ pub extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache,
 /// Frees a cache; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn packlm_prefix_cache_free(cache: *mut packlm_prefix_cache) {
-    if !cache.is_null() {
-        // SAFETY: from packlm_prefix_cache_new, freed once.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(cache) })));
-    }
+    free_box(cache);
 }

@@ -3,7 +3,7 @@
 
 use crate::engine::{Session, Want};
 use crate::error::{Error, Status};
-use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut};
+use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut};
 use crate::ffi::model::packlm_model;
 
 /// A conversation's state (opaque): KV planes, positions held, last logits. Created by
@@ -55,10 +55,7 @@ pub extern "C" fn packlm_session_new(model: *const packlm_model, options: *const
 /// Frees a session; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn packlm_session_free(session: *mut packlm_session) {
-    if !session.is_null() {
-        // SAFETY: `session` came from packlm_session_new and is freed once.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(session) })));
-    }
+    free_box(session);
 }
 
 /// Positions the session holds, into `*n_past`.

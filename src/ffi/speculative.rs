@@ -3,7 +3,7 @@
 use crate::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
 use crate::engine::speculative::Acceptance;
 use crate::error::{Error, Status};
-use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut, write_items};
+use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut, write_items};
 use crate::ffi::model::packlm_model;
 use crate::ffi::session::packlm_session;
 use crate::sample::{sample, SamplerParams};
@@ -198,8 +198,5 @@ pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: 
 /// Frees a drafter; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn packlm_drafter_free(drafter: *mut packlm_drafter) {
-    if !drafter.is_null() {
-        // SAFETY: from packlm_drafter_new_*, freed once.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(drafter) })));
-    }
+    free_box(drafter);
 }

@@ -14,7 +14,7 @@ pub const PACKLM_ABI_VERSION: u32 = 1;
 pub extern "C" fn packlm_status_str(status: i32) -> *const c_char {
     match Status::from_code(status) {
         Some(s) => s.text().as_ptr() as *const c_char,
-        None => "unknown status\0".as_ptr() as *const c_char,
+        None => c"unknown status".as_ptr(),
     }
 }
 

@@ -18,7 +18,7 @@ pub struct Plane {
 
 impl Plane {
     pub fn positions(&self) -> usize {
-        if self.kv_width == 0 { 0 } else { self.k.len() / self.kv_width }
+        self.k.len().checked_div(self.kv_width).unwrap_or(0)
     }
     pub fn truncate(&mut self, n: usize) {
         self.k.truncate(n * self.kv_width);

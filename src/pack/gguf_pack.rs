@@ -193,7 +193,7 @@ fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_
         ty.row_bytes(cols).ok_or_else(|| Error::tensor(format!("GGUF: tensor {name} row size")))?
     };
     let rows = if shape.len() == 1 { shape[0] } else { rows };
-    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 || row_bytes * rows != data.len() {
+    if n_head == 0 || rows % n_head != 0 || !(rows / n_head).is_multiple_of(2) || row_bytes * rows != data.len() {
         return Err(Error::tensor(format!(
             "GGUF: tensor {name} with {rows} rows cannot be split into {n_head} rope heads"
         )));

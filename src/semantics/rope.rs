@@ -171,6 +171,8 @@ fn llama3_inv_freq(inv: &[f32], factor: f64, low: f64, high: f64, old_ctx: f64) 
             let scaled = if wavelen > low_wavelen { f / factor } else { f };
             let smooth = (old_ctx / wavelen - low) / (high - low);
             let smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled;
+            // HF: ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen), kept literally.
+            #[allow(clippy::nonminimal_bool, clippy::neg_cmp_op_on_partial_ord)]
             let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
             (if medium { smoothed } else { scaled }) as f32
         })
