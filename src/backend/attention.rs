@@ -27,14 +27,15 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
     for r in 0..rows {
         for h in 0..a.n_heads {
             let o = &mut out[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim];
-            head(a, &q[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim], h, a.first_position + r, o);
+            head(a, &q[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim], h, a.first_position + r, o, dot_sequential);
         }
     }
 }
 
 /// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
-/// HF's eager attention), then the probability-weighted sum of values, in key order.
-pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32]) {
+/// HF's eager attention), then the probability-weighted sum of values, in key order. `dot` is
+/// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch).
+pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: fn(&[f32], &[f32]) -> f32) {
     let d = a.head_dim;
     let kvw = a.n_kv_heads * d;
     let kvh = h / (a.n_heads / a.n_kv_heads);
@@ -47,7 +48,7 @@ pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32]
     let mut max = f32::NEG_INFINITY;
     for t in lo..=pos {
         let kt = &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-        let mut s = dot_sequential(qh, kt) * a.scale;
+        let mut s = dot(qh, kt) * a.scale;
         if let Some(cap) = a.softcap {
             s = (s / cap).tanh() * cap;
         }

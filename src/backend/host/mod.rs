@@ -120,7 +120,7 @@ impl Backend for HostBackend {
         self.for_chunks(out, d, serial, |i, o| {
             let (r, h) = (i / nh, i % nh);
             let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
-            attention::head(a, qh, h, a.first_position + r, o);
+            attention::head(a, qh, h, a.first_position + r, o, dot);
         });
     }
 }
