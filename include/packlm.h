@@ -509,7 +509,8 @@ packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uin
 
 /**
  * A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
- * n tokens (n from `max_ngram` down to 1). `*out` is owned by the caller.
+ * n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches).
+ * `*out` is owned by the caller.
  */
 packlm_status packlm_drafter_new_ngram(uint32_t max_ngram, packlm_drafter **out);
 

@@ -19,11 +19,14 @@ pub trait Drafter {
 
 pub struct NgramDrafter {
     pub max_ngram: usize,
+    /// Shortest suffix that counts as a match. One-token matches are mostly chance on prose and
+    /// each costs a verify pass, so the default asks for two.
+    pub min_ngram: usize,
 }
 
 impl Default for NgramDrafter {
     fn default() -> Self {
-        NgramDrafter { max_ngram: 3 }
+        NgramDrafter { max_ngram: 3, min_ngram: 2 }
     }
 }
 
@@ -31,14 +34,15 @@ impl Drafter for NgramDrafter {
     fn propose(&mut self, history: &[u32], pending: u32, k: usize) -> Result<Vec<u32>> {
         let mut seq = history.to_vec();
         seq.push(pending);
-        Ok(ngram_lookup(&seq, self.max_ngram, k))
+        Ok(ngram_lookup(&seq, self.min_ngram, self.max_ngram, k))
     }
 }
 
-/// The continuation of the latest earlier match of `seq`'s last n tokens, longest n first.
-pub fn ngram_lookup(seq: &[u32], max_ngram: usize, k: usize) -> Vec<u32> {
+/// The continuation of the latest earlier match of `seq`'s last n tokens, longest n first
+/// (n from `max_ngram` down to `min_ngram`).
+pub fn ngram_lookup(seq: &[u32], min_ngram: usize, max_ngram: usize, k: usize) -> Vec<u32> {
     let len = seq.len();
-    for n in (1..=max_ngram.min(len.saturating_sub(1))).rev() {
+    for n in (min_ngram.max(1)..=max_ngram.min(len.saturating_sub(1))).rev() {
         let suffix = &seq[len - n..];
         // Latest start s < len - n with seq[s..s+n] == suffix and at least one token after it.
         for s in (0..len - n).rev() {
@@ -106,11 +110,12 @@ mod tests {
     fn ngram_proposes_what_followed_the_latest_match() {
         // "1 2 3 9 ... 1 2 3" -> the latest earlier "1 2 3" is followed by 4 5.
         let seq = [1, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2, 3];
-        assert_eq!(ngram_lookup(&seq, 3, 2), vec![4, 5]);
-        assert_eq!(ngram_lookup(&seq, 3, 10), vec![4, 5, 8, 1, 2, 3]);
+        assert_eq!(ngram_lookup(&seq, 1, 3, 2), vec![4, 5]);
+        assert_eq!(ngram_lookup(&seq, 1, 3, 10), vec![4, 5, 8, 1, 2, 3]);
         // No match of any length: nothing.
-        assert_eq!(ngram_lookup(&[1, 2, 3], 3, 4), Vec::<u32>::new());
-        // Falls back to shorter n-grams.
-        assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 3, 1), vec![7]);
+        assert_eq!(ngram_lookup(&[1, 2, 3], 1, 3, 4), Vec::<u32>::new());
+        // Falls back to shorter n-grams, down to the minimum.
+        assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 1, 3, 1), vec![7]);
+        assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 2, 3, 1), Vec::<u32>::new());
     }
 }

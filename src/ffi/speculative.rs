@@ -156,7 +156,8 @@ pub struct packlm_drafter {
 }
 
 /// A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
-/// n tokens (n from `max_ngram` down to 1). `*out` is owned by the caller.
+/// n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches).
+/// `*out` is owned by the caller.
 #[no_mangle]
 pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm_drafter) -> Status {
     ffi_boundary!("packlm_drafter_new_ngram", {
@@ -164,7 +165,7 @@ pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm
         if max_ngram == 0 {
             return Err(Error::invalid("max_ngram must be at least 1"));
         }
-        *out = Box::into_raw(Box::new(packlm_drafter { inner: Box::new(NgramDrafter { max_ngram: max_ngram as usize }) }));
+        *out = Box::into_raw(Box::new(packlm_drafter { inner: Box::new(NgramDrafter { max_ngram: max_ngram as usize, min_ngram: (max_ngram as usize).min(2) }) }));
         Ok(())
     })
 }
