@@ -296,3 +296,21 @@ fn model_drafter_with_the_same_model_is_always_accepted() {
         assert_eq!(e.status, Status::ErrInvalidArgument);
     }
 }
+
+/// One model, four sessions on four threads at once: each gets the bits a lone session gets.
+#[test]
+fn sessions_of_one_model_run_in_parallel_threads() {
+    let m = open(&tiny("gemma3"));
+    let t = golden(&tiny("gemma3")).tokens;
+    let want = all_rows(&m, &t);
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let m = m.clone();
+            let t = t.clone();
+            std::thread::spawn(move || all_rows(&m, &t))
+        })
+        .collect();
+    for h in handles {
+        assert_bits_equal(&h.join().unwrap(), &want, "parallel session");
+    }
+}
