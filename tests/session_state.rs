@@ -86,7 +86,7 @@ fn verify_accepts_the_greedy_prefix_and_rolls_back_exactly() {
         let base = 6;
         // The greedy continuation after t[..=base], from plain steps.
         let mut g = Session::new(m.clone(), 0).unwrap();
-        g.step_batch(&t[..=base], Want::None).unwrap();
+        g.step_batch(&t[..=base], Want::Last).unwrap();
         let mut greedy = Vec::new();
         let mut row_logits = Vec::new();
         for _ in 0..5 {
@@ -243,7 +243,7 @@ fn sampled_acceptance_preserves_the_target_distribution() {
     let pending = t[base];
     // Target distributions of the two judged rows, from plain steps.
     let mut g = Session::new(m.clone(), 0).unwrap();
-    g.step_batch(&t[..=base], Want::None).unwrap();
+    g.step_batch(&t[..=base], Want::Last).unwrap();
     let mut hist = t[..=base].to_vec();
     let p0 = probabilities(&g.last_logits, &params, &hist);
     let mut order: Vec<usize> = (0..p0.len()).collect();

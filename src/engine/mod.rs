@@ -114,7 +114,8 @@ pub struct Session {
     pub kv: KvCache,
     /// The token at each held position.
     pub tokens: Vec<u32>,
-    /// Logits of the last stepped position (empty before the first step).
+    /// Logits of the last stepped position (empty before the first step, and after a pass that
+    /// asked for none, a truncate or a restore).
     pub last_logits: Vec<f32>,
     /// Most positions this session may hold.
     pub n_ctx: usize,
@@ -165,13 +166,13 @@ impl Session {
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.check(tokens)?;
         let model = self.model.clone();
-        // The last row is always computed so that last_logits stays current.
-        let run_want = if want == Want::All { Want::All } else { Want::Last };
-        let logits = forward::forward(&model, &mut self.kv, tokens, run_want, &self.abort)?;
+        let logits = forward::forward(&model, &mut self.kv, tokens, want, &self.abort)?;
+        // Want::None skips the output projection (on a 262k vocabulary it costs more than a
+        // token's layers), so there are no last logits to keep after it.
         let v = model.spec.vocab_size;
-        self.last_logits = logits[logits.len() - v..].to_vec();
+        self.last_logits = if logits.is_empty() { Vec::new() } else { logits[logits.len() - v..].to_vec() };
         self.tokens.extend_from_slice(tokens);
-        Ok(if want == Want::None { Vec::new() } else { logits })
+        Ok(logits)
     }
 
     /// One position.
