@@ -19,6 +19,7 @@ fn check_golden(name: &str, backend: BackendKind) {
     // Rows of padded vocabularies: compare the golden's width.
     assert_eq!(got.len(), g.logits.len(), "{name}: logits size");
     let d = max_abs_diff(&got, &g.logits);
+    eprintln!("{name} ({backend:?}): max |packlm - HF| = {d:e}");
     assert!(d <= TOL_F32, "{name} ({backend:?}): max |packlm - HF| = {d} > {TOL_F32}");
 }
 
