@@ -132,7 +132,10 @@ fn exact_and_bound(ty: WeightType, w: &[u8], x: &[f32]) -> (f64, f64) {
 }
 
 fn isas() -> Vec<Isa> {
-    if Isa::Avx2.available() {
+    if Isa::Avx512.available() {
+        vec![Isa::Portable, Isa::Avx2, Isa::Avx512]
+    } else if Isa::Avx2.available() {
+        eprintln!("note: this CPU lacks AVX-512 F/VL; the wide kernels are not tested");
         vec![Isa::Portable, Isa::Avx2]
     } else {
         eprintln!("note: this CPU lacks AVX2/FMA/F16C; only the portable kernels are tested");
@@ -326,9 +329,10 @@ fn hand_worked_blocks() {
     }
 }
 
-/// `dot_rows` decodes a weight row once for a group of activation rows (4 at a time, or 2 for
-/// Q6_K): on both implementations, every output must still have the bits `dot` gives it alone,
-/// whatever the number of rows and wherever a row falls in a group.
+/// `dot_rows` decodes a weight row once for a group of activation rows (up to 8 at a time, then
+/// smaller groups): on every implementation, every output must still have the bits `dot` gives
+/// it alone, whatever the number of rows and wherever a row falls in a group; and the AVX-512
+/// kernels (the AVX2 source with more registers) must give the AVX2 kernels' bits.
 #[test]
 fn grouped_rows_give_the_bits_of_single_rows() {
     let mut rng = Rng(7);
@@ -337,9 +341,10 @@ fn grouped_rows_give_the_bits_of_single_rows() {
         let rb = ty.row_bytes(n_in).unwrap();
         let n_w = 3;
         let w: Vec<u8> = (0..n_w).flat_map(|_| random_row(&mut rng, ty, n_in)).collect();
-        for m in 1..=9 {
+        for m in 1..=17 {
             let x = random_x(&mut rng, m * n_in);
             let sums: Vec<f32> = block_sums(&x).collect();
+            let mut by_isa = Vec::new();
             for isa in isas() {
                 let k = RowKernel::new(ty, isa);
                 let mut out = vec![f32::NAN; n_w * m];
@@ -355,6 +360,13 @@ fn grouped_rows_give_the_bits_of_single_rows() {
                         );
                     }
                 }
+                by_isa.push((isa, out));
+            }
+            let simd: Vec<_> = by_isa.iter().filter(|(isa, _)| *isa != Isa::Portable).collect();
+            for pair in simd.windows(2) {
+                let ((a, oa), (b, ob)) = (pair[0], pair[1]);
+                let same = oa.iter().zip(ob).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "{ty} m={m}: {a:?} and {b:?} differ");
             }
         }
     }
@@ -448,6 +460,22 @@ fn bench_row_kernels() {
         }
         eprintln!("{line}");
     }
+    // Prefill: 64 activation rows against a 256-row tile (the grouped kernels).
+    for ty in ALL {
+        let (n_out, n_in, rows) = (256, if ty.block_elems() == 256 { 768 } else { 640 }, 64);
+        let w = tensor(ty, n_out, n_in, &mut rng);
+        let x = random_x(&mut rng, rows * n_in);
+        let sums: Vec<f32> = block_sums(&x).collect();
+        let mut line = format!("{ty:>5} x {rows} rows:");
+        for isa in isas() {
+            let k = RowKernel::new(ty, isa);
+            let mut out = vec![0.0f32; n_out * rows];
+            let s = min_time(|| k.dot_rows(w.bytes(), n_in, &x, &sums, &mut out));
+            std::hint::black_box(&out);
+            line += &format!("  {isa:?} {:.3} ns/weight/row", s * 1e9 / (n_out * n_in * rows) as f64);
+        }
+        eprintln!("{line}");
+    }
     // (type, n_out, n_in, activation rows, repetitions): matrices far larger than the caches
     // (memory-bound), a small one (the cost of sharing work), and a prefill of 64 rows.
     let cases = [
@@ -466,6 +494,36 @@ fn bench_row_kernels() {
             let s = min_time(|| (0..reps).for_each(|_| be.matmul(&w, &x, rows, &mut out))) / reps as f64;
             eprintln!(
                 "{ty} {n_out} x {n_in} matmul of {rows} rows, {threads} threads: {:.1} us, {:.3} ns/weight/row",
+                s * 1e6,
+                s * 1e9 / (n_out * n_in * rows) as f64
+            );
+        }
+    }
+}
+
+/// Not a check: whole matmuls of Gemma3-270m's prefill shapes (128 activation rows), on 1 and 2
+/// threads, fastest of 15. `cargo test --release --test host_kernels -- --ignored --nocapture
+/// prefill_shapes`.
+#[test]
+#[ignore]
+fn bench_prefill_shapes() {
+    let mut rng = Rng(8);
+    let cases = [
+        (WeightType::Q5_0, 2048, 640),
+        (WeightType::Q5_0, 256, 640),
+        (WeightType::Q4_K, 640, 1024),
+        (WeightType::Q6_K, 640, 2048),
+    ];
+    let rows = 128;
+    for (ty, n_out, n_in) in cases {
+        let w = tensor(ty, n_out, n_in, &mut rng);
+        let x = random_x(&mut rng, rows * n_in);
+        let mut out = vec![0.0f32; rows * n_out];
+        for threads in [1, 2] {
+            let be = HostBackend::new(threads).unwrap();
+            let s = min_time(|| be.matmul(&w, &x, rows, &mut out));
+            eprintln!(
+                "{ty} {n_out} x {n_in}, {rows} rows, {threads} threads: {:.0} us, {:.4} ns/weight/row",
                 s * 1e6,
                 s * 1e9 / (n_out * n_in * rows) as f64
             );

@@ -149,14 +149,16 @@ pub(super) fn sum_lanes(v: __m256) -> f32 {
 }
 
 /// Every weight row of the tile against every activation row: `out[j * m + r]`. Activation rows
-/// go R at a time through `many`, the rest one at a time through `one` (both compute each output
-/// with the same operations). Activation rows are the outer loop so that a group of them stays
-/// in L1 while the tile's weight rows pass.
+/// go R at a time through `many`, then H at a time through `few`, the rest one at a time
+/// through `one` (all compute each output with the same operations; H = R or 1 skips `few`).
+/// Activation rows are the outer loop so that a group of them stays in L1 while the tile's
+/// weight rows pass.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) fn each_row<const R: usize>(
+pub(super) fn each_row<const R: usize, const H: usize>(
     t: Tile,
     many: impl Fn(&[u8], [&[f32]; R], [&[f32]; R]) -> [f32; R],
+    few: impl Fn(&[u8], [&[f32]; H], [&[f32]; H]) -> [f32; H],
     one: impl Fn(&[u8], [&[f32]; 1], [&[f32]; 1]) -> [f32; 1],
 ) {
     if t.row_bytes == 0 || t.n_in == 0 || t.x.len() < t.n_in {
@@ -173,6 +175,13 @@ pub(super) fn each_row<const R: usize>(
             o[r..r + R].copy_from_slice(&many(w, xs, ss));
         }
         r += R;
+    }
+    while H > 1 && H < R && r + H <= m {
+        let (xs, ss) = (std::array::from_fn(|i| x_row(r + i)), std::array::from_fn(|i| sum_row(r + i)));
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            o[r..r + H].copy_from_slice(&few(w, xs, ss));
+        }
+        r += H;
     }
     for r in r..m {
         let (x, s) = ([x_row(r)], [sum_row(r)]);
@@ -258,55 +267,81 @@ fn legacy<const BB: usize, const MIN: bool, const R: usize>(
 }
 
 /// Activation rows decoded together by the 32-element formats: 4 x 2 accumulators, 4 weight
-/// runs and a scale fill 13 of the 16 registers.
+/// runs and a scale fill 13 of AVX2's 16 registers; with AVX-512's 32, 8 rows fit (16
+/// accumulators), halving the decoding per output.
 const R_LEGACY: usize = 4;
+const R_LEGACY_WIDE: usize = 8;
 
-/// The entry point of a 32-element format: `each_row` over `legacy`.
+/// The entry point of a 32-element format: `each_row` over `legacy`, R then H rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn legacy_tile<const BB: usize, const MIN: bool>(
+fn legacy_tile<const BB: usize, const MIN: bool, const R: usize, const H: usize>(
     t: Tile,
     decode: impl Fn(&[u8; BB]) -> (f32, f32, [__m256; 4]) + Copy,
 ) {
-    each_row::<R_LEGACY>(
+    each_row::<R, H>(
         t,
-        |w, x, s| legacy::<BB, MIN, R_LEGACY>(w, x, s, decode),
+        |w, x, s| legacy::<BB, MIN, R>(w, x, s, decode),
+        |w, x, s| legacy::<BB, MIN, H>(w, x, s, decode),
         |w, x, s| legacy::<BB, MIN, 1>(w, x, s, decode),
     )
 }
 
+/// Each 32-element format twice: `$name` for AVX2 (R_LEGACY rows per group) and `$wide` for
+/// AVX-512 F + VL (R_LEGACY_WIDE unless given), the same source and operations; AVX-512 only lends the
+/// compiler 32 registers (EVEX-encoded 256-bit instructions round exactly as the VEX ones).
+macro_rules! legacy_entry {
+    ($name:ident, $wide:ident, $bb:expr, $min:expr, $decode:ident) => {
+        legacy_entry!($name, $wide, $bb, $min, $decode, R_LEGACY_WIDE);
+    };
+    ($name:ident, $wide:ident, $bb:expr, $min:expr, $decode:ident, $r_wide:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub fn $name(t: Tile) {
+            legacy_tile::<{ $bb }, $min, R_LEGACY, 2>(t, |b| $decode(b))
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+        pub fn $wide(t: Tile) {
+            legacy_tile::<{ $bb }, $min, { $r_wide }, R_LEGACY>(t, |b| $decode(b))
+        }
+    };
+}
+
+legacy_entry!(q8_0, q8_0_wide, 2 + QK, false, q8_0_block);
+legacy_entry!(q4_0, q4_0_wide, 2 + QK / 2, false, q4_0_block);
+// Q4_1 keeps 4 rows: its 8 scalar min chains would take the registers 8 rows need (6 and 8
+// rows both timed slower than 4).
+legacy_entry!(q4_1, q4_1_wide, Q4_1_BYTES, true, q4_1_block, R_LEGACY);
+legacy_entry!(q5_0, q5_0_wide, 2 + 4 + QK / 2, false, q5_0_block);
+
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q8_0(t: Tile) {
-    legacy_tile::<{ 2 + QK }, false>(t, |b| {
-        (f16_scalar(sub::<_, 0, 2, 34>(b)), 0.0, i8x32(bytes32(sub::<_, 2, 32, 34>(b))))
-    })
+#[inline]
+fn q8_0_block(b: &[u8; 2 + QK]) -> (f32, f32, [__m256; 4]) {
+    (f16_scalar(sub::<_, 0, 2, 34>(b)), 0.0, i8x32(bytes32(sub::<_, 2, 32, 34>(b))))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_0(t: Tile) {
-    legacy_tile::<{ 2 + QK / 2 }, false>(t, |b| {
-        (f16_scalar(sub::<_, 0, 2, 18>(b)), 0.0, runs_f32(nibble_runs(sub::<_, 2, 16, 18>(b)), 8))
-    })
+#[inline]
+fn q4_0_block(b: &[u8; 2 + QK / 2]) -> (f32, f32, [__m256; 4]) {
+    (f16_scalar(sub::<_, 0, 2, 18>(b)), 0.0, runs_f32(nibble_runs(sub::<_, 2, 16, 18>(b)), 8))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_1(t: Tile) {
-    legacy_tile::<Q4_1_BYTES, true>(t, |b| {
-        // d and m are adjacent f16s: one conversion gives both.
-        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, 20>(b))));
-        let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
-        (d, m, runs_f32(nibble_runs(sub::<_, 4, 16, 20>(b)), 0))
-    })
+#[inline]
+fn q4_1_block(b: &[u8; Q4_1_BYTES]) -> (f32, f32, [__m256; 4]) {
+    // d and m are adjacent f16s: one conversion gives both.
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, 20>(b))));
+    let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+    (d, m, runs_f32(nibble_runs(sub::<_, 4, 16, 20>(b)), 0))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn q5_0(t: Tile) {
-    legacy_tile::<{ 2 + 4 + QK / 2 }, false>(t, |b| {
-        let high = _mm256_and_si256(bit_bytes32(u32::from_le_bytes(*sub::<_, 2, 4, 22>(b))), _mm256_set1_epi8(0x10));
-        let nibbles = nibble_bytes(sub::<_, 6, 16, 22>(b));
-        let q = _mm256_sub_epi8(_mm256_or_si256(nibbles, high), _mm256_set1_epi8(16));
-        (f16_scalar(sub::<_, 0, 2, 22>(b)), 0.0, i8x32(q))
-    })
+#[inline]
+fn q5_0_block(b: &[u8; 2 + 4 + QK / 2]) -> (f32, f32, [__m256; 4]) {
+    let high = _mm256_and_si256(bit_bytes32(u32::from_le_bytes(*sub::<_, 2, 4, 22>(b))), _mm256_set1_epi8(0x10));
+    let nibbles = nibble_bytes(sub::<_, 6, 16, 22>(b));
+    let q = _mm256_sub_epi8(_mm256_or_si256(nibbles, high), _mm256_set1_epi8(16));
+    (f16_scalar(sub::<_, 0, 2, 22>(b)), 0.0, i8x32(q))
 }
 
 /// The 32 nibbles of a 4-bit block as bytes in element order: low nibbles, then high ones.

@@ -60,7 +60,25 @@ fn q4_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f3
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q4_k(t: Tile) {
-    each_row::<4>(t, |w, x, s| q4_k_row::<4>(w, x, s), |w, x, s| q4_k_row::<1>(w, x, s))
+    each_row::<4, 2>(
+        t,
+        |w, x, s| q4_k_row::<4>(w, x, s),
+        |w, x, s| q4_k_row::<2>(w, x, s),
+        |w, x, s| q4_k_row::<1>(w, x, s),
+    )
+}
+
+/// `q4_k` with AVX-512's 32 registers (avx2.rs's `legacy_entry` says why the bits are the same):
+/// 6 activation rows per decoded weight row (8 spill: the two scalar min chains per row also
+/// take registers; 8 timed slower than 4, 6 faster).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub fn q4_k_wide(t: Tile) {
+    each_row::<6, 4>(
+        t,
+        |w, x, s| q4_k_row::<6>(w, x, s),
+        |w, x, s| q4_k_row::<4>(w, x, s),
+        |w, x, s| q4_k_row::<1>(w, x, s),
+    )
 }
 
 /// One Q6_K weight row against R activation rows. Group g (16 elements, one scale) goes to
@@ -127,7 +145,19 @@ fn q6_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], _: [&[f32]; R]) -> [f32; 
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q6_k(t: Tile) {
-    each_row::<2>(t, |w, x, s| q6_k_row::<2>(w, x, s), |w, x, s| q6_k_row::<1>(w, x, s))
+    let one = |w: &[u8], x: [&[f32]; 1], s: [&[f32]; 1]| q6_k_row::<1>(w, x, s);
+    each_row::<2, 1>(t, |w, x, s| q6_k_row::<2>(w, x, s), one, one)
+}
+
+/// `q6_k` with AVX-512's 32 registers: 4 x 4 accumulators fit beside the 4 weight runs.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub fn q6_k_wide(t: Tile) {
+    each_row::<4, 2>(
+        t,
+        |w, x, s| q6_k_row::<4>(w, x, s),
+        |w, x, s| q6_k_row::<2>(w, x, s),
+        |w, x, s| q6_k_row::<1>(w, x, s),
+    )
 }
 
 /// The float formats: dot.rs's four 8-lane accumulators over 32-element chunks, `convert`
@@ -166,7 +196,7 @@ pub fn f32(t: Tile) {
         // SAFETY: reads the 32 bytes (8 f32) of the array; loadu has no alignment requirement.
         [float::<4, 32>(w, x, |b| unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }, |b| f32::from_le_bytes(*b))]
     };
-    each_row::<1>(t, row, row)
+    each_row::<1, 1>(t, row, row, row)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -174,7 +204,7 @@ pub fn f16(t: Tile) {
     let row = |w: &[u8], [x]: [&[f32]; 1], _: [&[f32]; 1]| {
         [float::<2, 16>(w, x, |b| _mm256_cvtph_ps(bytes16(b)), |b| half::f16::from_le_bytes(*b).to_f32())]
     };
-    each_row::<1>(t, row, row)
+    each_row::<1, 1>(t, row, row, row)
 }
 
 /// bf16 is the top half of an f32: widen to 32 bits and shift left by 16.
@@ -184,5 +214,5 @@ pub fn bf16(t: Tile) {
         let convert = |b: &[u8; 16]| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bytes16(b))));
         [float::<2, 16>(w, x, convert, |b| half::bf16::from_le_bytes(*b).to_f32())]
     };
-    each_row::<1>(t, row, row)
+    each_row::<1, 1>(t, row, row, row)
 }

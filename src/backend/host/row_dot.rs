@@ -68,7 +68,21 @@ pub enum Isa {
     Portable,
     /// x86_64 with AVX2, FMA and F16C.
     Avx2,
+    /// Avx2 plus AVX-512 F and VL: the same 256-bit kernels and the same bits, but 32 registers
+    /// let a decoded weight row serve twice the activation rows (prefill).
+    Avx512,
 }
+
+static HAS_AVX512: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        *HAS_AVX2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+});
 
 static HAS_AVX2: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
     #[cfg(target_arch = "x86_64")]
@@ -84,7 +98,9 @@ static HAS_AVX2: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
 impl Isa {
     /// The fastest implementation this CPU runs, decided once per process.
     pub fn best() -> Isa {
-        if *HAS_AVX2 {
+        if *HAS_AVX512 {
+            Isa::Avx512
+        } else if *HAS_AVX2 {
             Isa::Avx2
         } else {
             Isa::Portable
@@ -96,6 +112,7 @@ impl Isa {
         match self {
             Isa::Portable => true,
             Isa::Avx2 => *HAS_AVX2,
+            Isa::Avx512 => *HAS_AVX512,
         }
     }
 }
@@ -127,18 +144,24 @@ enum KernelFn {
 #[derive(Clone, Copy)]
 pub struct RowKernel {
     ty: WeightType,
+    /// For one activation row (decode).
     f: KernelFn,
+    /// For several (prefill): `f`, or on Avx512 the wide kernel, which gives the same bits but
+    /// runs one row a little slower than `f` (measured), so decode keeps `f`.
+    many: KernelFn,
 }
 
 impl RowKernel {
     /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run gives the portable kernel.
     pub fn new(ty: WeightType, isa: Isa) -> RowKernel {
-        let f = match (isa.available(), isa) {
+        let (f, many) = match (isa.available(), isa) {
             #[cfg(target_arch = "x86_64")]
-            (true, Isa::Avx2) => avx2_kernel(ty),
-            _ => portable_kernel(ty),
+            (true, Isa::Avx2) => (avx2_kernel(ty), avx2_kernel(ty)),
+            #[cfg(target_arch = "x86_64")]
+            (true, Isa::Avx512) => (avx2_kernel(ty), avx512_kernel(ty)),
+            _ => (portable_kernel(ty), portable_kernel(ty)),
         };
-        RowKernel { ty, f }
+        RowKernel { ty, f, many }
     }
 
     /// The kernel for `ty` on [`Isa::best`].
@@ -179,10 +202,12 @@ impl RowKernel {
         debug_assert_eq!(out.len(), w.len().checked_div(row_bytes).unwrap_or(0) * m);
         debug_assert!(!self.needs_block_sums() || x_block_sums.len() == m * (n_in / QK));
         let tile = Tile { w, row_bytes, x, n_in, sums: x_block_sums, out };
-        match self.f {
+        match if m > 1 { self.many } else { self.f } {
             KernelFn::Portable(f) => f(tile),
             // SAFETY: `new` stores an Avx2 kernel only after `Isa::Avx2.available()` found avx2,
-            // fma and f16c on this CPU, the features the AVX2 kernels are compiled for.
+            // fma and f16c on this CPU, the features the AVX2 kernels are compiled for, and one
+            // of the wide kernels (compiled for avx512f and avx512vl too) only after
+            // `Isa::Avx512.available()` found those as well.
             #[cfg(target_arch = "x86_64")]
             KernelFn::Avx2(f) => unsafe { f(tile) },
         }
@@ -265,5 +290,20 @@ fn avx2_kernel(ty: WeightType) -> KernelFn {
         WeightType::Q5_0 => avx2::q5_0,
         WeightType::Q4_K => avx2_k::q4_k,
         WeightType::Q6_K => avx2_k::q6_k,
+    })
+}
+
+/// The wide kernels where a format has one (the formats prefill spends its time on), else the
+/// AVX2 kernel: the float formats gain nothing from more registers.
+#[cfg(target_arch = "x86_64")]
+fn avx512_kernel(ty: WeightType) -> KernelFn {
+    KernelFn::Avx2(match ty {
+        WeightType::Q8_0 => avx2::q8_0_wide,
+        WeightType::Q4_0 => avx2::q4_0_wide,
+        WeightType::Q4_1 => avx2::q4_1_wide,
+        WeightType::Q5_0 => avx2::q5_0_wide,
+        WeightType::Q4_K => avx2_k::q4_k_wide,
+        WeightType::Q6_K => avx2_k::q6_k_wide,
+        _ => return avx2_kernel(ty),
     })
 }
