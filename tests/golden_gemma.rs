@@ -7,19 +7,13 @@ mod common;
 use common::*;
 use packlm::backend::BackendKind;
 
-const TOL_F32: f32 = 1e-4;
 const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide"];
 
 #[test]
 fn gemma_families_match_hf() {
     for f in GEMMA {
         for backend in [BackendKind::Host, BackendKind::Reference] {
-            let dir = tiny(f);
-            let g = golden(&dir);
-            let got = all_rows(&open_with(&dir, backend, 2), &g.tokens);
-            let d = max_abs_diff(&got, &g.logits);
-            eprintln!("{f} ({backend:?}): max |packlm - HF| = {d:e}");
-            assert!(d <= TOL_F32, "{f} ({backend:?}): max |packlm - HF| = {d}");
+            assert_matches_golden(f, backend);
         }
     }
 }

@@ -77,11 +77,7 @@ fn last_logits_close_to_hf() {
     let Some(p) = smollm2() else { return };
     let m = open(&p);
     let r = reference();
-    let want = read_f32(&fixtures().join("smollm2/last_logits.f32"));
-    let mut s = Session::new(m.clone(), 0).unwrap();
-    let got = s.step_batch(&ids(&r["prompt"]["ids"]), Want::Last).unwrap();
-    let d = max_abs_diff(&got, &want);
-    eprintln!("max |packlm - HF| over {} logits: {d}", want.len());
+    let (got, d) = last_row_vs_fixture(&m, &ids(&r["prompt"]["ids"]), "smollm2/last_logits.f32");
     assert!(d <= 2e-3, "max abs diff {d}");
     assert_eq!(argmax(&got) as u64, r["prompt"]["last_logits_argmax"].as_u64().unwrap());
 }

@@ -17,9 +17,6 @@ pub struct Plane {
 }
 
 impl Plane {
-    pub fn positions(&self) -> usize {
-        self.k.len().checked_div(self.kv_width).unwrap_or(0)
-    }
     pub fn truncate(&mut self, n: usize) {
         self.k.truncate(n * self.kv_width);
         self.v.truncate(n * self.kv_width);
@@ -61,10 +58,5 @@ impl KvCache {
             KvSource::SharedWith { owner } => owner,
         };
         self.planes.get(owner)?.as_ref()
-    }
-
-    /// Bytes held by all planes.
-    pub fn bytes(&self) -> usize {
-        self.planes.iter().flatten().map(|p| (p.k.len() + p.v.len()) * 4).sum()
     }
 }

@@ -122,11 +122,6 @@ impl WeightType {
         }
         (n_elems / block).checked_mul(self.block_bytes())
     }
-
-    /// True for the block-quantized formats (not F32/F16/BF16).
-    pub fn is_quantized(self) -> bool {
-        self.block_elems() > 1
-    }
 }
 
 impl std::fmt::Display for WeightType {

@@ -45,6 +45,30 @@ pub fn open(path: &std::path::Path) -> Arc<Model> {
     open_with(path, BackendKind::Host, 2)
 }
 
+/// f32 weights and f32 compute on both sides: the only differences are summation order.
+pub const TOL_F32: f32 = 1e-4;
+
+/// All rows of one pass over the fixture's tokens match HF's golden logits within TOL_F32.
+pub fn assert_matches_golden(name: &str, backend: BackendKind) {
+    let dir = tiny(name);
+    let g = golden(&dir);
+    let got = all_rows(&open_with(&dir, backend, 2), &g.tokens);
+    assert_eq!(got.len(), g.logits.len(), "{name}: logits size");
+    let d = max_abs_diff(&got, &g.logits);
+    eprintln!("{name} ({backend:?}): max |packlm - HF| = {d:e}");
+    assert!(d <= TOL_F32, "{name} ({backend:?}): max |packlm - HF| = {d} > {TOL_F32}");
+}
+
+/// The last-row logits of `prompt` and their max difference from a raw f32 fixture file.
+pub fn last_row_vs_fixture(model: &Arc<Model>, prompt: &[u32], rel: &str) -> (Vec<f32>, f32) {
+    let want = read_f32(&fixtures().join(rel));
+    let mut s = Session::new(model.clone(), 0).unwrap();
+    let got = s.step_batch(prompt, Want::Last).unwrap();
+    let d = max_abs_diff(&got, &want);
+    eprintln!("{rel}: max |packlm - HF| over {} logits: {d}", want.len());
+    (got, d)
+}
+
 pub struct Golden {
     pub tokens: Vec<u32>,
     pub n_vocab: usize,
