@@ -146,6 +146,29 @@ typedef enum {
    * A Rust panic was caught at the C boundary (a bug in packlm; the object is unchanged).
    */
   PACKLM_ERR_PANIC = 15,
+  /**
+   * The session is in use by another call on another thread (sessions are one thread at a
+   * time); nothing was done.
+   */
+  PACKLM_ERR_SESSION_BUSY = 16,
+  /**
+   * A stated limit was reached (input length, template fuel or output size, thread count,
+   * draft length); the message names the limit and its value.
+   */
+  PACKLM_ERR_LIMIT_EXCEEDED = 17,
+  /**
+   * An earlier call failed inside a pass in a way that could not be rolled back; the session
+   * refuses every call but free.
+   */
+  PACKLM_ERR_SESSION_POISONED = 18,
+  /**
+   * The requested precision is not offered by this backend or for this pack.
+   */
+  PACKLM_ERR_UNSUPPORTED_PRECISION = 19,
+  /**
+   * An allocation sized from input could not be made.
+   */
+  PACKLM_ERR_OUT_OF_MEMORY = 20,
 } packlm_status;
 
 /**

@@ -41,17 +41,31 @@ pub enum Status {
     ErrUtf8 = 14,
     /// A Rust panic was caught at the C boundary (a bug in packlm; the object is unchanged).
     ErrPanic = 15,
+    /// The session is in use by another call on another thread (sessions are one thread at a
+    /// time); nothing was done.
+    ErrSessionBusy = 16,
+    /// A stated limit was reached (input length, template fuel or output size, thread count,
+    /// draft length); the message names the limit and its value.
+    ErrLimitExceeded = 17,
+    /// An earlier call failed inside a pass in a way that could not be rolled back; the session
+    /// refuses every call but free.
+    ErrSessionPoisoned = 18,
+    /// The requested precision is not offered by this backend or for this pack.
+    ErrUnsupportedPrecision = 19,
+    /// An allocation sized from input could not be made.
+    ErrOutOfMemory = 20,
 }
 
 impl Status {
     /// The status with this number, if any.
     pub fn from_code(code: i32) -> Option<Status> {
-        const ALL: [Status; 16] = [
+        const ALL: [Status; 21] = [
             Status::Ok, Status::ErrNullArgument, Status::ErrInvalidArgument, Status::ErrIo,
             Status::ErrFormat, Status::ErrUnsupported, Status::ErrTensor, Status::ErrTokenOutOfRange,
             Status::ErrContextOverflow, Status::ErrBufferTooSmall, Status::ErrTokenizer,
             Status::ErrBackendUnavailable, Status::ErrAborted, Status::ErrSnapshot, Status::ErrUtf8,
-            Status::ErrPanic,
+            Status::ErrPanic, Status::ErrSessionBusy, Status::ErrLimitExceeded, Status::ErrSessionPoisoned,
+            Status::ErrUnsupportedPrecision, Status::ErrOutOfMemory,
         ];
         ALL.iter().copied().find(|s| *s as i32 == code)
     }
@@ -75,6 +89,11 @@ impl Status {
             Status::ErrSnapshot => "bad snapshot\0",
             Status::ErrUtf8 => "invalid utf-8\0",
             Status::ErrPanic => "internal panic\0",
+            Status::ErrSessionBusy => "session busy\0",
+            Status::ErrLimitExceeded => "limit exceeded\0",
+            Status::ErrSessionPoisoned => "session poisoned\0",
+            Status::ErrUnsupportedPrecision => "unsupported precision\0",
+            Status::ErrOutOfMemory => "out of memory\0",
         }
     }
 }
