@@ -3,57 +3,85 @@
 
 use std::fmt;
 
-/// Status codes returned by every C call. The numbers never change; a retired value stays here
-/// as a comment so that it is never reused.
-#[repr(C)]
+/// The status every C call returns: a fixed-width number (never an enum of
+/// implementation-defined size). The numbers never change; a retired value stays here as a
+/// comment so that it is never reused. `packlm_status_str` gives its text.
+#[allow(non_camel_case_types)]
+pub type packlm_status = u32;
+
+/// Success.
+pub const PACKLM_OK: packlm_status = 0;
+/// A pointer argument that must not be NULL was NULL.
+pub const PACKLM_ERR_NULL_ARGUMENT: packlm_status = 1;
+/// An argument is outside its allowed range (a count, a flag, an options size).
+pub const PACKLM_ERR_INVALID_ARGUMENT: packlm_status = 2;
+/// A file or folder could not be read (missing, permissions, I/O).
+pub const PACKLM_ERR_IO: packlm_status = 3;
+/// A file is malformed: JSON that does not parse, a truncated or hostile header.
+pub const PACKLM_ERR_FORMAT: packlm_status = 4;
+/// The pack asks for something this library does not implement (architecture, rope type,
+/// tensor type, config value that changes the math).
+pub const PACKLM_ERR_UNSUPPORTED: packlm_status = 5;
+/// A tensor is missing or has the wrong shape or type.
+pub const PACKLM_ERR_TENSOR: packlm_status = 6;
+/// A token id is outside the vocabulary.
+pub const PACKLM_ERR_TOKEN_OUT_OF_RANGE: packlm_status = 7;
+/// The session would pass the model's context length.
+pub const PACKLM_ERR_CONTEXT_OVERFLOW: packlm_status = 8;
+/// The caller's buffer is too small; the needed size was written to the size out-parameter.
+pub const PACKLM_ERR_BUFFER_TOO_SMALL: packlm_status = 9;
+/// The tokenizer or chat template failed.
+pub const PACKLM_ERR_TOKENIZER: packlm_status = 10;
+/// The requested backend is not available on this machine.
+pub const PACKLM_ERR_BACKEND_UNAVAILABLE: packlm_status = 11;
+/// A long pass was cancelled through the abort flag.
+pub const PACKLM_ERR_ABORTED: packlm_status = 12;
+/// A snapshot is malformed, from another model, or of another format version.
+pub const PACKLM_ERR_SNAPSHOT: packlm_status = 13;
+/// Text is not valid UTF-8.
+pub const PACKLM_ERR_UTF8: packlm_status = 14;
+/// A Rust panic was caught at the C boundary (a bug in packlm; the object is unchanged).
+pub const PACKLM_ERR_PANIC: packlm_status = 15;
+/// The session is in use by another call on another thread (sessions are one thread at a
+/// time); nothing was done.
+pub const PACKLM_ERR_SESSION_BUSY: packlm_status = 16;
+/// A stated limit was reached (input length, template fuel or output size, thread count,
+/// draft length); the message names the limit and its value.
+pub const PACKLM_ERR_LIMIT_EXCEEDED: packlm_status = 17;
+/// An earlier call failed inside a pass in a way that could not be rolled back; the session
+/// refuses every call but free.
+pub const PACKLM_ERR_SESSION_POISONED: packlm_status = 18;
+/// The requested precision is not offered by this backend or for this pack.
+pub const PACKLM_ERR_UNSUPPORTED_PRECISION: packlm_status = 19;
+/// An allocation sized from input could not be made.
+pub const PACKLM_ERR_OUT_OF_MEMORY: packlm_status = 20;
+
+/// The status as a Rust enum (the same numbers, taken from the constants above). It is
+/// `#[repr(u32)]`, so an extern function returning it returns a `packlm_status`.
+#[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
-    /// Success.
-    Ok = 0,
-    /// A pointer argument that must not be NULL was NULL.
-    ErrNullArgument = 1,
-    /// An argument is outside its allowed range (a count, a flag, an options size).
-    ErrInvalidArgument = 2,
-    /// A file or folder could not be read (missing, permissions, I/O).
-    ErrIo = 3,
-    /// A file is malformed: JSON that does not parse, a truncated or hostile header.
-    ErrFormat = 4,
-    /// The pack asks for something this library does not implement (architecture, rope type,
-    /// tensor type, config value that changes the math).
-    ErrUnsupported = 5,
-    /// A tensor is missing or has the wrong shape or type.
-    ErrTensor = 6,
-    /// A token id is outside the vocabulary.
-    ErrTokenOutOfRange = 7,
-    /// The session would pass the model's context length.
-    ErrContextOverflow = 8,
-    /// The caller's buffer is too small; the needed size was written to the size out-parameter.
-    ErrBufferTooSmall = 9,
-    /// The tokenizer or chat template failed.
-    ErrTokenizer = 10,
-    /// The requested backend is not available on this machine.
-    ErrBackendUnavailable = 11,
-    /// A long pass was cancelled through the abort flag.
-    ErrAborted = 12,
-    /// A snapshot is malformed, from another model, or of another format version.
-    ErrSnapshot = 13,
-    /// Text is not valid UTF-8.
-    ErrUtf8 = 14,
-    /// A Rust panic was caught at the C boundary (a bug in packlm; the object is unchanged).
-    ErrPanic = 15,
-    /// The session is in use by another call on another thread (sessions are one thread at a
-    /// time); nothing was done.
-    ErrSessionBusy = 16,
-    /// A stated limit was reached (input length, template fuel or output size, thread count,
-    /// draft length); the message names the limit and its value.
-    ErrLimitExceeded = 17,
-    /// An earlier call failed inside a pass in a way that could not be rolled back; the session
-    /// refuses every call but free.
-    ErrSessionPoisoned = 18,
-    /// The requested precision is not offered by this backend or for this pack.
-    ErrUnsupportedPrecision = 19,
-    /// An allocation sized from input could not be made.
-    ErrOutOfMemory = 20,
+    Ok = PACKLM_OK,
+    ErrNullArgument = PACKLM_ERR_NULL_ARGUMENT,
+    ErrInvalidArgument = PACKLM_ERR_INVALID_ARGUMENT,
+    ErrIo = PACKLM_ERR_IO,
+    ErrFormat = PACKLM_ERR_FORMAT,
+    ErrUnsupported = PACKLM_ERR_UNSUPPORTED,
+    ErrTensor = PACKLM_ERR_TENSOR,
+    ErrTokenOutOfRange = PACKLM_ERR_TOKEN_OUT_OF_RANGE,
+    ErrContextOverflow = PACKLM_ERR_CONTEXT_OVERFLOW,
+    ErrBufferTooSmall = PACKLM_ERR_BUFFER_TOO_SMALL,
+    ErrTokenizer = PACKLM_ERR_TOKENIZER,
+    ErrBackendUnavailable = PACKLM_ERR_BACKEND_UNAVAILABLE,
+    ErrAborted = PACKLM_ERR_ABORTED,
+    ErrSnapshot = PACKLM_ERR_SNAPSHOT,
+    ErrUtf8 = PACKLM_ERR_UTF8,
+    ErrPanic = PACKLM_ERR_PANIC,
+    ErrSessionBusy = PACKLM_ERR_SESSION_BUSY,
+    ErrLimitExceeded = PACKLM_ERR_LIMIT_EXCEEDED,
+    ErrSessionPoisoned = PACKLM_ERR_SESSION_POISONED,
+    ErrUnsupportedPrecision = PACKLM_ERR_UNSUPPORTED_PRECISION,
+    ErrOutOfMemory = PACKLM_ERR_OUT_OF_MEMORY,
 }
 
 impl Status {

@@ -34,7 +34,8 @@ class PacklmError(Exception):
 class _Info(C.Structure):
     _fields_ = [("size", C.c_size_t), ("n_vocab", C.c_uint32), ("n_layers", C.c_uint32),
                 ("n_ctx", C.c_uint32), ("hidden_size", C.c_uint32), ("bos", C.c_int32),
-                ("eos", C.c_int32), ("n_stop", C.c_uint32), ("add_bos", C.c_uint32)]
+                ("eos", C.c_int32), ("n_stop", C.c_uint32), ("add_bos", C.c_uint32),
+                ("has_chat_template", C.c_uint32)]
 
 
 class _SamplerParams(C.Structure):
@@ -44,17 +45,28 @@ class _SamplerParams(C.Structure):
 
 
 class _VerifyParams(C.Structure):
-    _fields_ = [("size", C.c_size_t), ("mode", C.c_uint32), ("sampler", _SamplerParams),
-                ("draft_probs", C.POINTER(C.c_float)), ("rng_state", C.POINTER(C.c_uint64))]
+    # The ABI 2 layout: the sampler is a pointer (ABI 1 embedded it by value).
+    _fields_ = [("size", C.c_size_t), ("mode", C.c_uint32), ("sampler", C.POINTER(_SamplerParams)),
+                ("draft_probs", C.POINTER(C.c_float)), ("n_draft_probs", C.c_size_t),
+                ("rng_state", C.POINTER(C.c_uint64))]
 
 
 class _VerifyResult(C.Structure):
     _fields_ = [("size", C.c_size_t), ("n_accepted", C.c_uint32), ("next_token", C.c_uint32),
                 ("logits_out", C.POINTER(C.c_float)), ("rounds", C.c_uint64),
-                ("drafted", C.c_uint64), ("accepted", C.c_uint64)]
+                ("drafted", C.c_uint64), ("accepted", C.c_uint64),
+                ("logits_capacity", C.c_size_t), ("n_logits", C.c_size_t)]
 
 
 _lib.packlm_last_error.restype = C.c_char_p
+_lib.packlm_abi_version.restype = C.c_uint32
+ABI_VERSION = 2
+if _lib.packlm_abi_version() != ABI_VERSION:
+    raise ImportError(f"packlm.py speaks ABI {ABI_VERSION}, the library ABI {_lib.packlm_abi_version()}")
+_size_p = C.POINTER(C.c_size_t)
+_lib.packlm_step_into.argtypes = [C.c_void_p, C.c_uint32, C.POINTER(C.c_float), C.c_size_t, _size_p]
+_lib.packlm_step_batch_into.argtypes = [C.c_void_p, C.POINTER(C.c_uint32), C.c_size_t, C.c_uint32,
+                                        C.POINTER(C.c_float), C.c_size_t, _size_p]
 _lib.packlm_version.restype = C.c_char_p
 
 
@@ -125,15 +137,18 @@ class Session:
 
     def step(self, token):
         out = (C.c_float * self.model.n_vocab)()
-        _check(_lib.packlm_step(self._ptr, token, out))
-        return array("f", out)
+        n = C.c_size_t()
+        _check(_lib.packlm_step_into(self._ptr, token, out, len(out), C.byref(n)))
+        return array("f", out[: n.value])
 
     def step_batch(self, tokens, all_rows=False):
         ids = (C.c_uint32 * len(tokens))(*tokens)
         rows = len(tokens) if all_rows else 1
         out = (C.c_float * (rows * self.model.n_vocab))()
-        _check(_lib.packlm_step_batch(self._ptr, ids, len(tokens), WANT_ALL if all_rows else WANT_LAST, out))
-        return array("f", out)
+        n = C.c_size_t()
+        _check(_lib.packlm_step_batch_into(self._ptr, ids, len(tokens), WANT_ALL if all_rows else WANT_LAST,
+                                           out, len(out), C.byref(n)))
+        return array("f", out[: n.value])
 
     def truncate(self, n):
         _check(_lib.packlm_truncate(self._ptr, C.c_size_t(n)))
@@ -155,6 +170,6 @@ class Session:
         """One speculative step; returns (n_accepted, next_token)."""
         d = (C.c_uint32 * len(draft))(*draft)
         p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
-        r = _VerifyResult(size=C.sizeof(_VerifyResult))
+        r = _VerifyResult(size=C.sizeof(_VerifyResult))  # logits_out NULL: no logits wanted
         _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(p), C.byref(r)))
         return r.n_accepted, r.next_token

@@ -144,3 +144,152 @@ pub fn free_box<T>(p: *mut T) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(unsafe { Box::from_raw(p) })));
     }
 }
+
+/// A struct that crosses the boundary and starts with `size_t size` (sizeof the struct as the
+/// caller compiled it). Fields are only ever appended, so a caller's size says which fields it
+/// knows: the library accepts any size from the struct's first published size up to its current
+/// one, reads or writes only that prefix, and gives every field past it its default.
+///
+/// # Safety
+/// The type is `#[repr(C)]`, its first field is the `usize` size, and any bit pattern is a valid
+/// value of each field (integers, floats, raw pointers, nullable function pointers): a prefix
+/// copied from the caller over `defaults()` is then a valid value.
+pub unsafe trait AbiStruct: Sized {
+    /// The C name, for messages.
+    const NAME: &'static str;
+    /// The size of the first published layout: the end of its last field.
+    const FIRST_SIZE: usize;
+    /// The ABI version that published that first layout.
+    const FIRST_ABI: u32;
+    /// The value of every field a caller's size does not reach (`size` is set by the reader).
+    fn defaults() -> Self;
+}
+
+/// Refuses a size outside [T::FIRST_SIZE, sizeof T], naming both bounds and the size given.
+pub fn check_size<T: AbiStruct>(size: usize, what: &str) -> Result<()> {
+    let current = std::mem::size_of::<T>();
+    if size < T::FIRST_SIZE || size > current {
+        return Err(Error::invalid(format!(
+            "{what}.size is {size}; this library accepts a {} of {} (its ABI {} size) to {current} bytes",
+            T::NAME,
+            T::FIRST_SIZE,
+            T::FIRST_ABI
+        )));
+    }
+    Ok(())
+}
+
+/// The `size` field of the caller's struct at `p` (not NULL), unchecked.
+fn caller_size<T: AbiStruct>(p: *const T) -> usize {
+    // SAFETY: every layout of T starts with a usize `size` (AbiStruct's contract), and the caller
+    // promises a valid struct at `p`.
+    unsafe { std::ptr::read(p as *const usize) }
+}
+
+/// Reads the caller's struct at `p`: its first `size` bytes over `T::defaults()`. A size out of
+/// range is refused before anything else is read.
+pub fn read_prefix<T: AbiStruct>(p: *const T, what: &str) -> Result<T> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    let size = caller_size(p);
+    check_size::<T>(size, what)?;
+    let mut value = T::defaults();
+    // SAFETY: size <= size_of::<T>() (checked), the caller's struct has `size` readable bytes,
+    // and any bytes are a valid T (AbiStruct's contract).
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut value as *mut T as *mut u8, size) };
+    Ok(value)
+}
+
+/// Checks the `size` of the caller's output struct at `p` and returns it, so that the reply
+/// goes through [`write_prefix`] with that size.
+pub fn out_size<T: AbiStruct>(p: *mut T, what: &str) -> Result<usize> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    let size = caller_size(p);
+    check_size::<T>(size, what)?;
+    Ok(size)
+}
+
+/// Writes the first `size` bytes of `value` to the caller's struct at `p` (`size` came from
+/// [`read_prefix`] or [`out_size`]); no byte past `size` is touched.
+pub fn write_prefix<T: AbiStruct>(value: &T, p: *mut T, size: usize) {
+    let size = size.min(std::mem::size_of::<T>());
+    // SAFETY: the caller's struct at `p` has `size` writable bytes (its own size field said so)
+    // and does not overlap `value`, a local.
+    unsafe { std::ptr::copy_nonoverlapping(value as *const T as *const u8, p as *mut u8, size) };
+}
+
+/// `a * b` for buffer lengths; an overflow is refused with the two factors named.
+pub fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b).ok_or_else(|| Error::new(Status::ErrLimitExceeded, format!("{what}: {a} x {b} overflows size_t")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A struct published at ABI 1 with `a`, grown by `b` (placed past ABI 1's sizeof, 16).
+    #[repr(C)]
+    #[derive(Debug, PartialEq)]
+    struct Grown {
+        size: usize,
+        a: u32,
+        b: u64,
+    }
+
+    // SAFETY: repr(C), starts with the usize size, integers only.
+    unsafe impl AbiStruct for Grown {
+        const NAME: &'static str = "grown";
+        const FIRST_SIZE: usize = std::mem::offset_of!(Grown, a) + 4;
+        const FIRST_ABI: u32 = 1;
+        fn defaults() -> Self {
+            Grown { size: std::mem::size_of::<Grown>(), a: 7, b: 9 }
+        }
+    }
+
+    /// Caller memory, aligned as a struct would be.
+    #[repr(C, align(8))]
+    struct Memory([u8; 32]);
+
+    #[test]
+    fn a_prefix_is_read_over_the_defaults() {
+        // An ABI 1 caller: its struct ends after `a`; the bytes after it are not its own.
+        let mut mem = Memory([0xEE; 32]);
+        mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
+        mem.0[8..12].copy_from_slice(&3u32.to_ne_bytes());
+        let v = read_prefix(mem.0.as_ptr() as *const Grown, "g").unwrap();
+        assert_eq!(v, Grown { size: 12, a: 3, b: 9 });
+        // A current caller: every field is its own.
+        let full = Grown { size: 24, a: 4, b: 5 };
+        assert_eq!(read_prefix(&full, "g").unwrap(), Grown { size: 24, a: 4, b: 5 });
+    }
+
+    #[test]
+    fn sizes_out_of_range_are_refused_naming_both_bounds() {
+        for size in [0usize, 11, 25, usize::MAX] {
+            let g = Grown { size, a: 1, b: 2 };
+            let e = read_prefix(&g, "g").unwrap_err();
+            assert_eq!(e.status, Status::ErrInvalidArgument);
+            assert_eq!(e.message, format!("g.size is {size}; this library accepts a grown of 12 (its ABI 1 size) to 24 bytes"));
+        }
+    }
+
+    #[test]
+    fn only_the_prefix_is_written() {
+        let mut mem = Memory([0xEE; 32]);
+        mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
+        let p = mem.0.as_mut_ptr() as *mut Grown;
+        let size = out_size(p, "g").unwrap();
+        write_prefix(&Grown { size, a: 0x01020304, b: u64::MAX }, p, size);
+        assert_eq!(&mem.0[8..12], &0x01020304u32.to_ne_bytes());
+        assert!(mem.0[12..].iter().all(|&b| b == 0xEE), "a byte past the caller's size was written");
+    }
+
+    #[test]
+    fn length_products_are_checked() {
+        assert_eq!(checked_len(3, 5, "x").unwrap(), 15);
+        assert_eq!(checked_len(usize::MAX, 2, "x").unwrap_err().status, Status::ErrLimitExceeded);
+    }
+}

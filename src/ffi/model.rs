@@ -10,7 +10,9 @@ use std::sync::Arc;
 use crate::backend::BackendKind;
 use crate::engine::{Model, OpenOptions};
 use crate::error::{Error, Result, Status};
-use crate::ffi::guard::{free_box, ffi_boundary, try_cstr, try_mut, try_ref, write_items, write_text};
+use crate::ffi::guard::{
+    check_size, ffi_boundary, free_box, out_size, read_prefix, try_cstr, try_mut, try_ref, write_items, write_prefix, write_text, AbiStruct,
+};
 
 /// An open model (opaque): weights (memory-mapped), tokenizer, per-layer table. Created by
 /// packlm_model_open, freed by packlm_model_free. Immutable: safe to move to any thread and to
@@ -28,8 +30,8 @@ pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
 /// (it then fails with PACKLM_ERR_ABORTED).
 pub type packlm_progress_fn = Option<extern "C" fn(fraction: f32, user_data: *mut c_void) -> bool>;
 
-/// Options of `packlm_model_open`. Fill with `packlm_open_options_default` and change fields;
-/// `size` lets the struct grow without breaking the ABI.
+/// Options of `packlm_model_open`. Fill with `packlm_open_options_init(&o, sizeof o)` (or
+/// zero it and set `size`: every field's zero is its default) and change fields.
 #[repr(C)]
 pub struct packlm_open_options {
     /// sizeof(packlm_open_options) as the caller compiled it.
@@ -47,19 +49,47 @@ pub struct packlm_open_options {
     pub user_data: *mut c_void,
 }
 
-/// Writes the default options into `*out`. Never fails except on NULL.
-#[no_mangle]
-pub extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> Status {
-    ffi_boundary!("packlm_open_options_default", {
-        let out = try_mut(out, "out")?;
-        *out = packlm_open_options {
+// SAFETY: repr(C), starts with the usize size, fields are integers, a nullable function
+// pointer and a raw pointer.
+unsafe impl AbiStruct for packlm_open_options {
+    const NAME: &'static str = "packlm_open_options";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_open_options, user_data) + std::mem::size_of::<*mut c_void>();
+    const FIRST_ABI: u32 = 1;
+    fn defaults() -> Self {
+        packlm_open_options {
             size: std::mem::size_of::<packlm_open_options>(),
             backend: PACKLM_BACKEND_HOST,
             threads: 0,
             weight_type: 0,
             progress: None,
             user_data: std::ptr::null_mut(),
-        };
+        }
+    }
+}
+
+/// Writes the ABI 1 default options into `*out`: the fields of ABI 1 only, with `size` set to
+/// their size, so that a caller compiled against any header can use it. A field appended later
+/// keeps its default even when set afterwards: use packlm_open_options_init for those.
+/// Never fails except on NULL.
+#[no_mangle]
+pub extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> Status {
+    ffi_boundary!("packlm_open_options_default", {
+        let out = try_mut(out, "out")? as *mut packlm_open_options;
+        let size = packlm_open_options::FIRST_SIZE;
+        write_prefix(&packlm_open_options { size, ..packlm_open_options::defaults() }, out, size);
+        Ok(())
+    })
+}
+
+/// Writes the default options into the first `size` bytes of `*out` (pass
+/// `sizeof(packlm_open_options)`) and sets `out->size` to `size`. A size outside the range
+/// this library accepts gives PACKLM_ERR_INVALID_ARGUMENT and writes nothing.
+#[no_mangle]
+pub extern "C" fn packlm_open_options_init(out: *mut packlm_open_options, size: usize) -> Status {
+    ffi_boundary!("packlm_open_options_init", {
+        let out = try_mut(out, "out")? as *mut packlm_open_options;
+        check_size::<packlm_open_options>(size, "options")?;
+        write_prefix(&packlm_open_options { size, ..packlm_open_options::defaults() }, out, size);
         Ok(())
     })
 }
@@ -68,14 +98,7 @@ fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm
     if opts.is_null() {
         return Ok((OpenOptions::default(), None, std::ptr::null_mut()));
     }
-    let o = try_ref(opts, "options")?;
-    if o.size != std::mem::size_of::<packlm_open_options>() {
-        return Err(Error::invalid(format!(
-            "options.size is {}, this library's packlm_open_options has {} bytes",
-            o.size,
-            std::mem::size_of::<packlm_open_options>()
-        )));
-    }
+    let o = read_prefix(opts, "options")?;
     if o.weight_type != 0 {
         return Err(Error::unsupported(format!("options.weight_type {}: conversion on load is not implemented", o.weight_type)));
     }
@@ -132,20 +155,30 @@ pub struct packlm_info {
     pub n_stop: u32,
     /// 1 when tokenizing with PACKLM_TOKENIZE_ADD_SPECIAL prepends BOS.
     pub add_bos: u32,
+    /// Since ABI 2: 1 when the pack has a chat template (packlm_chat_apply works), else 0.
+    pub has_chat_template: u32,
 }
 
-/// Fills `*info` (whose `size` field the caller sets). Safe from any thread.
+// SAFETY: repr(C), starts with the usize size, every other field an integer.
+unsafe impl AbiStruct for packlm_info {
+    const NAME: &'static str = "packlm_info";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_info, add_bos) + std::mem::size_of::<u32>();
+    const FIRST_ABI: u32 = 1;
+    fn defaults() -> Self {
+        packlm_info { size: std::mem::size_of::<packlm_info>(), n_vocab: 0, n_layers: 0, n_ctx: 0, hidden_size: 0, bos: -1, eos: -1, n_stop: 0, add_bos: 0, has_chat_template: 0 }
+    }
+}
+
+/// Fills the first `info->size` bytes of `*info` (the caller sets `size`, normally to
+/// `sizeof(packlm_info)`); no byte past `size` is written. Safe from any thread.
 #[no_mangle]
 pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packlm_info) -> Status {
     ffi_boundary!("packlm_model_info", {
         let m = &try_ref(model, "model")?.inner;
-        let info = try_mut(info, "info")?;
-        if info.size != std::mem::size_of::<packlm_info>() {
-            return Err(Error::invalid(format!("info.size is {}, expected {}", info.size, std::mem::size_of::<packlm_info>())));
-        }
+        let size = out_size(info, "info")?;
         let s = &m.spec;
-        *info = packlm_info {
-            size: info.size,
+        let value = packlm_info {
+            size,
             n_vocab: s.vocab_size as u32,
             n_layers: s.layers.len() as u32,
             n_ctx: s.max_context as u32,
@@ -154,7 +187,9 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
             eos: m.vocab.eos.first().map(|&e| e as i32).unwrap_or(-1),
             n_stop: m.vocab.stop.len() as u32,
             add_bos: m.vocab.add_bos as u32,
+            has_chat_template: m.vocab.chat_template.is_some() as u32,
         };
+        write_prefix(&value, info, size);
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 
 use crate::engine::{Session, Want};
 use crate::error::{Error, Status};
-use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut};
+use crate::ffi::guard::{checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, AbiStruct};
 use crate::ffi::model::packlm_model;
 
 /// A conversation's state (opaque): KV planes, positions held, last logits. Created by
@@ -22,6 +22,16 @@ pub struct packlm_session_options {
     pub n_ctx: u32,
 }
 
+// SAFETY: repr(C), starts with the usize size, every other field an integer.
+unsafe impl AbiStruct for packlm_session_options {
+    const NAME: &'static str = "packlm_session_options";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_session_options, n_ctx) + std::mem::size_of::<u32>();
+    const FIRST_ABI: u32 = 1;
+    fn defaults() -> Self {
+        packlm_session_options { size: std::mem::size_of::<packlm_session_options>(), n_ctx: 0 }
+    }
+}
+
 /// `want` of packlm_step_batch: logits of the last row only.
 pub const PACKLM_WANT_LAST: u32 = 0;
 /// `want` of packlm_step_batch: logits of every row.
@@ -37,15 +47,7 @@ pub extern "C" fn packlm_session_new(model: *const packlm_model, options: *const
     ffi_boundary!("packlm_session_new", {
         let m = try_ref(model, "model")?.inner.clone();
         let out = try_mut(out, "out")?;
-        let n_ctx = if options.is_null() {
-            0
-        } else {
-            let o = try_ref(options, "options")?;
-            if o.size != std::mem::size_of::<packlm_session_options>() {
-                return Err(Error::invalid(format!("options.size is {}, expected {}", o.size, std::mem::size_of::<packlm_session_options>())));
-            }
-            o.n_ctx as usize
-        };
+        let n_ctx = if options.is_null() { 0 } else { read_prefix(options, "options")?.n_ctx as usize };
         let s = Session::new(m, n_ctx)?;
         *out = Box::into_raw(Box::new(packlm_session { inner: s }));
         Ok(())
@@ -68,7 +70,8 @@ pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: 
     })
 }
 
-/// Feeds one token; when `logits_out` is not NULL it receives n_vocab floats, the logits of
+/// Feeds one token; when `logits_out` is not NULL it receives n_vocab floats (the buffer's size
+/// is implied: see packlm_step_into for a call that takes a capacity), the logits of
 /// this position. On failure (token out of range, context full) the session is unchanged.
 #[no_mangle]
 pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
@@ -84,24 +87,89 @@ pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_o
 
 /// Feeds `m` tokens in one pass over the weights; the result is bit-identical to `m` calls of
 /// packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
-/// (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them.
-/// On failure the session is unchanged.
+/// (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them. The
+/// buffer's size is implied by `want`, `m` and n_vocab: see packlm_step_batch_into for a call
+/// that takes a capacity. On failure the session is unchanged.
 #[no_mangle]
 pub extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step_batch", {
         let s = &mut try_mut(session, "session")?.inner;
         let tokens = try_slice(tokens, m, "tokens")?;
-        let want = match want {
-            PACKLM_WANT_LAST => Want::Last,
-            PACKLM_WANT_ALL => Want::All,
-            PACKLM_WANT_NONE => Want::None,
-            other => return Err(Error::new(Status::ErrInvalidArgument, format!("want {other} is not LAST (0), ALL (1) or NONE (2)"))),
-        };
-        let want = if logits_out.is_null() { Want::None } else { want };
+        let want = if logits_out.is_null() { Want::None } else { read_want(want)? };
         let logits = s.step_batch(tokens, want)?;
         if !logits.is_empty() {
             try_slice_mut(logits_out, logits.len(), "logits_out")?.copy_from_slice(&logits);
         }
+        Ok(())
+    })
+}
+
+fn read_want(want: u32) -> crate::Result<Want> {
+    match want {
+        PACKLM_WANT_LAST => Ok(Want::Last),
+        PACKLM_WANT_ALL => Ok(Want::All),
+        PACKLM_WANT_NONE => Ok(Want::None),
+        other => Err(Error::new(Status::ErrInvalidArgument, format!("want {other} is not LAST (0), ALL (1) or NONE (2)"))),
+    }
+}
+
+/// Floats a pass over `m` rows writes for `want`: 0, n_vocab, or m x n_vocab (checked).
+fn logits_len(want: Want, m: usize, n_vocab: usize) -> crate::Result<usize> {
+    match want {
+        Want::None => Ok(0),
+        Want::Last => Ok(n_vocab),
+        Want::All => checked_len(m, n_vocab, "m x n_vocab"),
+    }
+}
+
+/// Refuses a capacity below `need` floats: PACKLM_ERR_BUFFER_TOO_SMALL, `need` into `*n_logits`.
+fn check_capacity(need: usize, capacity: usize, n_logits: &mut usize) -> crate::Result<()> {
+    if capacity < need {
+        *n_logits = need;
+        return Err(Error::new(Status::ErrBufferTooSmall, format!("logits_out needs {need} floats, its capacity is {capacity}")));
+    }
+    Ok(())
+}
+
+/// packlm_step with a capacity (since ABI 2): `logits_out` holds `capacity` floats (NULL with
+/// capacity 0 skips the logits). On success `*n_logits` receives the floats written (n_vocab,
+/// or 0 without a buffer). A capacity below n_vocab gives PACKLM_ERR_BUFFER_TOO_SMALL with
+/// n_vocab in `*n_logits`; then nothing else is written and the session is unchanged.
+#[no_mangle]
+pub extern "C" fn packlm_step_into(session: *mut packlm_session, token: u32, logits_out: *mut f32, capacity: usize, n_logits: *mut usize) -> Status {
+    packlm_step_batch_into(session, &token, 1, PACKLM_WANT_LAST, logits_out, capacity, n_logits)
+}
+
+/// packlm_step_batch with a capacity (since ABI 2): `logits_out` holds `capacity` floats (NULL
+/// with capacity 0 skips the logits). On success `*n_logits` receives the floats written:
+/// n_vocab for PACKLM_WANT_LAST, m x n_vocab for PACKLM_WANT_ALL, 0 for PACKLM_WANT_NONE or
+/// without a buffer. A smaller capacity gives PACKLM_ERR_BUFFER_TOO_SMALL with the floats
+/// needed in `*n_logits`; then nothing else is written and the session is unchanged.
+#[no_mangle]
+pub extern "C" fn packlm_step_batch_into(
+    session: *mut packlm_session,
+    tokens: *const u32,
+    m: usize,
+    want: u32,
+    logits_out: *mut f32,
+    capacity: usize,
+    n_logits: *mut usize,
+) -> Status {
+    ffi_boundary!("packlm_step_batch_into", {
+        let s = &mut try_mut(session, "session")?.inner;
+        let tokens = try_slice(tokens, m, "tokens")?;
+        let n_logits = try_mut(n_logits, "n_logits")?;
+        if tokens.is_empty() {
+            return Err(Error::invalid("m is 0: no tokens given"));
+        }
+        let want = read_want(want)?;
+        let want = if logits_out.is_null() && capacity == 0 { Want::None } else { want };
+        let need = logits_len(want, m, s.model.spec.vocab_size)?;
+        check_capacity(need, capacity, n_logits)?;
+        let out = try_slice_mut(logits_out, need, "logits_out")?;
+        let logits = s.step_batch(tokens, want)?;
+        out.copy_from_slice(&logits);
+        *n_logits = need;
         Ok(())
     })
 }

@@ -3,7 +3,9 @@
 use crate::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
 use crate::engine::speculative::Acceptance;
 use crate::error::{Error, Status};
-use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut, write_items};
+use crate::ffi::guard::{
+    checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
+};
 use crate::ffi::model::packlm_model;
 use crate::ffi::session::packlm_session;
 use crate::sample::{sample, SamplerParams};
@@ -27,11 +29,27 @@ pub struct packlm_sampler_params {
     pub n_recent: usize,
 }
 
-fn read_sampler<'a>(p: *const packlm_sampler_params) -> crate::Result<(SamplerParams, &'a [u32])> {
-    let p = try_ref(p, "params")?;
-    if p.size != std::mem::size_of::<packlm_sampler_params>() {
-        return Err(Error::invalid(format!("sampler params size {} expected {}", p.size, std::mem::size_of::<packlm_sampler_params>())));
+// SAFETY: repr(C), starts with the usize size; floats, integers and a raw pointer.
+unsafe impl AbiStruct for packlm_sampler_params {
+    const NAME: &'static str = "packlm_sampler_params";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_sampler_params, n_recent) + std::mem::size_of::<usize>();
+    const FIRST_ABI: u32 = 1;
+    fn defaults() -> Self {
+        packlm_sampler_params {
+            size: std::mem::size_of::<packlm_sampler_params>(),
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            recent: std::ptr::null(),
+            n_recent: 0,
+        }
     }
+}
+
+fn read_sampler<'a>(p: *const packlm_sampler_params, what: &str) -> crate::Result<(SamplerParams, &'a [u32])> {
+    let p = read_prefix(p, what)?;
     let bad = |what: &str, v: f32| Error::invalid(format!("sampler {what} = {v} is out of range"));
     if !p.temperature.is_finite() {
         return Err(bad("temperature", p.temperature));
@@ -61,7 +79,7 @@ pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *con
         if logits.is_empty() {
             return Err(Error::invalid("n_vocab is 0"));
         }
-        let (p, recent) = read_sampler(params)?;
+        let (p, recent) = read_sampler(params, "params")?;
         let rng = try_mut(rng_state, "rng_state")?;
         let token = try_mut(token, "token")?;
         let mut r = *rng;
@@ -77,21 +95,95 @@ pub const PACKLM_VERIFY_GREEDY: u32 = 0;
 /// Sampled acceptance: the distribution-preserving rejection rule.
 pub const PACKLM_VERIFY_SAMPLED: u32 = 1;
 
+/// Parameters of packlm_verify. Re-published in ABI 2: ABI 1 embedded packlm_sampler_params by
+/// value (so neither struct could grow); ABI 2 points to it. A caller compiled against ABI 1
+/// (whose `size` is the ABI 1 layout's size) is still read as the ABI 1 layout.
 #[repr(C)]
 pub struct packlm_verify_params {
     /// sizeof(packlm_verify_params) as the caller compiled it.
     pub size: usize,
     /// PACKLM_VERIFY_GREEDY or PACKLM_VERIFY_SAMPLED.
     pub mode: u32,
-    /// The target's sampler (sampled mode; its `recent` is ignored: the session's history is used).
-    pub sampler: packlm_sampler_params,
+    /// The target's sampler: required in sampled mode, ignored in greedy mode; its `recent` is
+    /// ignored (the session's history is used). Read during the call only.
+    pub sampler: *const packlm_sampler_params,
     /// Sampled mode: the drafter's probabilities, k rows of n_vocab; NULL = each draft is a
     /// point mass (n-gram drafts, greedy draft models).
     pub draft_probs: *const f32,
+    /// Floats readable at `draft_probs`: fewer than k x n_vocab gives
+    /// PACKLM_ERR_BUFFER_TOO_SMALL (the message names the count needed) and nothing is done.
+    pub n_draft_probs: usize,
     /// Sampled mode: the random state, advanced in place.
     pub rng_state: *mut u64,
 }
 
+// SAFETY: repr(C), starts with the usize size; integers and raw pointers.
+unsafe impl AbiStruct for packlm_verify_params {
+    const NAME: &'static str = "packlm_verify_params";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_verify_params, rng_state) + std::mem::size_of::<*mut u64>();
+    const FIRST_ABI: u32 = 2;
+    fn defaults() -> Self {
+        packlm_verify_params {
+            size: std::mem::size_of::<packlm_verify_params>(),
+            mode: PACKLM_VERIFY_GREEDY,
+            sampler: std::ptr::null(),
+            draft_probs: std::ptr::null(),
+            n_draft_probs: 0,
+            rng_state: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// packlm_verify_params as ABI 1 published it (the sampler embedded by value). Not in the
+/// header: packlm_verify recognises it by its size.
+#[repr(C)]
+struct VerifyParamsAbi1 {
+    size: usize,
+    mode: u32,
+    sampler: packlm_sampler_params,
+    draft_probs: *const f32,
+    rng_state: *mut u64,
+}
+
+// An ABI 1 caller is told apart by its size alone, so no layout of packlm_verify_params may ever
+// have the ABI 1 layout's size: when an appended field would make it so, add a reserved field.
+const _: () = assert!(std::mem::size_of::<packlm_verify_params>() != std::mem::size_of::<VerifyParamsAbi1>());
+// ABI 1 embedded the sampler at its ABI 1 size; it still is.
+const _: () = assert!(<packlm_sampler_params as AbiStruct>::FIRST_SIZE == std::mem::size_of::<packlm_sampler_params>());
+
+/// The verify parameters in one form, whichever layout the caller used.
+struct VerifyArgs {
+    mode: u32,
+    sampler: *const packlm_sampler_params,
+    draft_probs: *const f32,
+    /// None: the ABI 1 layout, whose draft_probs hold k x n_vocab floats by contract.
+    n_draft_probs: Option<usize>,
+    rng_state: *mut u64,
+}
+
+fn read_verify_params(p: *const packlm_verify_params) -> crate::Result<VerifyArgs> {
+    let params = try_ref(p, "params")?;
+    if params.size == std::mem::size_of::<VerifyParamsAbi1>() {
+        // SAFETY: the caller's size says it compiled the ABI 1 layout, all of which it gave us.
+        let v1 = unsafe { &*(p as *const VerifyParamsAbi1) };
+        if v1.sampler.size != packlm_sampler_params::FIRST_SIZE {
+            // The embedded struct cannot be larger than ABI 1's: it would overlap draft_probs.
+            return Err(Error::invalid(format!(
+                "params.sampler.size is {}; an ABI 1 packlm_verify_params embeds a packlm_sampler_params of {} bytes",
+                v1.sampler.size,
+                packlm_sampler_params::FIRST_SIZE
+            )));
+        }
+        return Ok(VerifyArgs { mode: v1.mode, sampler: &v1.sampler, draft_probs: v1.draft_probs, n_draft_probs: None, rng_state: v1.rng_state });
+    }
+    let v = read_prefix(p, "params").map_err(|e| {
+        Error::new(e.status, format!("{} (or the ABI 1 layout's {})", e.message, std::mem::size_of::<VerifyParamsAbi1>()))
+    })?;
+    Ok(VerifyArgs { mode: v.mode, sampler: v.sampler, draft_probs: v.draft_probs, n_draft_probs: Some(v.n_draft_probs), rng_state: v.rng_state })
+}
+
+/// Result of packlm_verify. The caller sets `size`, `logits_out` and (since ABI 2)
+/// `logits_capacity`; the library writes the rest.
 #[repr(C)]
 pub struct packlm_verify_result {
     /// sizeof(packlm_verify_result) as the caller compiled it; set before the call.
@@ -106,45 +198,94 @@ pub struct packlm_verify_result {
     pub rounds: u64,
     pub drafted: u64,
     pub accepted: u64,
+    /// Since ABI 2 (set by the caller): floats `logits_out` holds; 0 = n_vocab, unchecked (the
+    /// ABI 1 contract). Below n_vocab: PACKLM_ERR_BUFFER_TOO_SMALL, n_vocab goes to
+    /// `n_logits`, nothing else is written and the session is unchanged.
+    pub logits_capacity: usize,
+    /// Since ABI 2 (written by the library): floats written to `logits_out` (n_vocab, or 0
+    /// without a buffer), or the floats needed with PACKLM_ERR_BUFFER_TOO_SMALL.
+    pub n_logits: usize,
+}
+
+// SAFETY: repr(C), starts with the usize size; integers and a raw pointer.
+unsafe impl AbiStruct for packlm_verify_result {
+    const NAME: &'static str = "packlm_verify_result";
+    const FIRST_SIZE: usize = std::mem::offset_of!(packlm_verify_result, accepted) + std::mem::size_of::<u64>();
+    const FIRST_ABI: u32 = 1;
+    fn defaults() -> Self {
+        packlm_verify_result {
+            size: std::mem::size_of::<packlm_verify_result>(),
+            n_accepted: 0,
+            next_token: 0,
+            logits_out: std::ptr::null_mut(),
+            rounds: 0,
+            drafted: 0,
+            accepted: 0,
+            logits_capacity: 0,
+            n_logits: 0,
+        }
+    }
 }
 
 /// The speculative step as one call: `pending` is the token already chosen but not yet fed;
 /// `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
 /// longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
-/// exactly as if those tokens had been stepped one by one. On failure (bad token, context
-/// full) the session is unchanged and `*result` is not written.
+/// exactly as if those tokens had been stepped one by one. Only the first `result->size` bytes
+/// of `*result` are written. On failure (bad token, context full, a buffer too small) the
+/// session is unchanged and `*result` is not written, except `n_logits` with
+/// PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
         let s = &mut try_mut(session, "session")?.inner;
         let draft = try_slice(draft, k, "draft")?;
-        let p = try_ref(params, "params")?;
-        let result = try_mut(result, "result")?;
-        if p.size != std::mem::size_of::<packlm_verify_params>() || result.size != std::mem::size_of::<packlm_verify_result>() {
-            return Err(Error::invalid("params.size or result.size does not match this library"));
-        }
+        let p = read_verify_params(params)?;
+        let mut r = read_prefix(result, "result")?;
         let vocab = s.model.spec.vocab_size;
+        // Every buffer is checked before the pass, so that a refusal leaves the session as it was.
+        let n_logits = if r.logits_out.is_null() { 0 } else { vocab };
+        if r.logits_capacity != 0 && r.logits_capacity < n_logits {
+            r.n_logits = n_logits;
+            write_prefix(&r, result, r.size);
+            return Err(Error::new(
+                Status::ErrBufferTooSmall,
+                format!("result.logits_out needs {n_logits} floats, result.logits_capacity is {}", r.logits_capacity),
+            ));
+        }
         let out = match p.mode {
             PACKLM_VERIFY_GREEDY => s.verify(pending, draft, Acceptance::Greedy)?,
             PACKLM_VERIFY_SAMPLED => {
-                let (sp, _) = read_sampler(&p.sampler)?;
-                let q = if p.draft_probs.is_null() { None } else { Some(try_slice(p.draft_probs, k * vocab, "draft_probs")?) };
+                let (sp, _) = read_sampler(p.sampler, "params.sampler")?;
+                let q = if p.draft_probs.is_null() {
+                    None
+                } else {
+                    let need = checked_len(k, vocab, "draft_probs: k x n_vocab")?;
+                    if let Some(have) = p.n_draft_probs.filter(|&have| have < need) {
+                        return Err(Error::new(
+                            Status::ErrBufferTooSmall,
+                            format!("params.draft_probs needs k x n_vocab = {k} x {vocab} = {need} floats, params.n_draft_probs is {have}"),
+                        ));
+                    }
+                    Some(try_slice(p.draft_probs, need, "draft_probs")?)
+                };
                 let rng = try_mut(p.rng_state, "rng_state")?;
-                let mut r = *rng;
-                let out = s.verify(pending, draft, Acceptance::Sampled { params: &sp, draft_probs: q, rng: &mut r })?;
-                *rng = r;
+                let mut state = *rng;
+                let out = s.verify(pending, draft, Acceptance::Sampled { params: &sp, draft_probs: q, rng: &mut state })?;
+                *rng = state;
                 out
             }
             other => return Err(Error::new(Status::ErrInvalidArgument, format!("verify mode {other} is not GREEDY (0) or SAMPLED (1)"))),
         };
-        if !result.logits_out.is_null() {
-            try_slice_mut(result.logits_out, vocab, "logits_out")?.copy_from_slice(&s.last_logits);
+        if n_logits != 0 {
+            try_slice_mut(r.logits_out, n_logits, "logits_out")?.copy_from_slice(&s.last_logits);
         }
-        result.n_accepted = out.n_accepted as u32;
-        result.next_token = out.next;
-        result.rounds = s.counters.rounds;
-        result.drafted = s.counters.drafted;
-        result.accepted = s.counters.accepted;
+        r.n_accepted = out.n_accepted as u32;
+        r.next_token = out.next;
+        r.rounds = s.counters.rounds;
+        r.drafted = s.counters.drafted;
+        r.accepted = s.counters.accepted;
+        r.n_logits = n_logits;
+        write_prefix(&r, result, r.size);
         Ok(())
     })
 }

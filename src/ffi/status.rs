@@ -5,8 +5,10 @@ use std::ffi::c_char;
 use crate::error::Status;
 use crate::ffi::guard::last_error_ptr;
 
-/// ABI version of this header; it changes only when an existing signature or struct changes.
-pub const PACKLM_ABI_VERSION: u32 = 1;
+/// ABI version of this header; it changes only when an existing signature or struct changes
+/// (see the list of re-published structs at the top). build.rs reads this line: the Linux
+/// shared library's SONAME is libpacklm.so.PACKLM_ABI_VERSION.
+pub const PACKLM_ABI_VERSION: u32 = 2;
 
 /// Fixed text of a status (static storage; never free it); "unknown status" for a number that
 /// is not a status. Takes an int so that any value is safe to pass. Safe from any thread.
