@@ -11,8 +11,15 @@ PROMPT ?= What is the capital of France? Answer with one word.
 models:
 	./scripts/fetch_models.sh
 
+# The Linux library's SONAME is libpacklm.so.<PACKLM_ABI_VERSION> (set by build.rs); programs
+# linked with -lpacklm need that name at run time, so it is put beside libpacklm.so.
 build:
 	$(CARGO) build --release
+	@if [ "$$(uname -s)" = Linux ]; then \
+		abi=$$(sed -n 's/^#define PACKLM_ABI_VERSION \([0-9][0-9]*\)$$/\1/p' include/packlm.h); \
+		[ -n "$$abi" ] || { echo "include/packlm.h: no PACKLM_ABI_VERSION" >&2; exit 1; }; \
+		ln -sf libpacklm.so target/release/libpacklm.so.$$abi; \
+	fi
 
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32

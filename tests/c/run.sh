@@ -4,7 +4,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 lib="$root/target/release"
-[ -f "$lib/libpacklm.so" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+[ -f "$lib/libpacklm.so" ] || { echo "build first: make build" >&2; exit 1; }
+# The SONAME follows the header's ABI version, and `make build` put that name beside the library.
+abi=$(sed -n 's/^#define PACKLM_ABI_VERSION \([0-9][0-9]*\)$/\1/p' "$root/include/packlm.h")
+soname=$(readelf -d "$lib/libpacklm.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libpacklm.so.$abi" ] || { echo "FAIL: SONAME is '$soname', expected libpacklm.so.$abi" >&2; exit 1; }
+[ -e "$lib/$soname" ] || { echo "FAIL: $soname is missing beside libpacklm.so: make build" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tiny="$root/tests/fixtures/tiny/llama"
@@ -20,6 +25,8 @@ gguf="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ -f "$gguf" ]; then head -c 65536 "$gguf" > "$tmp/trunc.gguf"; else printf 'GGUF\003\000\000\000\001' > "$tmp/trunc.gguf"; fi
 
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
+needed=$(readelf -d "$tmp/test_api" | sed -n 's/.*(NEEDED).*\[\(libpacklm[^]]*\)\]/\1/p')
+[ "$needed" = "$soname" ] || { echo "FAIL: a program linked with -lpacklm needs '$needed', not $soname" >&2; exit 1; }
 "$tmp/test_api" "$tiny" "$tmp"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_state.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_state"
 # Two processes: the second restores what the first saved.
