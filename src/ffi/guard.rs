@@ -66,6 +66,14 @@ pub fn try_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
     unsafe { p.as_mut() }.ok_or_else(|| null(what))
 }
 
+/// Refuses `n` elements of T whose byte length passes isize::MAX (no slice may be that long).
+fn check_slice_len<T>(n: usize, what: &str) -> Result<()> {
+    match n.checked_mul(std::mem::size_of::<T>()) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
+        _ => Err(Error::new(Status::ErrLimitExceeded, format!("{what}: {n} elements of {} bytes pass the largest object", std::mem::size_of::<T>()))),
+    }
+}
+
 /// A slice of `n` elements; NULL is accepted only when `n == 0`.
 pub fn try_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
     if n == 0 {
@@ -74,6 +82,7 @@ pub fn try_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
     if p.is_null() {
         return Err(null(what));
     }
+    check_slice_len::<T>(n, what)?;
     // SAFETY: the caller promises `n` readable elements at `p`.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
@@ -86,6 +95,7 @@ pub fn try_slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [
     if p.is_null() {
         return Err(null(what));
     }
+    check_slice_len::<T>(n, what)?;
     // SAFETY: the caller promises `n` writable elements at `p`, not aliased during the call.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
 }

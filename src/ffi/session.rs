@@ -157,15 +157,15 @@ pub extern "C" fn packlm_step_batch_into(
 ) -> Status {
     ffi_boundary!("packlm_step_batch_into", {
         let s = &mut try_mut(session, "session")?.inner;
-        let tokens = try_slice(tokens, m, "tokens")?;
         let n_logits = try_mut(n_logits, "n_logits")?;
-        if tokens.is_empty() {
+        if m == 0 {
             return Err(Error::invalid("m is 0: no tokens given"));
         }
         let want = read_want(want)?;
         let want = if logits_out.is_null() && capacity == 0 { Want::None } else { want };
         let need = logits_len(want, m, s.model.spec.vocab_size)?;
         check_capacity(need, capacity, n_logits)?;
+        let tokens = try_slice(tokens, m, "tokens")?;
         let out = try_slice_mut(logits_out, need, "logits_out")?;
         let logits = s.step_batch(tokens, want)?;
         out.copy_from_slice(&logits);

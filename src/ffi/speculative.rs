@@ -166,8 +166,9 @@ fn read_verify_params(p: *const packlm_verify_params) -> crate::Result<VerifyArg
     if params.size == std::mem::size_of::<VerifyParamsAbi1>() {
         // SAFETY: the caller's size says it compiled the ABI 1 layout, all of which it gave us.
         let v1 = unsafe { &*(p as *const VerifyParamsAbi1) };
-        if v1.sampler.size != packlm_sampler_params::FIRST_SIZE {
-            // The embedded struct cannot be larger than ABI 1's: it would overlap draft_probs.
+        if v1.mode == PACKLM_VERIFY_SAMPLED && v1.sampler.size != packlm_sampler_params::FIRST_SIZE {
+            // Read in sampled mode only (as ABI 1 did). The embedded struct cannot be larger
+            // than ABI 1's: it would overlap draft_probs.
             return Err(Error::invalid(format!(
                 "params.sampler.size is {}; an ABI 1 packlm_verify_params embeds a packlm_sampler_params of {} bytes",
                 v1.sampler.size,

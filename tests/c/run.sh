@@ -32,3 +32,12 @@ cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tes
 # Two processes: the second restores what the first saved.
 "$tmp/test_state" write "$root/tests/fixtures/tiny/mistral" "$tmp/state"
 "$tmp/test_state" read "$root/tests/fixtures/tiny/mistral" "$tmp/state"
+# One program built against the frozen ABI 1 header and against the current one: same results.
+cc -std=c11 -Wall -Wextra -Werror -I"$root/tests/c/abi1" -I"$root/tests/c" "$root/tests/c/test_compat.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/compat_abi1"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_compat.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/compat_now"
+"$tmp/compat_abi1" "$tiny" "$tmp/compat_abi1.out"
+"$tmp/compat_now" "$tiny" "$tmp/compat_now.out"
+cmp "$tmp/compat_abi1.out" "$tmp/compat_now.out" || { echo "FAIL: an ABI 1 caller's results differ from a current caller's" >&2; exit 1; }
+echo "compat: ABI 1 and current callers agree on $(stat -c %s "$tmp/compat_now.out") bytes"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_sizes.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_sizes"
+"$tmp/test_sizes" "$tiny"
