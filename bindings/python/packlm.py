@@ -22,7 +22,7 @@ _lib = C.CDLL(os.environ.get("PACKLM_LIB", _default))
 OK, ERR_BUFFER_TOO_SMALL = 0, 9
 TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL = 1, 2
 WANT_LAST, WANT_ALL, WANT_NONE = 0, 1, 2
-VERIFY_GREEDY = 0
+VERIFY_GREEDY, VERIFY_SAMPLED = 0, 1
 
 
 class PacklmError(Exception):
@@ -171,5 +171,18 @@ class Session:
         d = (C.c_uint32 * len(draft))(*draft)
         p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
         r = _VerifyResult(size=C.sizeof(_VerifyResult))  # logits_out NULL: no logits wanted
+        _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(p), C.byref(r)))
+        return r.n_accepted, r.next_token
+
+    def verify_sampled(self, pending, draft, temperature=1.0, seed=0):
+        """One speculative step with sampled acceptance (each draft a point mass); returns
+        (n_accepted, next_token)."""
+        d = (C.c_uint32 * len(draft))(*draft)
+        sp = _SamplerParams(size=C.sizeof(_SamplerParams), temperature=temperature, top_k=0, top_p=1.0,
+                            min_p=0.0, repetition_penalty=1.0)
+        rng = C.c_uint64(seed)
+        p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_SAMPLED, sampler=C.pointer(sp),
+                          rng_state=C.pointer(rng))
+        r = _VerifyResult(size=C.sizeof(_VerifyResult))
         _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(p), C.byref(r)))
         return r.n_accepted, r.next_token

@@ -162,8 +162,13 @@ struct VerifyArgs {
 }
 
 fn read_verify_params(p: *const packlm_verify_params) -> crate::Result<VerifyArgs> {
-    let params = try_ref(p, "params")?;
-    if params.size == std::mem::size_of::<VerifyParamsAbi1>() {
+    if p.is_null() {
+        return Err(Error::new(Status::ErrNullArgument, "params is NULL"));
+    }
+    // SAFETY: every layout starts with the usize size (read alone: the caller's struct may be
+    // smaller than this library's).
+    let size = unsafe { std::ptr::read(p as *const usize) };
+    if size == std::mem::size_of::<VerifyParamsAbi1>() {
         // SAFETY: the caller's size says it compiled the ABI 1 layout, all of which it gave us.
         let v1 = unsafe { &*(p as *const VerifyParamsAbi1) };
         if v1.mode == PACKLM_VERIFY_SAMPLED && v1.sampler.size != packlm_sampler_params::FIRST_SIZE {
