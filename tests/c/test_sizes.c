@@ -242,6 +242,10 @@ int main(int argc, char **argv) {
     CHECK(packlm_step_batch_into(t, prompt, SIZE_MAX / 2 + 1, PACKLM_WANT_ALL, logits, nv, &n) == PACKLM_ERR_LIMIT_EXCEEDED,
           "m x n_vocab overflow");
     CHECK(n_past(t) == 1, "overflowing batch changed the session");
+    /* A token count whose byte length passes the largest object is refused, not read. */
+    CHECK(packlm_step_batch(t, prompt, SIZE_MAX / 8 + 1, PACKLM_WANT_NONE, NULL) == PACKLM_ERR_LIMIT_EXCEEDED,
+          "m x sizeof(uint32_t) past the largest object");
+    CHECK(n_past(t) == 1, "an oversized batch changed the session");
     OK(packlm_step_batch(u, prompt + 1, m, PACKLM_WANT_ALL, want));
     OK(packlm_step_batch_into(t, prompt + 1, m, PACKLM_WANT_ALL, logits, nv * m, &n));
     CHECK(n == nv * m && memcmp(logits, want, sizeof(float) * nv * m) == 0, "step_batch_into all differs from step_batch");

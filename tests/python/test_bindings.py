@@ -19,6 +19,32 @@ def check(cond, what):
         print("FAIL:", what)
 
 
+# The ctypes layouts against the C compiler's reading of include/packlm.h: every field's offset
+# and every struct's size.
+import ctypes  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+structs = {"packlm_info": packlm._Info, "packlm_sampler_params": packlm._SamplerParams,
+           "packlm_verify_params": packlm._VerifyParams, "packlm_verify_result": packlm._VerifyResult}
+lines = []
+for c_name, cls in structs.items():
+    lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
+    for field, _ in cls._fields_:
+        lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
+program = "#include <stdio.h>\n#include <stddef.h>\n#include \"packlm.h\"\nint main(void) {\n" + "\n".join(lines) + "\nreturn 0; }\n"
+with tempfile.TemporaryDirectory() as tmp:
+    src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
+    with open(src, "w") as f:
+        f.write(program)
+    subprocess.run(["cc", "-std=c11", "-I", os.path.join(root, "include"), src, "-o", exe], check=True)
+    c_layout = dict(line.rsplit(" ", 1) for line in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
+for c_name, cls in structs.items():
+    check(int(c_layout[c_name]) == ctypes.sizeof(cls), f"sizeof {c_name}: C {c_layout[c_name]}, ctypes {ctypes.sizeof(cls)}")
+    for field, _ in cls._fields_:
+        got = getattr(cls, field).offset
+        check(int(c_layout[f"{c_name}.{field}"]) == got, f"offset of {c_name}.{field}: C {c_layout[c_name + '.' + field]}, ctypes {got}")
+
 m = packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"))
 check(m.n_vocab == 300 and m.bos == 0, "model info")
 ids = m.tokenize("Hello world")
@@ -57,32 +83,6 @@ try:
     check(False, "missing pack opened")
 except packlm.PacklmError as e:
     check(e.status == 3 and "/nonexistent/pack" in str(e), "missing pack error")
-
-# The ctypes layouts against the C compiler's reading of include/packlm.h: every field's offset
-# and every struct's size.
-import ctypes  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-
-structs = {"packlm_info": packlm._Info, "packlm_sampler_params": packlm._SamplerParams,
-           "packlm_verify_params": packlm._VerifyParams, "packlm_verify_result": packlm._VerifyResult}
-lines = []
-for c_name, cls in structs.items():
-    lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
-    for field, _ in cls._fields_:
-        lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
-program = "#include <stdio.h>\n#include <stddef.h>\n#include \"packlm.h\"\nint main(void) {\n" + "\n".join(lines) + "\nreturn 0; }\n"
-with tempfile.TemporaryDirectory() as tmp:
-    src, exe = os.path.join(tmp, "layout.c"), os.path.join(tmp, "layout")
-    with open(src, "w") as f:
-        f.write(program)
-    subprocess.run(["cc", "-std=c11", "-I", os.path.join(root, "include"), src, "-o", exe], check=True)
-    c_layout = dict(line.rsplit(" ", 1) for line in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
-for c_name, cls in structs.items():
-    check(int(c_layout[c_name]) == ctypes.sizeof(cls), f"sizeof {c_name}: C {c_layout[c_name]}, ctypes {ctypes.sizeof(cls)}")
-    for field, _ in cls._fields_:
-        got = getattr(cls, field).offset
-        check(int(c_layout[f"{c_name}.{field}"]) == got, f"offset of {c_name}.{field}: C {c_layout[c_name + '.' + field]}, ctypes {got}")
 
 # A sampled verify through the ABI 2 layout (the sampler behind a pointer, the draft
 # probabilities with their count).
