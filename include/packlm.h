@@ -3,10 +3,12 @@
  * ABI rules (PACKLM_ABI_VERSION below; the Linux library's SONAME is libpacklm.so.<ABI version>):
  *
  * - Status: every call returns a packlm_status, a uint32_t with named constants PACKLM_OK and
- *   PACKLM_ERR_*; a number never changes meaning and a retired one is never reused. Functions
- *   published with an enum return type return the same 32-bit value on every ABI packlm targets.
- * - Flags are uint32_t bit sets (PACKLM_<CALL>_<FLAG>); an unknown bit is refused. Booleans added
- *   since ABI 2 are uint32_t, 0 false and any non-zero value true. Existing signatures keep theirs.
+ *   PACKLM_ERR_*; a number never changes meaning and a retired one is never reused. ABI 1
+ *   declared it as an enum: on every ABI packlm targets, that enum and a uint32_t are returned
+ *   alike, so callers built against either header agree.
+ * - Flags are uint32_t bit sets (PACKLM_<CALL>_<FLAG>); a bit a call does not know is refused with
+ *   PACKLM_ERR_INVALID_ARGUMENT. Booleans added since ABI 2 are uint32_t: 0 is false, any other
+ *   value true (packlm_info writes 0 or 1). Existing signatures keep their types.
  * - Growth rule: every struct that starts with `size_t size` accepts any size from its first
  *   published size (the end of its last field in that version) up to its current sizeof, reads or
  *   writes only that prefix, and gives every field past it its default; a size outside that range
@@ -718,8 +720,8 @@ packlm_status packlm_tokenize(const packlm_model *model, const char *text, size_
 /**
  * Text of `n_tokens` ids, NUL-terminated, into `buf` (capacity `cap`); `*n` receives its byte
  * length, or the capacity needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
- * `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL. An id outside the vocabulary gives
- * PACKLM_ERR_TOKEN_OUT_OF_RANGE.
+ * `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL (another bit gives PACKLM_ERR_INVALID_ARGUMENT). An
+ * id outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE.
  */
 packlm_status packlm_detokenize(const packlm_model *model, const uint32_t *tokens, size_t n_tokens, uint32_t flags, char *buf, size_t cap, size_t *n);
 

@@ -101,6 +101,15 @@ int main(int argc, char **argv) {
     }
     packlm_info info = {.size = sizeof info};
     OK(packlm_model_info(model, &info));
+    /* Flags: a bit a call does not know is refused. */
+    char text[64];
+    size_t n_text = 0;
+    const uint32_t one_token = 41;
+    CHECK(packlm_detokenize(model, &one_token, 1, 0x4, text, sizeof text, &n_text) == PACKLM_ERR_INVALID_ARGUMENT && n_text == 0,
+          "detokenize with an unknown flag bit");
+    n_text = 0;
+    CHECK(packlm_tokenize(model, "a", 1, 0x4, NULL, 0, &n_text) == PACKLM_ERR_INVALID_ARGUMENT && n_text == 0,
+          "tokenize with an unknown flag bit");
     const size_t nv = info.n_vocab;
     CHECK(nv == 300, "n_vocab %zu", nv);
 
