@@ -15,8 +15,9 @@
  *   is refused with PACKLM_ERR_INVALID_ARGUMENT naming both bounds and the size given, and
  *   nothing is written. Fields are only ever appended, at or past the previous version's sizeof
  *   (so never in its trailing padding), and an appended field's zero means the behaviour before it
- *   existed: a struct zeroed with its size set is always valid. A struct that may grow is never
- *   embedded by value in another one.
+ *   existed: a caller that zeroes a struct, sets `size = sizeof` and fills the fields it knows gets
+ *   the behaviour of the version it was written for. A struct that may grow is never embedded by
+ *   value in another one.
  * - Output buffers carry a capacity (PACKLM_ERR_BUFFER_TOO_SMALL plus the size needed), or their
  *   size is a documented function of the arguments (the ABI 1 calls, kept as they were; each has a
  *   capacity-taking form).

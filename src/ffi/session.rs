@@ -20,6 +20,8 @@ pub struct packlm_session_options {
     pub size: usize,
     /// Most positions the session may hold; 0 = the model's context length.
     pub n_ctx: u32,
+    // ABI 1's sizeof is 16 on 64-bit targets (4 bytes of trailing padding a caller may leave
+    // unset): a field appended here must start past it, so a u32 needs a reserved u32 before it.
 }
 
 // SAFETY: repr(C), starts with the usize size, every other field an integer.
