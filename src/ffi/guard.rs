@@ -303,3 +303,25 @@ mod tests {
         assert_eq!(checked_len(usize::MAX, 2, "x").unwrap_err().status, Status::ErrLimitExceeded);
     }
 }
+
+/// The first published sizes, as literals from the ABI 1 header (tests/c/abi1/packlm.h, LP64):
+/// a change to a struct's early fields would move them, and this says so before any caller does.
+#[cfg(all(test, target_pointer_width = "64"))]
+mod published_sizes {
+    use super::AbiStruct;
+    use crate::ffi::model::{packlm_info, packlm_open_options};
+    use crate::ffi::session::packlm_session_options;
+    use crate::ffi::speculative::{packlm_sampler_params, packlm_verify_params, packlm_verify_result};
+
+    #[test]
+    fn first_published_sizes_are_the_abi_1_layouts() {
+        assert_eq!(packlm_open_options::FIRST_SIZE, 40);
+        assert_eq!(packlm_info::FIRST_SIZE, 40);
+        assert_eq!(packlm_session_options::FIRST_SIZE, 12); // sizeof 16: 4 bytes of padding
+        assert_eq!(packlm_sampler_params::FIRST_SIZE, 48);
+        assert_eq!(packlm_verify_result::FIRST_SIZE, 48);
+        // Re-published in ABI 2: size, mode (+4 padding), sampler, draft_probs, n_draft_probs, rng_state.
+        assert_eq!(packlm_verify_params::FIRST_SIZE, 48);
+        assert_eq!((packlm_verify_params::FIRST_ABI, packlm_info::FIRST_ABI), (2, 1));
+    }
+}
