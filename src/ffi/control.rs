@@ -82,7 +82,7 @@ pub extern "C" fn packlm_set_log_callback(callback: packlm_log_fn, user_data: *m
     ffi_boundary!("packlm_set_log_callback", {
         let ud = UserData(user_data);
         log::set_sink(callback.map(|cb| {
-            Box::new(move |level: Level, msg: &str| {
+            Arc::new(move |level: Level, msg: &str| {
                 let text = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
                 cb(level as i32, text.as_ptr(), ud.get());
             }) as log::Sink
