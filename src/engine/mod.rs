@@ -144,6 +144,13 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens given"));
         }
+        // The length first: the ids are read only once the count is known to fit.
+        if tokens.len() > self.n_ctx.saturating_sub(self.n_past()) {
+            return Err(Error::new(
+                Status::ErrContextOverflow,
+                format!("{} held + {} new positions exceed the context of {}", self.n_past(), tokens.len(), self.n_ctx),
+            ));
+        }
         // Tokens index the embedding and, on PLE models, the per-layer table too.
         let vocab = match self.model.spec.per_layer_input {
             Some(p) => self.model.spec.vocab_size.min(p.vocab),
@@ -151,12 +158,6 @@ impl Session {
         };
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::new(Status::ErrTokenOutOfRange, format!("token id {bad} is outside the vocabulary of {vocab}")));
-        }
-        if self.n_past() + tokens.len() > self.n_ctx {
-            return Err(Error::new(
-                Status::ErrContextOverflow,
-                format!("{} held + {} new positions exceed the context of {}", self.n_past(), tokens.len(), self.n_ctx),
-            ));
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use crate::error::{Error, Status};
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut, write_items};
 use crate::ffi::model::packlm_model;
 use crate::ffi::session::packlm_session;
-use crate::sample::{sample, SamplerParams};
+use crate::sample::{check_logits, sample, SamplerParams};
 
 /// Sampler settings. `temperature <= 0` is greedy.
 #[repr(C)]
@@ -32,28 +32,16 @@ fn read_sampler<'a>(p: *const packlm_sampler_params) -> crate::Result<(SamplerPa
     if p.size != std::mem::size_of::<packlm_sampler_params>() {
         return Err(Error::invalid(format!("sampler params size {} expected {}", p.size, std::mem::size_of::<packlm_sampler_params>())));
     }
-    let bad = |what: &str, v: f32| Error::invalid(format!("sampler {what} = {v} is out of range"));
-    if !p.temperature.is_finite() {
-        return Err(bad("temperature", p.temperature));
-    }
-    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
-        return Err(bad("top_p", p.top_p));
-    }
-    if !(0.0..=1.0).contains(&p.min_p) {
-        return Err(bad("min_p", p.min_p));
-    }
-    if !(p.repetition_penalty > 0.0 && p.repetition_penalty.is_finite()) {
-        return Err(bad("repetition_penalty", p.repetition_penalty));
-    }
+    let params = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, repetition_penalty: p.repetition_penalty };
+    params.check()?;
     let recent = try_slice(p.recent, p.n_recent, "params.recent")?;
-    Ok((
-        SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, repetition_penalty: p.repetition_penalty },
-        recent,
-    ))
+    Ok((params, recent))
 }
 
 /// Draws a token from `n_vocab` logits under `params`, advancing `*rng_state` (any 64-bit seed;
 /// the same seed reproduces the same draws on any machine). The token goes to `*token`.
+/// Logits that are NaN or +inf, or all -inf, give PACKLM_ERR_INVALID_ARGUMENT naming the first
+/// bad index; -inf masks a token out.
 #[no_mangle]
 pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *const packlm_sampler_params, rng_state: *mut u64, token: *mut u32) -> Status {
     ffi_boundary!("packlm_sample", {
@@ -62,6 +50,7 @@ pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *con
             return Err(Error::invalid("n_vocab is 0"));
         }
         let (p, recent) = read_sampler(params)?;
+        check_logits(logits)?;
         let rng = try_mut(rng_state, "rng_state")?;
         let token = try_mut(token, "token")?;
         let mut r = *rng;
@@ -186,6 +175,7 @@ pub extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, tar
 
 /// Proposes up to `k` tokens after the session's history followed by `pending` into
 /// `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
+/// Any `k` is accepted: fewer tokens come back when the history or the context holds fewer.
 #[no_mangle]
 pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: *const packlm_session, pending: u32, k: usize, draft_out: *mut u32, n_out: *mut usize) -> Status {
     ffi_boundary!("packlm_drafter_propose", {

@@ -32,13 +32,16 @@ pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_cha
 
 /// Text of `n_tokens` ids, NUL-terminated, into `buf` (capacity `cap`); `*n` receives its byte
 /// length, or the capacity needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
-/// `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL. An id outside the vocabulary gives
-/// PACKLM_ERR_TOKEN_OUT_OF_RANGE.
+/// `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL (other bits give PACKLM_ERR_INVALID_ARGUMENT). An id
+/// outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE.
 #[no_mangle]
 pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u32, n_tokens: usize, flags: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_detokenize", {
         let m = &try_ref(model, "model")?.inner;
         let ids = try_slice(tokens, n_tokens, "tokens")?;
+        if flags & !PACKLM_DETOKENIZE_SKIP_SPECIAL != 0 {
+            return Err(Error::invalid(format!("unknown detokenize flags {flags:#x}")));
+        }
         let text = m.vocab.decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
         write_text(&text, buf, cap, n)
     })
