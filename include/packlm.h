@@ -518,6 +518,8 @@ packlm_status packlm_step_batch(packlm_session *session, const uint32_t *tokens,
 /**
  * Draws a token from `n_vocab` logits under `params`, advancing `*rng_state` (any 64-bit seed;
  * the same seed reproduces the same draws on any machine). The token goes to `*token`.
+ * Logits that are NaN or +inf, or all -inf, give PACKLM_ERR_INVALID_ARGUMENT naming the first
+ * bad index; -inf masks a token out.
  */
 packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sampler_params *params, uint64_t *rng_state, uint32_t *token);
 
@@ -546,6 +548,7 @@ packlm_status packlm_drafter_new_model(const packlm_model *draft_model, const pa
 /**
  * Proposes up to `k` tokens after the session's history followed by `pending` into
  * `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
+ * Any `k` is accepted: fewer tokens come back when the history or the context holds fewer.
  */
 packlm_status packlm_drafter_propose(packlm_drafter *drafter, const packlm_session *session, uint32_t pending, size_t k, uint32_t *draft_out, size_t *n_out);
 
@@ -608,8 +611,8 @@ packlm_status packlm_tokenize(const packlm_model *model, const char *text, size_
 /**
  * Text of `n_tokens` ids, NUL-terminated, into `buf` (capacity `cap`); `*n` receives its byte
  * length, or the capacity needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
- * `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL. An id outside the vocabulary gives
- * PACKLM_ERR_TOKEN_OUT_OF_RANGE.
+ * `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL (other bits give PACKLM_ERR_INVALID_ARGUMENT). An id
+ * outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE.
  */
 packlm_status packlm_detokenize(const packlm_model *model, const uint32_t *tokens, size_t n_tokens, uint32_t flags, char *buf, size_t cap, size_t *n);
 
