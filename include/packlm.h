@@ -200,7 +200,8 @@ typedef struct packlm_prefix_cache packlm_prefix_cache;
 /**
  * A conversation's state (opaque): KV planes, positions held, last logits. Created by
  * packlm_session_new, freed by packlm_session_free. Safe to move to any thread; cannot be used
- * by two threads at once. Many sessions of one model may run in parallel.
+ * by two threads at once (a call made while another runs returns PACKLM_ERR_SESSION_BUSY and
+ * does nothing). Many sessions of one model may run in parallel.
  */
 typedef struct packlm_session packlm_session;
 

@@ -8,7 +8,7 @@ use std::ffi::CString;
 use common::*;
 use packlm::engine::{Session, Want};
 use packlm::ffi::model::{packlm_model, packlm_model_free, packlm_model_open};
-use packlm::ffi::session::{packlm_session, packlm_session_free, packlm_session_new, packlm_step_batch, PACKLM_WANT_NONE};
+use packlm::ffi::session::{packlm_session, packlm_session_free, packlm_session_new, packlm_step, packlm_step_batch, PACKLM_WANT_NONE};
 use packlm::ffi::speculative::{packlm_drafter, packlm_drafter_free, packlm_drafter_new_ngram, packlm_drafter_propose, packlm_sample, packlm_sampler_params};
 use packlm::ffi::text::packlm_detokenize;
 use packlm::Status;
@@ -102,4 +102,77 @@ fn a_batch_longer_than_the_context_is_refused_before_its_ids_are_read() {
     let e = s.step_batch(&[1, 2, 100_000], Want::None).unwrap_err();
     assert_eq!(e.status, Status::ErrContextOverflow, "{}", e.message);
     assert_eq!(s.n_past(), 2);
+}
+
+/// A raw handle shared by two threads on purpose (the misuse under test).
+#[derive(Clone, Copy)]
+struct Shared(*mut packlm_session);
+unsafe impl Send for Shared {}
+
+#[test]
+fn one_session_from_two_threads_gives_busy_never_a_crash() {
+    use packlm::ffi::session::{packlm_session_n_past, packlm_session_options};
+    use packlm::ffi::state::{packlm_snapshot, packlm_truncate};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    let m = open_model("llama");
+    let opts = packlm_session_options { size: std::mem::size_of::<packlm_session_options>(), n_ctx: 48 };
+    let mut s: *mut packlm_session = std::ptr::null_mut();
+    assert_eq!(packlm_session_new(m, &opts, &mut s), Status::Ok);
+    let shared = Shared(s);
+    let busy = AtomicUsize::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..2 {
+            let busy = &busy;
+            scope.spawn(move || {
+                let s = shared;
+                let mut logits = vec![0f32; 300];
+                let mut ops = 0;
+                while ops < 3000 || (busy.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(20)) {
+                    ops += 1;
+                    let st = match (ops + thread) % 4 {
+                        0 | 1 => match packlm_step(s.0, 5, logits.as_mut_ptr()) {
+                            Status::ErrContextOverflow => packlm_truncate(s.0, 0),
+                            other => other,
+                        },
+                        2 => {
+                            let mut need = 0;
+                            match packlm_snapshot(s.0, std::ptr::null_mut(), 0, &mut need) {
+                                Status::ErrBufferTooSmall => Status::Ok,
+                                other => other,
+                            }
+                        }
+                        _ => {
+                            let mut n = 0;
+                            packlm_session_n_past(s.0, &mut n)
+                        }
+                    };
+                    match st {
+                        Status::Ok => {}
+                        Status::ErrSessionBusy => {
+                            busy.fetch_add(1, Ordering::SeqCst);
+                        }
+                        other => panic!("thread {thread}: unexpected status {other:?}"),
+                    }
+                }
+            });
+        }
+    });
+    assert!(busy.load(Ordering::SeqCst) > 0, "the two threads never overlapped");
+    // The session holds n fives and nothing else: its next step equals a fresh session's.
+    let mut n = 0;
+    assert_eq!(packlm_session_n_past(s, &mut n), Status::Ok);
+    let mut got = vec![0f32; 300];
+    if n == 48 {
+        assert_eq!(packlm_truncate(s, 47), Status::Ok);
+        n = 47;
+    }
+    assert_eq!(packlm_step(s, 5, got.as_mut_ptr()), Status::Ok);
+    let mut fresh = Session::new(open(&tiny("llama")), 48).unwrap();
+    let want = fresh.step_batch(&vec![5; n + 1], Want::Last).unwrap();
+    assert_bits_equal(&got, &want, "the shared session vs a fresh one");
+    packlm_session_free(s);
+    packlm_model_free(m);
 }

@@ -5,7 +5,7 @@ use crate::engine::speculative::Acceptance;
 use crate::error::{Error, Status};
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut, write_items};
 use crate::ffi::model::packlm_model;
-use crate::ffi::session::packlm_session;
+use crate::ffi::session::{packlm_session, session_in_use};
 use crate::sample::{check_logits, sample, SamplerParams};
 
 /// Sampler settings. `temperature <= 0` is greedy.
@@ -105,7 +105,7 @@ pub struct packlm_verify_result {
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let draft = try_slice(draft, k, "draft")?;
         let p = try_ref(params, "params")?;
         let result = try_mut(result, "result")?;
@@ -180,7 +180,7 @@ pub extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, tar
 pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: *const packlm_session, pending: u32, k: usize, draft_out: *mut u32, n_out: *mut usize) -> Status {
     ffi_boundary!("packlm_drafter_propose", {
         let d = try_mut(drafter, "drafter")?;
-        let s = &try_ref(session, "session")?.inner;
+        let s = session_in_use(session)?;
         let draft = d.inner.propose(&s.tokens, pending, k)?;
         write_items(&draft, draft_out, k, n_out)
     })
