@@ -62,6 +62,13 @@
 #define PACKLM_ABI_VERSION 1
 
 /**
+ * The longest text packlm_tokenize accepts by default, in bytes (1 MiB: about 250k tokens of
+ * English, more than any context this library runs). Change it per model handle with
+ * packlm_model_set_max_tokenize_bytes.
+ */
+#define PACKLM_DEFAULT_MAX_TOKENIZE_BYTES (1 << 20)
+
+/**
  * Tokenize flag: prepend BOS when the pack adds one (never a second one).
  */
 #define PACKLM_TOKENIZE_ADD_SPECIAL 1
@@ -603,9 +610,21 @@ const char *packlm_version(void);
 uint32_t packlm_abi_version(void);
 
 /**
+ * Sets the longest text (in bytes) packlm_tokenize accepts on this model handle; longer text
+ * gives PACKLM_ERR_LIMIT_EXCEEDED. 0 restores PACKLM_DEFAULT_MAX_TOKENIZE_BYTES. Safe from any
+ * thread; calls already running keep the limit they started with.
+ */
+packlm_status packlm_model_set_max_tokenize_bytes(const packlm_model *model, size_t max_bytes);
+
+/**
  * Tokenizes `len` bytes of UTF-8 `text` (need not be NUL-terminated) with `flags`
  * (PACKLM_TOKENIZE_*). Ids go to `tokens` (capacity `cap`), their count to `*n`; when `cap` is
  * too small, `*n` receives the count needed and PACKLM_ERR_BUFFER_TOO_SMALL is returned.
+ * The ids of such a size query are kept by the model handle (one text at a time), so the call
+ * that follows with the same text and flags and a large enough buffer copies them instead of
+ * tokenizing again. Text longer than the handle's limit (PACKLM_DEFAULT_MAX_TOKENIZE_BYTES
+ * unless changed by packlm_model_set_max_tokenize_bytes) gives PACKLM_ERR_LIMIT_EXCEEDED.
+ * Memory: tokenizing N bytes peaks at up to about 300 x N bytes (README, "Limits").
  */
 packlm_status packlm_tokenize(const packlm_model *model, const char *text, size_t len, uint32_t flags, uint32_t *tokens, size_t cap, size_t *n);
 
