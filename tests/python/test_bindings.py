@@ -58,5 +58,14 @@ try:
 except packlm.PacklmError as e:
     check(e.status == 3 and "/nonexistent/pack" in str(e), "missing pack error")
 
+m.set_max_tokenize_bytes(8)
+try:
+    m.tokenize("Hello world")
+    check(False, "text over the tokenize limit accepted")
+except packlm.PacklmError as e:
+    check(e.status == 17 and "8 bytes" in str(e), f"tokenize limit error: {e}")
+m.set_max_tokenize_bytes(0)
+check(m.tokenize("Hello world") == ids, "tokenize after the default limit is restored")
+
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
