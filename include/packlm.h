@@ -92,6 +92,13 @@
 #define PACKLM_ABI_VERSION 2
 
 /**
+ * The longest text packlm_tokenize accepts by default, in bytes (1 MiB: about 250k tokens of
+ * English, more than any context this library runs). Change it per model handle with
+ * packlm_model_set_max_tokenize_bytes.
+ */
+#define PACKLM_DEFAULT_MAX_TOKENIZE_BYTES (1 << 20)
+
+/**
  * Tokenize flag: prepend BOS when the pack adds one (never a second one).
  */
 #define PACKLM_TOKENIZE_ADD_SPECIAL 1
@@ -135,7 +142,8 @@ typedef struct packlm_prefix_cache packlm_prefix_cache;
 /**
  * A conversation's state (opaque): KV planes, positions held, last logits. Created by
  * packlm_session_new, freed by packlm_session_free. Safe to move to any thread; cannot be used
- * by two threads at once. Many sessions of one model may run in parallel.
+ * by two threads at once (a call made while another runs returns PACKLM_ERR_SESSION_BUSY and
+ * does nothing). Many sessions of one model may run in parallel.
  */
 typedef struct packlm_session packlm_session;
 
@@ -629,6 +637,8 @@ packlm_status packlm_step_batch_into(packlm_session *session, const uint32_t *to
 /**
  * Draws a token from `n_vocab` logits under `params`, advancing `*rng_state` (any 64-bit seed;
  * the same seed reproduces the same draws on any machine). The token goes to `*token`.
+ * Logits that are NaN or +inf, or all -inf, give PACKLM_ERR_INVALID_ARGUMENT naming the first
+ * bad index; -inf masks a token out.
  */
 packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sampler_params *params, uint64_t *rng_state, uint32_t *token);
 
@@ -659,6 +669,7 @@ packlm_status packlm_drafter_new_model(const packlm_model *draft_model, const pa
 /**
  * Proposes up to `k` tokens after the session's history followed by `pending` into
  * `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
+ * Any `k` is accepted: fewer tokens come back when the history or the context holds fewer.
  */
 packlm_status packlm_drafter_propose(packlm_drafter *drafter, const packlm_session *session, uint32_t pending, size_t k, uint32_t *draft_out, size_t *n_out);
 
@@ -712,9 +723,21 @@ const char *packlm_version(void);
 uint32_t packlm_abi_version(void);
 
 /**
+ * Sets the longest text (in bytes) packlm_tokenize accepts on this model handle; longer text
+ * gives PACKLM_ERR_LIMIT_EXCEEDED. 0 restores PACKLM_DEFAULT_MAX_TOKENIZE_BYTES. Safe from any
+ * thread; calls already running keep the limit they started with.
+ */
+packlm_status packlm_model_set_max_tokenize_bytes(const packlm_model *model, size_t max_bytes);
+
+/**
  * Tokenizes `len` bytes of UTF-8 `text` (need not be NUL-terminated) with `flags`
  * (PACKLM_TOKENIZE_*). Ids go to `tokens` (capacity `cap`), their count to `*n`; when `cap` is
  * too small, `*n` receives the count needed and PACKLM_ERR_BUFFER_TOO_SMALL is returned.
+ * The ids of such a size query are kept by the model handle (one text at a time), so the call
+ * that follows with the same text and flags and a large enough buffer copies them instead of
+ * tokenizing again. Text longer than the handle's limit (PACKLM_DEFAULT_MAX_TOKENIZE_BYTES
+ * unless changed by packlm_model_set_max_tokenize_bytes) gives PACKLM_ERR_LIMIT_EXCEEDED.
+ * Memory: tokenizing N bytes peaks at up to about 300 x N bytes (README, "Limits").
  */
 packlm_status packlm_tokenize(const packlm_model *model, const char *text, size_t len, uint32_t flags, uint32_t *tokens, size_t cap, size_t *n);
 

@@ -1,6 +1,8 @@
 //! Library log messages: to the host's callback when one is set (packlm_set_log_callback),
 //! else to stderr when PACKLM_LOG asks for that level ("debug" shows everything, "info" less).
 
+use std::sync::Arc;
+
 use parking_lot::RwLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -11,12 +13,20 @@ pub enum Level {
 }
 
 /// A host callback: the level number, the NUL-terminated message, and the host's user_data.
-pub type Sink = Box<dyn Fn(Level, &str) + Send + Sync>;
+pub type Sink = Arc<dyn Fn(Level, &str) + Send + Sync>;
 
+/// The lock guards only the pointer: the sink is cloned out and called after the lock is
+/// released, because a host callback may call back in (set a new callback, open a model).
 static SINK: RwLock<Option<Sink>> = RwLock::new(None);
 
 pub fn set_sink(sink: Option<Sink>) {
-    *SINK.write() = sink;
+    let old = std::mem::replace(&mut *SINK.write(), sink);
+    // The old sink (and its captured state) is dropped here, outside the lock.
+    drop(old);
+}
+
+fn current_sink() -> Option<Sink> {
+    SINK.read().clone()
 }
 
 fn env_level() -> Option<Level> {
@@ -34,7 +44,7 @@ pub fn enabled(level: Level) -> bool {
 }
 
 pub fn log(level: Level, message: &str) {
-    if let Some(sink) = SINK.read().as_ref() {
+    if let Some(sink) = current_sink() {
         sink(level, message);
         return;
     }

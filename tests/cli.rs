@@ -68,3 +68,49 @@ fn errors_exit_non_zero_with_the_status() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("outside the vocabulary"));
 }
+
+/// Exit code of a Rust panic in main: never acceptable, whatever the input.
+const PANIC_EXIT: i32 = 101;
+
+#[test]
+fn a_closed_stdout_gives_a_message_and_a_non_zero_exit() {
+    use std::process::Stdio;
+    let dir = tiny("llama");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_packlm"))
+        .args(["info", dir.to_str().unwrap(), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run packlm");
+    // Close the read end before the model is open, as `| head -c0` would.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait packlm");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert_ne!(o.status.code(), Some(PANIC_EXIT), "{err}");
+    assert!(err.contains("writing to stdout"), "{err}");
+}
+
+#[test]
+fn an_argument_that_is_not_utf8_gives_a_message_and_a_non_zero_exit() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tiny("llama");
+    let bad = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let o = Command::new(env!("CARGO_BIN_EXE_packlm")).arg("tokenize").arg(&dir).arg("--text").arg(bad).output().expect("run packlm");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert_ne!(o.status.code(), Some(PANIC_EXIT), "{err}");
+    assert!(err.contains("argument 4") && err.contains("not valid UTF-8"), "{err}");
+}
+
+#[test]
+fn a_temperature_that_is_not_finite_is_refused() {
+    let dir = tiny("llama");
+    for t in ["nan", "inf", "-inf"] {
+        let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "Hello", "-n", "3", "--temp", t]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "--temp {t}: {err}");
+        assert!(err.contains("--temp") && err.contains("temperature"), "--temp {t}: {err}");
+        assert!(o.stdout.is_empty(), "--temp {t} printed {:?}", String::from_utf8_lossy(&o.stdout));
+    }
+}

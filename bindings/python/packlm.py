@@ -104,6 +104,10 @@ class Model:
         _check(_lib.packlm_tokenize(self._ptr, raw, len(raw), flags, buf, len(buf), C.byref(n)))
         return list(buf[: n.value])
 
+    def set_max_tokenize_bytes(self, max_bytes):
+        """Longest text (UTF-8 bytes) tokenize accepts on this model; 0 restores the default."""
+        _check(_lib.packlm_model_set_max_tokenize_bytes(self._ptr, C.c_size_t(max_bytes)))
+
     def detokenize(self, tokens, skip_special=False):
         ids = (C.c_uint32 * len(tokens))(*tokens)
         n = C.c_size_t()

@@ -7,8 +7,9 @@
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
 //!
 //! Common options: --threads N, --backend host|reference. Errors print the status and message
-//! and exit non-zero.
+//! and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,16 +71,42 @@ const USAGE: &str = "usage:
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
 options: --threads N  --backend host|reference";
 
+/// Writes to stderr without panicking when stderr is closed too.
+fn report(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+/// Prints one line to stdout; a closed pipe (or any write error) becomes an error, not a panic.
+fn print_line(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|_| out.flush()).map_err(|e| Error::new(packlm::Status::ErrIo, format!("writing to stdout: {e}")))
+}
+
+/// The arguments as UTF-8, or the first one that is not.
+fn utf8_args() -> Result<Vec<String>> {
+    std::env::args_os()
+        .skip(1)
+        .enumerate()
+        .map(|(i, a)| a.into_string().map_err(|a| Error::invalid(format!("argument {} ({a:?}) is not valid UTF-8", i + 1))))
+        .collect()
+}
+
 fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv = match utf8_args() {
+        Ok(a) => a,
+        Err(e) => {
+            report(&format!("packlm: {}", e.message));
+            std::process::exit(2);
+        }
+    };
     if argv.len() < 2 {
-        eprintln!("{USAGE}");
+        report(USAGE);
         std::process::exit(2);
     }
     let (cmd, pack) = (argv[0].clone(), argv[1].clone());
     let mut args = Args { rest: argv[2..].to_vec() };
     if let Err(e) = run(&cmd, &pack, &mut args) {
-        eprintln!("packlm {cmd}: error {} ({}): {}", e.status as i32, e.status.text().trim_end_matches('\0'), e.message);
+        report(&format!("packlm {cmd}: error {} ({}): {}", e.status as i32, e.status.text().trim_end_matches('\0'), e.message));
         std::process::exit(1);
     }
 }
@@ -100,8 +127,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let _ = args.flag("--json");
             let m = open(pack, args)?;
             args.done()?;
-            println!("{}", serde_json::to_string_pretty(&info_json(&m)).unwrap_or_default());
-            Ok(())
+            print_line(&serde_json::to_string_pretty(&info_json(&m)).unwrap_or_default())
         }
         "tokenize" => {
             let text = args.value(&["--text"])?.ok_or_else(|| Error::invalid("--text is required"))?;
@@ -109,8 +135,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let m = open(pack, args)?;
             args.done()?;
             let ids = m.vocab.encode(&text, special, special)?;
-            println!("{}", serde_json::to_string(&ids).unwrap_or_default());
-            Ok(())
+            print_line(&serde_json::to_string(&ids).unwrap_or_default())
         }
         "logits" => logits(pack, args),
         "generate" => cmd_generate(pack, args),
@@ -163,6 +188,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         }
     };
     let params = SamplerParams { temperature: temp, ..Default::default() };
+    params.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
     let mut rng = seed;
     let mut s = Session::new(m.clone(), 0)?;
     // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
@@ -189,9 +215,8 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
             v["accepted"] = g.accepted.into();
             v["rounds"] = g.rounds.into();
         }
-        println!("{v}");
+        print_line(&v.to_string())
     } else {
-        println!("{text}");
+        print_line(&text)
     }
-    Ok(())
 }

@@ -48,7 +48,8 @@ pub fn ngram_lookup(seq: &[u32], min_ngram: usize, max_ngram: usize, k: usize) -
         for s in (0..len - n).rev() {
             if &seq[s..s + n] == suffix {
                 let from = s + n;
-                let to = (from + k).min(len);
+                // k may be any size (SIZE_MAX from C): capped by what the history holds.
+                let to = from.saturating_add(k).min(len);
                 if to > from {
                     return seq[from..to].to_vec();
                 }
@@ -117,5 +118,11 @@ mod tests {
         // Falls back to shorter n-grams, down to the minimum.
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 1, 3, 1), vec![7]);
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 2, 3, 1), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn ngram_with_the_largest_k_proposes_the_whole_continuation() {
+        let seq = [1, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2, 3];
+        assert_eq!(ngram_lookup(&seq, 1, 3, usize::MAX), vec![4, 5, 8, 1, 2, 3]);
     }
 }

@@ -1,6 +1,7 @@
 //! The model (immutable, shared by sessions) and the session (one sequence's state), and the
 //! calls that drive it: step, step_batch.
 
+pub mod content_hash;
 pub mod draft;
 pub mod forward;
 pub mod ops;
@@ -8,9 +9,10 @@ pub mod prefix_cache;
 pub mod speculative;
 pub mod weights;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::backend::{self, Backend, BackendKind};
 use crate::error::{Error, Result, Status};
@@ -18,6 +20,7 @@ use crate::kv::KvCache;
 use crate::log;
 use crate::pack::chat::{self, Message};
 use crate::pack::vocab::Vocab;
+use crate::pack::tensor::WeightTensor;
 use crate::pack::Pack;
 use crate::semantics::ModelSpec;
 pub use forward::Want;
@@ -46,8 +49,12 @@ pub struct Model {
     pub vocab: Vocab,
     pub backend: Box<dyn Backend>,
     pub source: String,
-    /// Hash of the config and the tensor table (names, types, shapes): snapshots carry it.
+    /// Hash of the config and the tensor table (names, types, shapes).
     pub fingerprint: u64,
+    /// Every tensor of the pack, as mapped (kept for `content_hash`).
+    tensors: BTreeMap<String, WeightTensor>,
+    /// Hash of every tensor's bytes: computed at the first snapshot or restore, not at open.
+    content_hash: OnceLock<u64>,
 }
 
 impl Model {
@@ -71,7 +78,17 @@ impl Model {
             backend,
             source: path.display().to_string(),
             fingerprint,
+            tensors: pack.tensors,
+            content_hash: OnceLock::new(),
         })
+    }
+
+    /// What snapshots carry and restore checks: `fingerprint` mixed with the hash of the tensor
+    /// bytes, so that another model with the same table (a fine-tune) is told apart. The first
+    /// call reads every weight byte once (several GB/s); later calls are free.
+    pub fn snapshot_fingerprint(&self) -> u64 {
+        let content = *self.content_hash.get_or_init(|| content_hash::tensors_hash(&self.tensors));
+        content_hash::hash_bytes(&content.to_le_bytes(), self.fingerprint)
     }
 
     /// The pack's chat template rendered over `msgs`.
@@ -144,6 +161,13 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens given"));
         }
+        // The length first: the ids are read only once the count is known to fit.
+        if tokens.len() > self.n_ctx.saturating_sub(self.n_past()) {
+            return Err(Error::new(
+                Status::ErrContextOverflow,
+                format!("{} held + {} new positions exceed the context of {}", self.n_past(), tokens.len(), self.n_ctx),
+            ));
+        }
         // Tokens index the embedding and, on PLE models, the per-layer table too.
         let vocab = match self.model.spec.per_layer_input {
             Some(p) => self.model.spec.vocab_size.min(p.vocab),
@@ -151,12 +175,6 @@ impl Session {
         };
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::new(Status::ErrTokenOutOfRange, format!("token id {bad} is outside the vocabulary of {vocab}")));
-        }
-        if self.n_past() + tokens.len() > self.n_ctx {
-            return Err(Error::new(
-                Status::ErrContextOverflow,
-                format!("{} held + {} new positions exceed the context of {}", self.n_past(), tokens.len(), self.n_ctx),
-            ));
         }
         Ok(())
     }
@@ -196,7 +214,7 @@ impl Session {
 
     /// The session's exact state as portable bytes (see kv::snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
-        crate::kv::snapshot::encode(&self.kv, &self.tokens, self.model.fingerprint)
+        crate::kv::snapshot::encode(&self.kv, &self.tokens, self.model.snapshot_fingerprint())
     }
 
     /// Size of `snapshot()` without building it.
@@ -208,7 +226,7 @@ impl Session {
     /// session is unchanged. `last_logits` becomes empty, as after truncate.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let m = &self.model;
-        let (kv, tokens) = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.fingerprint, m.spec.vocab_size, self.n_ctx)?;
+        let (kv, tokens) = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
         self.kv = kv;
         self.tokens = tokens;
         self.last_logits.clear();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::Status;
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref};
-use crate::ffi::session::packlm_session;
+use crate::ffi::session::{packlm_session, session_in_use};
 use crate::log::{self, Level};
 
 /// A session's abort flag (opaque), from packlm_session_abort_handle, freed by
@@ -22,9 +22,9 @@ pub struct packlm_abort {
 #[no_mangle]
 pub extern "C" fn packlm_session_abort_handle(session: *const packlm_session, out: *mut *mut packlm_abort) -> Status {
     ffi_boundary!("packlm_session_abort_handle", {
-        let s = try_ref(session, "session")?;
+        let s = session_in_use(session)?;
         let out = try_mut(out, "out")?;
-        *out = Box::into_raw(Box::new(packlm_abort { flag: s.inner.abort.clone() }));
+        *out = Box::into_raw(Box::new(packlm_abort { flag: s.abort.clone() }));
         Ok(())
     })
 }
@@ -82,7 +82,7 @@ pub extern "C" fn packlm_set_log_callback(callback: packlm_log_fn, user_data: *m
     ffi_boundary!("packlm_set_log_callback", {
         let ud = UserData(user_data);
         log::set_sink(callback.map(|cb| {
-            Box::new(move |level: Level, msg: &str| {
+            Arc::new(move |level: Level, msg: &str| {
                 let text = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
                 cb(level as i32, text.as_ptr(), ud.get());
             }) as log::Sink

@@ -11,15 +11,24 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-/// Records `message` as this thread's last error (interior NULs are replaced).
+/// Shown by packlm_last_error on a thread whose error store is already destroyed.
+const STORE_GONE: &CStr = c"(no message: packlm was called while this thread was exiting)";
+
+/// Records `message` as this thread's last error (interior NULs are replaced). A call from a
+/// thread-exit destructor, after the store is destroyed, keeps no message (`with` would panic
+/// outside any guard there and abort the host).
 pub fn set_last_error(message: &str) {
     let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = c;
+        }
+    });
 }
 
 /// Pointer to this thread's last error text; valid until the next failing call on this thread.
 pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR.try_with(|e| e.try_borrow().map(|m| m.as_ptr()).unwrap_or(STORE_GONE.as_ptr())).unwrap_or(STORE_GONE.as_ptr())
 }
 
 /// Runs `body` with panics caught; turns its result into a status and records the message.

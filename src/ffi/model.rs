@@ -19,6 +19,8 @@ use crate::ffi::guard::{
 /// use from any number of threads at once; sessions keep it alive.
 pub struct packlm_model {
     pub(crate) inner: Arc<Model>,
+    /// packlm_tokenize's limit and its kept result (src/ffi/text.rs).
+    pub(crate) tokenize: crate::ffi::text::TokenizeState,
 }
 
 /// Backend codes for `packlm_open_options.backend`.
@@ -125,7 +127,7 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
         report(0.0)?;
         let model = Model::open(Path::new(path), &opts)?;
         report(1.0)?;
-        *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model) }));
+        *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model), tokenize: Default::default() }));
         Ok(())
     })
 }

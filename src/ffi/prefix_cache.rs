@@ -4,7 +4,7 @@
 use crate::engine::prefix_cache::PrefixCache;
 use crate::error::Status;
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice};
-use crate::ffi::session::packlm_session;
+use crate::ffi::session::{packlm_session, session_in_use};
 
 /// A prefix cache (opaque), from packlm_prefix_cache_new, freed by packlm_prefix_cache_free.
 /// Safe to move to any thread; cannot be used by two threads at once.
@@ -27,7 +27,7 @@ pub extern "C" fn packlm_prefix_cache_new(capacity_bytes: usize, out: *mut *mut 
 pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, session: *const packlm_session) -> Status {
     ffi_boundary!("packlm_prefix_cache_store", {
         let c = try_mut(cache, "cache")?;
-        c.inner.store(&try_ref(session, "session")?.inner);
+        c.inner.store(&*session_in_use(session)?);
         Ok(())
     })
 }
@@ -40,10 +40,10 @@ pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, ses
 pub extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache, session: *mut packlm_session, tokens: *const u32, n: usize, n_reused: *mut usize) -> Status {
     ffi_boundary!("packlm_prefix_cache_restore", {
         let c = try_ref(cache, "cache")?;
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let prompt = try_slice(tokens, n, "tokens")?;
         let out = try_mut(n_reused, "n_reused")?;
-        *out = c.inner.restore_longest(s, prompt)?;
+        *out = c.inner.restore_longest(&mut s, prompt)?;
         Ok(())
     })
 }

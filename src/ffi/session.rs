@@ -1,16 +1,62 @@
 //! `packlm_session`: one sequence's state. Owned as `Box<packlm_session>`; it keeps its model
-//! alive. Safe to move to another thread; must not be used by two threads at once.
+//! alive. Safe to move to another thread; must not be used by two threads at once: every call
+//! that reads or writes it takes its in-use flag through `session_in_use`, so a second,
+//! concurrent call gets PACKLM_ERR_SESSION_BUSY instead of racing.
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::engine::{Session, Want};
-use crate::error::{Error, Status};
+use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, AbiStruct};
 use crate::ffi::model::packlm_model;
 
 /// A conversation's state (opaque): KV planes, positions held, last logits. Created by
 /// packlm_session_new, freed by packlm_session_free. Safe to move to any thread; cannot be used
-/// by two threads at once. Many sessions of one model may run in parallel.
+/// by two threads at once (a call made while another runs returns PACKLM_ERR_SESSION_BUSY and
+/// does nothing). Many sessions of one model may run in parallel.
 pub struct packlm_session {
-    pub(crate) inner: Session,
+    /// Reached only through `SessionInUse`, which holds `in_use`.
+    inner: UnsafeCell<Session>,
+    in_use: AtomicBool,
+}
+
+/// The session of a handle, held exclusively until dropped (the flag is lowered on drop, also
+/// when a panic unwinds through the call).
+pub(crate) struct SessionInUse<'a> {
+    handle: &'a packlm_session,
+}
+
+/// Takes `session`'s in-use flag, or fails with ErrSessionBusy when another call holds it.
+/// Every extern call that reads or writes a session goes through here, once.
+pub(crate) fn session_in_use<'a>(session: *const packlm_session) -> Result<SessionInUse<'a>> {
+    let handle = try_ref(session, "session")?;
+    if handle.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return Err(Error::new(Status::ErrSessionBusy, "the session is in use by a call on another thread"));
+    }
+    Ok(SessionInUse { handle })
+}
+
+impl Deref for SessionInUse<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        // SAFETY: this guard holds the in-use flag, so no other reference to the session exists.
+        unsafe { &*self.handle.inner.get() }
+    }
+}
+
+impl DerefMut for SessionInUse<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        // SAFETY: as deref; `&mut self` makes this the only reference made through the guard.
+        unsafe { &mut *self.handle.inner.get() }
+    }
+}
+
+impl Drop for SessionInUse<'_> {
+    fn drop(&mut self) {
+        self.handle.in_use.store(false, Ordering::Release);
+    }
 }
 
 /// Options of `packlm_session_new`.
@@ -51,7 +97,7 @@ pub extern "C" fn packlm_session_new(model: *const packlm_model, options: *const
         let out = try_mut(out, "out")?;
         let n_ctx = if options.is_null() { 0 } else { read_prefix(options, "options")?.n_ctx as usize };
         let s = Session::new(m, n_ctx)?;
-        *out = Box::into_raw(Box::new(packlm_session { inner: s }));
+        *out = Box::into_raw(Box::new(packlm_session { inner: UnsafeCell::new(s), in_use: AtomicBool::new(false) }));
         Ok(())
     })
 }
@@ -66,8 +112,8 @@ pub extern "C" fn packlm_session_free(session: *mut packlm_session) {
 #[no_mangle]
 pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: *mut usize) -> Status {
     ffi_boundary!("packlm_session_n_past", {
-        let s = try_ref(session, "session")?;
-        *try_mut(n_past, "n_past")? = s.inner.n_past();
+        let s = session_in_use(session)?;
+        *try_mut(n_past, "n_past")? = s.n_past();
         Ok(())
     })
 }
@@ -78,7 +124,7 @@ pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: 
 #[no_mangle]
 pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let logits = s.step(token)?;
         if !logits_out.is_null() {
             try_slice_mut(logits_out, logits.len(), "logits_out")?.copy_from_slice(&logits);
@@ -95,7 +141,7 @@ pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_o
 #[no_mangle]
 pub extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step_batch", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let tokens = try_slice(tokens, m, "tokens")?;
         let want = if logits_out.is_null() { Want::None } else { read_want(want)? };
         let logits = s.step_batch(tokens, want)?;
@@ -158,7 +204,7 @@ pub extern "C" fn packlm_step_batch_into(
     n_logits: *mut usize,
 ) -> Status {
     ffi_boundary!("packlm_step_batch_into", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let n_logits = try_mut(n_logits, "n_logits")?;
         if m == 0 {
             return Err(Error::invalid("m is 0: no tokens given"));

@@ -7,8 +7,8 @@ use crate::ffi::guard::{
     checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
 };
 use crate::ffi::model::packlm_model;
-use crate::ffi::session::packlm_session;
-use crate::sample::{sample, SamplerParams};
+use crate::ffi::session::{packlm_session, session_in_use};
+use crate::sample::{check_logits, sample, SamplerParams};
 
 /// Sampler settings. `temperature <= 0` is greedy.
 #[repr(C)]
@@ -50,28 +50,16 @@ unsafe impl AbiStruct for packlm_sampler_params {
 
 fn read_sampler<'a>(p: *const packlm_sampler_params, what: &str) -> crate::Result<(SamplerParams, &'a [u32])> {
     let p = read_prefix(p, what)?;
-    let bad = |what: &str, v: f32| Error::invalid(format!("sampler {what} = {v} is out of range"));
-    if !p.temperature.is_finite() {
-        return Err(bad("temperature", p.temperature));
-    }
-    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
-        return Err(bad("top_p", p.top_p));
-    }
-    if !(0.0..=1.0).contains(&p.min_p) {
-        return Err(bad("min_p", p.min_p));
-    }
-    if !(p.repetition_penalty > 0.0 && p.repetition_penalty.is_finite()) {
-        return Err(bad("repetition_penalty", p.repetition_penalty));
-    }
+    let params = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, repetition_penalty: p.repetition_penalty };
+    params.check()?;
     let recent = try_slice(p.recent, p.n_recent, "params.recent")?;
-    Ok((
-        SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, repetition_penalty: p.repetition_penalty },
-        recent,
-    ))
+    Ok((params, recent))
 }
 
 /// Draws a token from `n_vocab` logits under `params`, advancing `*rng_state` (any 64-bit seed;
 /// the same seed reproduces the same draws on any machine). The token goes to `*token`.
+/// Logits that are NaN or +inf, or all -inf, give PACKLM_ERR_INVALID_ARGUMENT naming the first
+/// bad index; -inf masks a token out.
 #[no_mangle]
 pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *const packlm_sampler_params, rng_state: *mut u64, token: *mut u32) -> Status {
     ffi_boundary!("packlm_sample", {
@@ -80,6 +68,7 @@ pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *con
             return Err(Error::invalid("n_vocab is 0"));
         }
         let (p, recent) = read_sampler(params, "params")?;
+        check_logits(logits)?;
         let rng = try_mut(rng_state, "rng_state")?;
         let token = try_mut(token, "token")?;
         let mut r = *rng;
@@ -243,7 +232,7 @@ unsafe impl AbiStruct for packlm_verify_result {
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let draft = try_slice(draft, k, "draft")?;
         let p = read_verify_params(params)?;
         let mut r = read_prefix(result, "result")?;
@@ -333,11 +322,12 @@ pub extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, tar
 
 /// Proposes up to `k` tokens after the session's history followed by `pending` into
 /// `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
+/// Any `k` is accepted: fewer tokens come back when the history or the context holds fewer.
 #[no_mangle]
 pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: *const packlm_session, pending: u32, k: usize, draft_out: *mut u32, n_out: *mut usize) -> Status {
     ffi_boundary!("packlm_drafter_propose", {
         let d = try_mut(drafter, "drafter")?;
-        let s = &try_ref(session, "session")?.inner;
+        let s = session_in_use(session)?;
         let draft = d.inner.propose(&s.tokens, pending, k)?;
         write_items(&draft, draft_out, k, n_out)
     })

@@ -2,8 +2,8 @@
 //! as every session call: one thread at a time per session.
 
 use crate::error::{Error, Status};
-use crate::ffi::guard::{ffi_boundary, try_mut, try_ref, try_slice, try_slice_mut};
-use crate::ffi::session::packlm_session;
+use crate::ffi::guard::{ffi_boundary, try_mut, try_slice, try_slice_mut};
+use crate::ffi::session::{packlm_session, session_in_use};
 
 /// Keeps exactly the first `n_positions` positions; more than the session holds gives
 /// PACKLM_ERR_INVALID_ARGUMENT. The next step is bit-identical to a session that only ever saw
@@ -11,7 +11,7 @@ use crate::ffi::session::packlm_session;
 #[no_mangle]
 pub extern "C" fn packlm_truncate(session: *mut packlm_session, n_positions: usize) -> Status {
     ffi_boundary!("packlm_truncate", {
-        try_mut(session, "session")?.inner.truncate(n_positions)
+        session_in_use(session)?.truncate(n_positions)
     })
 }
 
@@ -22,7 +22,7 @@ pub extern "C" fn packlm_truncate(session: *mut packlm_session, n_positions: usi
 #[no_mangle]
 pub extern "C" fn packlm_snapshot(session: *const packlm_session, buf: *mut u8, cap: usize, needed: *mut usize) -> Status {
     ffi_boundary!("packlm_snapshot", {
-        let s = &try_ref(session, "session")?.inner;
+        let s = session_in_use(session)?;
         let needed = try_mut(needed, "needed")?;
         let len = s.snapshot_len();
         if buf.is_null() || cap < len {
@@ -42,7 +42,7 @@ pub extern "C" fn packlm_snapshot(session: *const packlm_session, buf: *mut u8, 
 #[no_mangle]
 pub extern "C" fn packlm_restore(session: *mut packlm_session, buf: *const u8, len: usize) -> Status {
     ffi_boundary!("packlm_restore", {
-        let s = &mut try_mut(session, "session")?.inner;
+        let mut s = session_in_use(session)?;
         let bytes = try_slice(buf, len, "buf")?;
         s.restore(bytes)
     })

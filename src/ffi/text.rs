@@ -1,11 +1,78 @@
-//! Tokenizer and chat-template calls on a `packlm_model` (read-only: safe from any thread).
+//! Tokenizer and chat-template calls on a `packlm_model` (safe from any thread).
 
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 
 use crate::error::{Error, Status};
-use crate::ffi::guard::{ffi_boundary, try_cstr, try_ref, try_slice, try_text, write_items, write_text};
+use crate::ffi::guard::{ffi_boundary, try_cstr, try_mut, try_ref, try_slice, try_text, write_items, write_text};
 use crate::ffi::model::packlm_model;
 use crate::pack::chat::Message;
+
+/// The longest text packlm_tokenize accepts by default, in bytes (1 MiB: about 250k tokens of
+/// English, more than any context this library runs). Change it per model handle with
+/// packlm_model_set_max_tokenize_bytes.
+pub const PACKLM_DEFAULT_MAX_TOKENIZE_BYTES: usize = 1 << 20;
+
+/// One text's tokens, kept from a size query (cap too small) for the fill call that follows.
+struct KeptTokens {
+    flags: u32,
+    text: Box<[u8]>,
+    ids: Vec<u32>,
+}
+
+/// Per model handle: the tokenize limit, and the last size query's result. The lock guards only
+/// taking and storing the kept result; tokenizing runs outside it.
+pub(crate) struct TokenizeState {
+    max_bytes: AtomicUsize,
+    kept: Mutex<Option<KeptTokens>>,
+    /// Tokenizer passes run by packlm_tokenize (for tests: a size query and its fill make one).
+    passes: AtomicU64,
+}
+
+impl Default for TokenizeState {
+    fn default() -> Self {
+        TokenizeState { max_bytes: AtomicUsize::new(PACKLM_DEFAULT_MAX_TOKENIZE_BYTES), kept: Mutex::new(None), passes: AtomicU64::new(0) }
+    }
+}
+
+impl TokenizeState {
+    /// The kept ids of `text` under `flags`, if the last size query was for them (taken out).
+    fn take(&self, text: &[u8], flags: u32) -> Option<Vec<u32>> {
+        let mut kept = self.kept.lock();
+        match kept.as_ref() {
+            Some(k) if k.flags == flags && &*k.text == text => kept.take().map(|k| k.ids),
+            _ => None,
+        }
+    }
+
+    fn keep(&self, text: &[u8], flags: u32, ids: Vec<u32>) {
+        let k = KeptTokens { flags, text: text.into(), ids };
+        // The old entry is dropped after the lock is released.
+        let old = self.kept.lock().replace(k);
+        drop(old);
+    }
+}
+
+/// Tokenizer passes run by packlm_tokenize on this handle. Not in the header: for tests.
+#[doc(hidden)]
+pub fn tokenize_passes(model: &packlm_model) -> u64 {
+    model.tokenize.passes.load(Ordering::Relaxed)
+}
+
+/// Sets the longest text (in bytes) packlm_tokenize accepts on this model handle; longer text
+/// gives PACKLM_ERR_LIMIT_EXCEEDED. 0 restores PACKLM_DEFAULT_MAX_TOKENIZE_BYTES. Safe from any
+/// thread; calls already running keep the limit they started with.
+#[no_mangle]
+pub extern "C" fn packlm_model_set_max_tokenize_bytes(model: *const packlm_model, max_bytes: usize) -> Status {
+    ffi_boundary!("packlm_model_set_max_tokenize_bytes", {
+        let m = try_ref(model, "model")?;
+        let max = if max_bytes == 0 { PACKLM_DEFAULT_MAX_TOKENIZE_BYTES } else { max_bytes };
+        m.tokenize.max_bytes.store(max, Ordering::Relaxed);
+        Ok(())
+    })
+}
 
 /// Tokenize flag: prepend BOS when the pack adds one (never a second one).
 pub const PACKLM_TOKENIZE_ADD_SPECIAL: u32 = 1;
@@ -17,15 +84,40 @@ pub const PACKLM_DETOKENIZE_SKIP_SPECIAL: u32 = 1;
 /// Tokenizes `len` bytes of UTF-8 `text` (need not be NUL-terminated) with `flags`
 /// (PACKLM_TOKENIZE_*). Ids go to `tokens` (capacity `cap`), their count to `*n`; when `cap` is
 /// too small, `*n` receives the count needed and PACKLM_ERR_BUFFER_TOO_SMALL is returned.
+/// The ids of such a size query are kept by the model handle (one text at a time), so the call
+/// that follows with the same text and flags and a large enough buffer copies them instead of
+/// tokenizing again. Text longer than the handle's limit (PACKLM_DEFAULT_MAX_TOKENIZE_BYTES
+/// unless changed by packlm_model_set_max_tokenize_bytes) gives PACKLM_ERR_LIMIT_EXCEEDED.
+/// Memory: tokenizing N bytes peaks at up to about 300 x N bytes (README, "Limits").
 #[no_mangle]
 pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_char, len: usize, flags: u32, tokens: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_tokenize", {
-        let m = &try_ref(model, "model")?.inner;
-        let text = try_text(text, len, "text")?;
+        let handle = try_ref(model, "model")?;
+        try_mut(n, "n_out")?;
         if flags & !(PACKLM_TOKENIZE_ADD_SPECIAL | PACKLM_TOKENIZE_PARSE_SPECIAL) != 0 {
             return Err(Error::invalid(format!("unknown tokenize flags {flags:#x}")));
         }
-        let ids = m.vocab.encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?;
+        let max = handle.tokenize.max_bytes.load(Ordering::Relaxed);
+        if len > max {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("text of {len} bytes is over this model's tokenize limit of {max} bytes (packlm_model_set_max_tokenize_bytes)"),
+            ));
+        }
+        let text = try_text(text, len, "text")?;
+        let ids = match handle.tokenize.take(text.as_bytes(), flags) {
+            Some(ids) => ids,
+            None => {
+                handle.tokenize.passes.fetch_add(1, Ordering::Relaxed);
+                handle.inner.vocab.encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?
+            }
+        };
+        if cap < ids.len() {
+            let need = ids.len();
+            handle.tokenize.keep(text.as_bytes(), flags, ids);
+            *try_mut(n, "n_out")? = need;
+            return Err(Error::new(Status::ErrBufferTooSmall, format!("needs {need} entries, buffer has {cap}")));
+        }
         write_items(&ids, tokens, cap, n)
     })
 }

@@ -2,7 +2,8 @@
 //! model. Little-endian throughout:
 //!
 //! ```text
-//! header   magic "PKLMSNAP" (8) | format version u32 | model fingerprint u64 |
+//! header   magic "PKLMSNAP" (8) | format version u32 | model fingerprint u64 (the model's
+//!          snapshot_fingerprint: config, tensor table and tensor bytes) |
 //!          positions held u64 | layers u32
 //! tokens   positions x u32                                   (the token history)
 //! layers   per layer: source u8 (0 own plane, 1 shared: no data) | kv_width u32 |
@@ -105,6 +106,15 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Refuses a plane holding NaN or an infinity: a session's own passes never store one, and it
+/// would turn every later logit into NaN.
+fn finite(plane: &[f32], width: usize, layer: usize, what: &str) -> Result<()> {
+    match plane.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(bad(format!("layer {layer}: {what} at position {}, column {} is {}", i / width, i % width, plane[i]))),
+        None => Ok(()),
+    }
+}
+
 /// Decodes and validates a snapshot against the model (`layers`, `fingerprint`, `vocab`,
 /// `n_ctx`); returns the cache and the token history.
 pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize, n_ctx: usize) -> Result<(KvCache, Vec<u32>)> {
@@ -159,6 +169,8 @@ pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize
                 let n = n_past.checked_mul(width).ok_or_else(|| bad("plane size overflows"))?;
                 let k = r.f32s(n, &format!("layer {il} keys"))?;
                 let v = r.f32s(n, &format!("layer {il} values"))?;
+                finite(&k, width, il, "key")?;
+                finite(&v, width, il, "value")?;
                 planes.push(Some(Plane { kv_width: width, k, v }));
             }
             (1, KvSource::SharedWith { .. }) if width == 0 => planes.push(None),

@@ -2,6 +2,8 @@
 //! penalty. The random source is SplitMix64 over a caller-held state, so a seed reproduces a
 //! run on any machine.
 
+use crate::error::{Error, Result};
+
 /// Index of the largest logit (the first on ties, as torch.argmax).
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0usize;
@@ -26,6 +28,41 @@ pub struct SamplerParams {
     /// 1.0 = off; applied to the ids in `recent` (HF's rule: divide positive logits, multiply
     /// negative ones).
     pub repetition_penalty: f32,
+}
+
+impl SamplerParams {
+    /// Refuses settings that make the draw meaningless, naming the field: a temperature that is
+    /// not finite (NaN would pass every `<= 0` test and sample from NaN weights), top_p outside
+    /// (0, 1], min_p outside [0, 1], a repetition penalty that is not finite and positive.
+    pub fn check(&self) -> Result<()> {
+        let bad = |what: &str, v: f32| Err(Error::invalid(format!("sampler {what} = {v} is out of range")));
+        if !self.temperature.is_finite() {
+            return bad("temperature", self.temperature);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", self.top_p);
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", self.min_p);
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad("repetition_penalty", self.repetition_penalty);
+        }
+        Ok(())
+    }
+}
+
+/// Refuses logits a draw cannot be made from, naming the first bad index: NaN or +inf
+/// anywhere (greedy would return an arbitrary index; sampling would return token 0), or no
+/// finite logit at all. -inf is allowed: it masks a token out (probability 0).
+pub fn check_logits(logits: &[f32]) -> Result<()> {
+    if let Some(i) = logits.iter().position(|v| v.is_nan() || *v == f32::INFINITY) {
+        return Err(Error::invalid(format!("logits[{i}] is {}: logits must be finite or -inf", logits[i])));
+    }
+    if !logits.iter().any(|v| v.is_finite()) {
+        return Err(Error::invalid(format!("all {} logits are -inf: nothing to draw", logits.len())));
+    }
+    Ok(())
 }
 
 impl Default for SamplerParams {
@@ -153,5 +190,30 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(sample(&l, &p, &[], &mut rng), 1);
         }
+    }
+
+    #[test]
+    fn non_finite_logits_are_refused_with_their_index() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let e = check_logits(&[0.5, 1.0, bad, 2.0]).unwrap_err();
+            assert_eq!(e.status, crate::Status::ErrInvalidArgument);
+            assert!(e.message.contains("logits[2]"), "{}", e.message);
+        }
+        assert!(check_logits(&[f32::NEG_INFINITY; 3]).is_err());
+        // -inf masks a token: allowed, and never drawn.
+        let l = [f32::NEG_INFINITY, 1.0, 0.0];
+        assert!(check_logits(&l).is_ok());
+        let p = SamplerParams { temperature: 1.0, ..Default::default() };
+        let mut rng = 3;
+        for _ in 0..100 {
+            assert_ne!(sample(&l, &p, &[], &mut rng), 0);
+        }
+    }
+
+    #[test]
+    fn a_nan_temperature_is_refused() {
+        let p = SamplerParams { temperature: f32::NAN, ..Default::default() };
+        assert!(p.check().unwrap_err().message.contains("temperature"));
+        assert!(SamplerParams { temperature: 0.7, ..Default::default() }.check().is_ok());
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds tests/c/test_api.c with cc against include/packlm.h and the cdylib, prepares bad-input
-# files in a temporary folder, and runs it.
+# files in a temporary folder, and runs it. PACKLM_TEST_RUNNER, when set, is a command the test
+# programs run under (make c-valgrind sets it to valgrind).
 set -euo pipefail
+read -r -a runner <<< "${PACKLM_TEST_RUNNER:-}"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 lib="$root/target/release"
 [ -f "$lib/libpacklm.so" ] || { echo "build first: make build" >&2; exit 1; }
@@ -27,17 +29,17 @@ if [ -f "$gguf" ]; then head -c 65536 "$gguf" > "$tmp/trunc.gguf"; else printf '
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
 needed=$(readelf -d "$tmp/test_api" | sed -n 's/.*(NEEDED).*\[\(libpacklm[^]]*\)\]/\1/p')
 [ "$needed" = "$soname" ] || { echo "FAIL: a program linked with -lpacklm needs '$needed', not $soname" >&2; exit 1; }
-"$tmp/test_api" "$tiny" "$tmp"
+"${runner[@]}" "$tmp/test_api" "$tiny" "$tmp"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_state.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_state"
 # Two processes: the second restores what the first saved.
-"$tmp/test_state" write "$root/tests/fixtures/tiny/mistral" "$tmp/state"
-"$tmp/test_state" read "$root/tests/fixtures/tiny/mistral" "$tmp/state"
+"${runner[@]}" "$tmp/test_state" write "$root/tests/fixtures/tiny/mistral" "$tmp/state"
+"${runner[@]}" "$tmp/test_state" read "$root/tests/fixtures/tiny/mistral" "$tmp/state"
 # One program built against the frozen ABI 1 header and against the current one: same results.
 cc -std=c11 -Wall -Wextra -Werror -I"$root/tests/c/abi1" -I"$root/tests/c" "$root/tests/c/test_compat.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/compat_abi1"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_compat.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/compat_now"
-"$tmp/compat_abi1" "$tiny" "$tmp/compat_abi1.out"
-"$tmp/compat_now" "$tiny" "$tmp/compat_now.out"
+"${runner[@]}" "$tmp/compat_abi1" "$tiny" "$tmp/compat_abi1.out"
+"${runner[@]}" "$tmp/compat_now" "$tiny" "$tmp/compat_now.out"
 cmp "$tmp/compat_abi1.out" "$tmp/compat_now.out" || { echo "FAIL: an ABI 1 caller's results differ from a current caller's" >&2; exit 1; }
 echo "compat: ABI 1 and current callers agree on $(stat -c %s "$tmp/compat_now.out") bytes"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_sizes.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_sizes"
-"$tmp/test_sizes" "$tiny"
+"${runner[@]}" "$tmp/test_sizes" "$tiny"

@@ -91,5 +91,14 @@ v.step_batch(ids)
 n_acc, nxt = v.verify_sampled(5, [6, 7], temperature=0.8, seed=42)
 check(v.n_past == len(ids) + 1 + n_acc and 0 <= nxt < m.n_vocab, f"sampled verify: accepted {n_acc}, next {nxt}")
 
+m.set_max_tokenize_bytes(8)
+try:
+    m.tokenize("Hello world")
+    check(False, "text over the tokenize limit accepted")
+except packlm.PacklmError as e:
+    check(e.status == 17 and "8 bytes" in str(e), f"tokenize limit error: {e}")
+m.set_max_tokenize_bytes(0)
+check(m.tokenize("Hello world") == ids, "tokenize after the default limit is restored")
+
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
