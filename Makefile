@@ -7,7 +7,7 @@ CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test cpp-test py-test hosts-test rust-test
+.PHONY: demo test models build install header-check c-test cpp-test py-test hosts-test install-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -37,6 +37,15 @@ cpp-test: build
 py-test: build
 	python3 tests/python/test_bindings.py
 
+# Installs the library, headers, pkg-config file and CMake package under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	./scripts/install.sh "$(PREFIX)"
+
+# Builds the C example against an installed tree with pkg-config and with CMake.
+install-test: build
+	./tests/install/run.sh
+
 # One model state across the C, C++ and Python hosts (tests/hosts/README.md).
 hosts-test: build
 	./tests/hosts/run.sh
@@ -45,4 +54,4 @@ hosts-test: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test cpp-test py-test hosts-test
+test: header-check rust-test c-test cpp-test py-test hosts-test install-test
