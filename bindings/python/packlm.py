@@ -1,34 +1,92 @@
 """Python bindings for packlm over its C ABI (ctypes, no build step).
 
-    from packlm import Model
-    m = Model("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    import packlm
+    m = packlm.Model("models/SmolLM2-135M-Instruct.Q4_1.gguf")
     s = m.session()
-    logits = s.step_batch(m.tokenize("The capital of France is"))
-    ...
+    stream = m.detokenizer(skip_special=True)
+    logits = s.step_batch(m.tokenize(m.chat_apply([("user", "Hi")]), parse_special=True))
+    for _ in range(32):
+        tok = packlm.argmax(logits)
+        if tok in m.stop_tokens: break
+        print(stream.feed(tok), end="", flush=True)
+        logits = s.step(tok)
+    print(stream.flush())
 
-The library is found through PACKLM_LIB, else target/release/libpacklm.so beside this checkout.
-Every failing call raises PacklmError with the status and packlm_last_error()'s message.
-A Model may be shared by threads; a Session is used by one thread at a time.
+The library is found through PACKLM_LIB, else target/release/libpacklm.so beside this checkout,
+else the system's libpacklm.so.<ABI>. Every function of include/packlm.h has its argtypes and
+restype declared in _SIGNATURES (a test compares that table with the header). Every failing call
+raises PacklmError carrying the status (.status) and packlm_last_error()'s message.
+A Model may be shared by threads; a Session, Detokenizer or Drafter is used by one thread at a
+time. Handles are freed when their Python object is collected, or at once with close().
 """
 
 import ctypes as C
 import os
 from array import array
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_default = os.path.join(_here, "..", "..", "target", "release", "libpacklm.so")
-_lib = C.CDLL(os.environ.get("PACKLM_LIB", _default))
+ABI_VERSION = 2
 
-OK, ERR_BUFFER_TOO_SMALL = 0, 9
+
+def _load():
+    path = os.environ.get("PACKLM_LIB")
+    if not path:
+        here = os.path.dirname(os.path.abspath(__file__))
+        local = os.path.join(here, "..", "..", "target", "release", "libpacklm.so")
+        path = local if os.path.exists(local) else f"libpacklm.so.{ABI_VERSION}"
+    return C.CDLL(path)
+
+
+_lib = _load()
+
+# Status numbers (include/packlm.h; they never change meaning).
+OK = 0
+ERR_NULL_ARGUMENT = 1
+ERR_INVALID_ARGUMENT = 2
+ERR_IO = 3
+ERR_FORMAT = 4
+ERR_UNSUPPORTED = 5
+ERR_TENSOR = 6
+ERR_TOKEN_OUT_OF_RANGE = 7
+ERR_CONTEXT_OVERFLOW = 8
+ERR_BUFFER_TOO_SMALL = 9
+ERR_TOKENIZER = 10
+ERR_BACKEND_UNAVAILABLE = 11
+ERR_ABORTED = 12
+ERR_SNAPSHOT = 13
+ERR_UTF8 = 14
+ERR_PANIC = 15
+ERR_SESSION_BUSY = 16
+ERR_LIMIT_EXCEEDED = 17
+ERR_SESSION_POISONED = 18
+ERR_UNSUPPORTED_PRECISION = 19
+ERR_OUT_OF_MEMORY = 20
+
 TOKENIZE_ADD_SPECIAL, TOKENIZE_PARSE_SPECIAL = 1, 2
+DETOKENIZE_SKIP_SPECIAL = 1
 WANT_LAST, WANT_ALL, WANT_NONE = 0, 1, 2
 VERIFY_GREEDY, VERIFY_SAMPLED = 0, 1
+BACKEND_HOST, BACKEND_REFERENCE, BACKEND_ACCELERATOR = 0, 1, 2
+LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 
 
 class PacklmError(Exception):
+    """A failed packlm call: `.status` is the PACKLM_ERR_* number, str() the library's message."""
+
     def __init__(self, status, message):
         super().__init__(f"{message} (status {status})")
         self.status = status
+        self.message = message
+
+
+# Structs, laid out as include/packlm.h declares them (tests/python checks every offset and size
+# against the C compiler's reading of the header).
+_LOG_FN = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
+_PROGRESS_FN = C.CFUNCTYPE(C.c_bool, C.c_float, C.c_void_p)
+
+
+class _OpenOptions(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("backend", C.c_uint32), ("threads", C.c_uint32),
+                ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p)]
 
 
 class _Info(C.Structure):
@@ -36,6 +94,10 @@ class _Info(C.Structure):
                 ("n_ctx", C.c_uint32), ("hidden_size", C.c_uint32), ("bos", C.c_int32),
                 ("eos", C.c_int32), ("n_stop", C.c_uint32), ("add_bos", C.c_uint32),
                 ("has_chat_template", C.c_uint32)]
+
+
+class _SessionOptions(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("n_ctx", C.c_uint32)]
 
 
 class _SamplerParams(C.Structure):
@@ -58,80 +120,254 @@ class _VerifyResult(C.Structure):
                 ("logits_capacity", C.c_size_t), ("n_logits", C.c_size_t)]
 
 
-_lib.packlm_last_error.restype = C.c_char_p
-_lib.packlm_abi_version.restype = C.c_uint32
-ABI_VERSION = 2
+class _ChatMessage(C.Structure):
+    _fields_ = [("role", C.c_char_p), ("content", C.c_char_p)]
+
+
+STRUCTS = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
+           "packlm_session_options": _SessionOptions, "packlm_sampler_params": _SamplerParams,
+           "packlm_verify_params": _VerifyParams, "packlm_verify_result": _VerifyResult,
+           "packlm_chat_message": _ChatMessage}
+
+# Every function of include/packlm.h: name -> (restype, argtypes). Handles are void pointers.
+_st, _h, _sz, _u32, _i32, _u64 = C.c_uint32, C.c_void_p, C.c_size_t, C.c_uint32, C.c_int32, C.c_uint64
+_P = C.POINTER
+_SIGNATURES = {
+    "packlm_session_abort_handle": (_st, [_h, _P(_h)]),
+    "packlm_abort_set": (_st, [_h]),
+    "packlm_abort_clear": (_st, [_h]),
+    "packlm_abort_free": (None, [_h]),
+    "packlm_set_log_callback": (_st, [_LOG_FN, _h]),
+    "packlm_open_options_default": (_st, [_P(_OpenOptions)]),
+    "packlm_open_options_init": (_st, [_P(_OpenOptions), _sz]),
+    "packlm_model_open": (_st, [C.c_char_p, _P(_OpenOptions), _P(_h)]),
+    "packlm_model_free": (None, [_h]),
+    "packlm_model_info": (_st, [_h, _P(_Info)]),
+    "packlm_model_stop_tokens": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
+    "packlm_model_kv_widths": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
+    "packlm_model_info_json": (_st, [_h, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_prefix_cache_new": (_st, [_sz, _P(_h)]),
+    "packlm_prefix_cache_store": (_st, [_h, _h]),
+    "packlm_prefix_cache_restore": (_st, [_h, _h, _P(_u32), _sz, _P(_sz)]),
+    "packlm_prefix_cache_free": (None, [_h]),
+    "packlm_session_new": (_st, [_h, _P(_SessionOptions), _P(_h)]),
+    "packlm_session_free": (None, [_h]),
+    "packlm_session_n_past": (_st, [_h, _P(_sz)]),
+    "packlm_step": (_st, [_h, _u32, _P(C.c_float)]),
+    "packlm_step_batch": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float)]),
+    "packlm_step_into": (_st, [_h, _u32, _P(C.c_float), _sz, _P(_sz)]),
+    "packlm_step_batch_into": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float), _sz, _P(_sz)]),
+    "packlm_sample": (_st, [_P(C.c_float), _sz, _P(_SamplerParams), _P(_u64), _P(_u32)]),
+    "packlm_verify": (_st, [_h, _u32, _P(_u32), _sz, _P(_VerifyParams), _P(_VerifyResult)]),
+    "packlm_drafter_new_ngram": (_st, [_u32, _P(_h)]),
+    "packlm_drafter_new_model": (_st, [_h, _h, _P(_h)]),
+    "packlm_drafter_propose": (_st, [_h, _h, _u32, _sz, _P(_u32), _P(_sz)]),
+    "packlm_drafter_free": (None, [_h]),
+    "packlm_truncate": (_st, [_h, _sz]),
+    "packlm_snapshot": (_st, [_h, _P(C.c_uint8), _sz, _P(_sz)]),
+    "packlm_restore": (_st, [_h, _P(C.c_uint8), _sz]),
+    "packlm_status_str": (C.c_char_p, [_i32]),
+    "packlm_last_error": (C.c_char_p, []),
+    "packlm_version": (C.c_char_p, []),
+    "packlm_abi_version": (_u32, []),
+    "packlm_detokenizer_new": (_st, [_h, _u32, _P(_h)]),
+    "packlm_detokenizer_feed": (_st, [_h, _u32, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_detokenizer_flush": (_st, [_h, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_detokenizer_free": (None, [_h]),
+    "packlm_tokenize": (_st, [_h, C.c_char_p, _sz, _u32, _P(_u32), _sz, _P(_sz)]),
+    "packlm_detokenize": (_st, [_h, _P(_u32), _sz, _u32, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_token_to_piece": (_st, [_h, _u32, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_chat_apply": (_st, [_h, _P(_ChatMessage), _sz, _i32, C.c_char_p, _sz, _P(_sz)]),
+}
+for _name, (_restype, _argtypes) in _SIGNATURES.items():
+    _fn = getattr(_lib, _name)  # AttributeError names a function the library lacks
+    _fn.restype, _fn.argtypes = _restype, _argtypes
+
 if _lib.packlm_abi_version() != ABI_VERSION:
     raise ImportError(f"packlm.py speaks ABI {ABI_VERSION}, the library ABI {_lib.packlm_abi_version()}")
-_size_p = C.POINTER(C.c_size_t)
-_lib.packlm_step_into.argtypes = [C.c_void_p, C.c_uint32, C.POINTER(C.c_float), C.c_size_t, _size_p]
-_lib.packlm_step_batch_into.argtypes = [C.c_void_p, C.POINTER(C.c_uint32), C.c_size_t, C.c_uint32,
-                                        C.POINTER(C.c_float), C.c_size_t, _size_p]
-_lib.packlm_version.restype = C.c_char_p
 
 
 def _check(status):
     if status != OK:
-        raise PacklmError(status, _lib.packlm_last_error().decode("utf-8", "replace"))
+        raise PacklmError(status, (_lib.packlm_last_error() or b"").decode("utf-8", "replace"))
+
+
+def _text_call(call):
+    """`call(buf, cap, n)` writing NUL-terminated text; grows the buffer when asked."""
+    n = C.c_size_t()
+    buf = C.create_string_buffer(256)
+    st = call(buf, len(buf), C.byref(n))
+    if st == ERR_BUFFER_TOO_SMALL:
+        buf = C.create_string_buffer(n.value)
+        st = call(buf, len(buf), C.byref(n))
+    _check(st)
+    return buf.raw[: n.value].decode("utf-8")
+
+
+def _ids_call(call, guess):
+    """`call(buf, cap, n)` writing uint32 ids; grows the buffer when asked."""
+    n = C.c_size_t()
+    buf = (C.c_uint32 * max(guess, 1))()
+    st = call(buf, len(buf), C.byref(n))
+    if st == ERR_BUFFER_TOO_SMALL:
+        buf = (C.c_uint32 * n.value)()
+        st = call(buf, len(buf), C.byref(n))
+    _check(st)
+    return list(buf[: n.value])
+
+
+def _u32_array(ids):
+    return (C.c_uint32 * len(ids))(*ids)
 
 
 def version():
     return _lib.packlm_version().decode()
 
 
-class Model:
-    def __init__(self, path):
+def abi_version():
+    return _lib.packlm_abi_version()
+
+
+def status_str(status):
+    return _lib.packlm_status_str(status).decode()
+
+
+def argmax(logits):
+    """The greedy choice: the largest logit, ties to the lowest id."""
+    best = 0
+    for i in range(1, len(logits)):
+        if logits[i] > logits[best]:
+            best = i
+    return best
+
+
+_log_callback = None  # the installed callback, kept alive while the library may call it
+
+
+def set_log_callback(fn):
+    """Sends library messages to fn(level, message: str); None restores the default."""
+    global _log_callback
+    cb = _LOG_FN(lambda level, msg, _ud: fn(level, msg.decode("utf-8", "replace"))) if fn else _LOG_FN()
+    _check(_lib.packlm_set_log_callback(cb, None))
+    _log_callback = cb if fn else None
+
+
+def sample(logits, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, recent=(), rng=None):
+    """Draws a token from `logits`. `rng` is a one-element list holding the 64-bit state,
+    advanced in place (same seed, same draws on any machine)."""
+    values = (C.c_float * len(logits))(*logits)
+    rec = _u32_array(recent)
+    p = _SamplerParams(size=C.sizeof(_SamplerParams), temperature=temperature, top_k=top_k, top_p=top_p,
+                       min_p=min_p, repetition_penalty=repetition_penalty,
+                       recent=C.cast(rec, C.POINTER(C.c_uint32)), n_recent=len(recent))
+    state = C.c_uint64(rng[0] if rng else 0)
+    tok = C.c_uint32()
+    _check(_lib.packlm_sample(values, len(logits), C.byref(p), C.byref(state), C.byref(tok)))
+    if rng is not None:
+        rng[0] = state.value
+    return tok.value
+
+
+class _Handle:
+    _free = None
+
+    def close(self):
+        if getattr(self, "_ptr", None):
+            type(self)._free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model(_Handle):
+    """An open pack (HF folder or GGUF). `progress(fraction) -> bool` may cancel the open."""
+
+    _free = _lib.packlm_model_free
+
+    def __init__(self, path, backend=BACKEND_HOST, threads=0, progress=None):
+        opts = _OpenOptions()
+        _check(_lib.packlm_open_options_init(C.byref(opts), C.sizeof(_OpenOptions)))
+        opts.backend, opts.threads = backend, threads
+        if progress is not None:
+            opts.progress = _PROGRESS_FN(lambda f, _ud: bool(progress(f)))
         self._ptr = C.c_void_p()
-        _check(_lib.packlm_model_open(os.fsencode(path), None, C.byref(self._ptr)))
+        _check(_lib.packlm_model_open(os.fsencode(path), C.byref(opts), C.byref(self._ptr)))
         info = _Info(size=C.sizeof(_Info))
         _check(_lib.packlm_model_info(self._ptr, C.byref(info)))
         self.n_vocab, self.n_layers, self.n_ctx = info.n_vocab, info.n_layers, info.n_ctx
+        self.hidden_size = info.hidden_size
         self.bos = None if info.bos < 0 else info.bos
+        self.eos = None if info.eos < 0 else info.eos
+        self.add_bos = bool(info.add_bos)
+        self.has_chat_template = bool(info.has_chat_template)
+        self.stop_tokens = frozenset(_ids_call(lambda b, c, n: _lib.packlm_model_stop_tokens(self._ptr, b, c, n), 8))
 
-    def __del__(self):
-        if getattr(self, "_ptr", None):
-            _lib.packlm_model_free(self._ptr)
-            self._ptr = None
+    def kv_widths(self):
+        return _ids_call(lambda b, c, n: _lib.packlm_model_kv_widths(self._ptr, b, c, n), self.n_layers)
+
+    def info_json(self):
+        return _text_call(lambda b, c, n: _lib.packlm_model_info_json(self._ptr, b, c, n))
 
     def tokenize(self, text, add_special=True, parse_special=False):
         raw = text.encode("utf-8")
         flags = (TOKENIZE_ADD_SPECIAL if add_special else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
-        n = C.c_size_t()
-        st = _lib.packlm_tokenize(self._ptr, raw, len(raw), flags, None, 0, C.byref(n))
-        if st not in (OK, ERR_BUFFER_TOO_SMALL):
-            _check(st)
-        buf = (C.c_uint32 * max(n.value, 1))()
-        _check(_lib.packlm_tokenize(self._ptr, raw, len(raw), flags, buf, len(buf), C.byref(n)))
-        return list(buf[: n.value])
+        return _ids_call(lambda b, c, n: _lib.packlm_tokenize(self._ptr, raw, len(raw), flags, b, c, n), len(raw) + 2)
 
     def set_max_tokenize_bytes(self, max_bytes):
         """Longest text (UTF-8 bytes) tokenize accepts on this model; 0 restores the default."""
         _check(_lib.packlm_model_set_max_tokenize_bytes(self._ptr, C.c_size_t(max_bytes)))
 
     def detokenize(self, tokens, skip_special=False):
-        ids = (C.c_uint32 * len(tokens))(*tokens)
-        n = C.c_size_t()
-        st = _lib.packlm_detokenize(self._ptr, ids, len(tokens), int(skip_special), None, 0, C.byref(n))
-        if st != ERR_BUFFER_TOO_SMALL:
-            _check(st)
-        buf = C.create_string_buffer(n.value)
-        _check(_lib.packlm_detokenize(self._ptr, ids, len(tokens), int(skip_special), buf, n.value, C.byref(n)))
-        return buf.raw[: n.value].decode("utf-8")
+        ids = _u32_array(tokens)
+        flags = DETOKENIZE_SKIP_SPECIAL if skip_special else 0
+        return _text_call(lambda b, c, n: _lib.packlm_detokenize(self._ptr, ids, len(tokens), flags, b, c, n))
 
-    def session(self):
-        return Session(self)
+    def token_to_piece(self, token):
+        return _text_call(lambda b, c, n: _lib.packlm_token_to_piece(self._ptr, token, b, c, n))
+
+    def chat_apply(self, messages, add_generation_prompt=True):
+        """`messages`: (role, content) pairs. Renders the pack's chat template."""
+        enc = [(r.encode("utf-8"), t.encode("utf-8")) for r, t in messages]
+        arr = (_ChatMessage * len(enc))(*[_ChatMessage(r, t) for r, t in enc])
+        return _text_call(lambda b, c, n: _lib.packlm_chat_apply(self._ptr, arr, len(enc), int(add_generation_prompt), b, c, n))
+
+    def session(self, n_ctx=0):
+        return Session(self, n_ctx)
+
+    def detokenizer(self, skip_special=False):
+        return Detokenizer(self, skip_special)
 
 
-class Session:
-    def __init__(self, model):
-        self.model = model  # keeps the model alive as long as the session
+class AbortFlag(_Handle):
+    """A session's abort flag; set() from any thread stops its passes between layers."""
+
+    _free = _lib.packlm_abort_free
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    def set(self):
+        _check(_lib.packlm_abort_set(self._ptr))
+
+    def clear(self):
+        _check(_lib.packlm_abort_clear(self._ptr))
+
+
+class Session(_Handle):
+    _free = _lib.packlm_session_free
+
+    def __init__(self, model, n_ctx=0):
+        self.model = model  # keeps the Python model object alive as long as the session
         self._ptr = C.c_void_p()
-        _check(_lib.packlm_session_new(model._ptr, None, C.byref(self._ptr)))
-
-    def __del__(self):
-        if getattr(self, "_ptr", None):
-            _lib.packlm_session_free(self._ptr)
-            self._ptr = None
+        opts = _SessionOptions(size=C.sizeof(_SessionOptions), n_ctx=n_ctx)
+        _check(_lib.packlm_session_new(model._ptr, C.byref(opts), C.byref(self._ptr)))
 
     @property
     def n_past(self):
@@ -145,17 +381,19 @@ class Session:
         _check(_lib.packlm_step_into(self._ptr, token, out, len(out), C.byref(n)))
         return array("f", out[: n.value])
 
-    def step_batch(self, tokens, all_rows=False):
-        ids = (C.c_uint32 * len(tokens))(*tokens)
-        rows = len(tokens) if all_rows else 1
+    def step_batch(self, tokens, all_rows=False, want=None):
+        """Feeds `tokens` in one pass: the last row's logits, or every row's with all_rows (or
+        want=WANT_ALL), or none with want=WANT_NONE."""
+        want = want if want is not None else (WANT_ALL if all_rows else WANT_LAST)
+        ids = _u32_array(tokens)
+        rows = {WANT_LAST: 1, WANT_ALL: len(tokens)}.get(want, 0)
         out = (C.c_float * (rows * self.model.n_vocab))()
         n = C.c_size_t()
-        _check(_lib.packlm_step_batch_into(self._ptr, ids, len(tokens), WANT_ALL if all_rows else WANT_LAST,
-                                           out, len(out), C.byref(n)))
+        _check(_lib.packlm_step_batch_into(self._ptr, ids, len(tokens), want, out if rows else None, len(out), C.byref(n)))
         return array("f", out[: n.value])
 
     def truncate(self, n):
-        _check(_lib.packlm_truncate(self._ptr, C.c_size_t(n)))
+        _check(_lib.packlm_truncate(self._ptr, n))
 
     def snapshot(self):
         need = C.c_size_t()
@@ -164,29 +402,106 @@ class Session:
             _check(st)
         buf = (C.c_uint8 * need.value)()
         _check(_lib.packlm_snapshot(self._ptr, buf, need.value, C.byref(need)))
-        return bytes(buf)
+        return bytes(buf[: need.value])
 
     def restore(self, data):
         buf = (C.c_uint8 * len(data)).from_buffer_copy(data)
         _check(_lib.packlm_restore(self._ptr, buf, len(data)))
 
-    def verify_greedy(self, pending, draft):
-        """One speculative step; returns (n_accepted, next_token)."""
-        d = (C.c_uint32 * len(draft))(*draft)
-        p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
-        r = _VerifyResult(size=C.sizeof(_VerifyResult))  # logits_out NULL: no logits wanted
-        _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(p), C.byref(r)))
-        return r.n_accepted, r.next_token
+    def abort_flag(self):
+        a = C.c_void_p()
+        _check(_lib.packlm_session_abort_handle(self._ptr, C.byref(a)))
+        return AbortFlag(a)
 
-    def verify_sampled(self, pending, draft, temperature=1.0, seed=0):
-        """One speculative step with sampled acceptance (each draft a point mass); returns
-        (n_accepted, next_token)."""
-        d = (C.c_uint32 * len(draft))(*draft)
+    def _verify(self, pending, draft, params, want_logits):
+        d = _u32_array(draft)
+        r = _VerifyResult(size=C.sizeof(_VerifyResult))
+        logits = (C.c_float * self.model.n_vocab)() if want_logits else None
+        if logits is not None:
+            r.logits_out, r.logits_capacity = C.cast(logits, C.POINTER(C.c_float)), len(logits)
+        _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(params), C.byref(r)))
+        out = (r.n_accepted, r.next_token)
+        return out + (array("f", logits[: r.n_logits]),) if want_logits else out
+
+    def verify_greedy(self, pending, draft, want_logits=False):
+        """One speculative step; returns (n_accepted, next_token[, logits])."""
+        p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
+        return self._verify(pending, draft, p, want_logits)
+
+    def verify_sampled(self, pending, draft, temperature=1.0, seed=0, draft_probs=None, want_logits=False):
+        """One speculative step with sampled acceptance; `draft_probs` (k x n_vocab floats) or
+        None for point-mass drafts. Returns (n_accepted, next_token[, logits])."""
         sp = _SamplerParams(size=C.sizeof(_SamplerParams), temperature=temperature, top_k=0, top_p=1.0,
                             min_p=0.0, repetition_penalty=1.0)
         rng = C.c_uint64(seed)
         p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_SAMPLED, sampler=C.pointer(sp),
                           rng_state=C.pointer(rng))
-        r = _VerifyResult(size=C.sizeof(_VerifyResult))
-        _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(p), C.byref(r)))
-        return r.n_accepted, r.next_token
+        if draft_probs is not None:
+            probs = (C.c_float * len(draft_probs))(*draft_probs)
+            p.draft_probs, p.n_draft_probs = C.cast(probs, C.POINTER(C.c_float)), len(draft_probs)
+        return self._verify(pending, draft, p, want_logits)
+
+
+class Drafter(_Handle):
+    """Proposes draft tokens: Drafter.ngram(max_ngram) or Drafter.model(draft_model, target)."""
+
+    _free = _lib.packlm_drafter_free
+
+    def __init__(self, ptr, keep=()):
+        self._ptr, self._keep = ptr, keep
+
+    @classmethod
+    def ngram(cls, max_ngram=3):
+        d = C.c_void_p()
+        _check(_lib.packlm_drafter_new_ngram(max_ngram, C.byref(d)))
+        return cls(d)
+
+    @classmethod
+    def model(cls, draft_model, target):
+        d = C.c_void_p()
+        _check(_lib.packlm_drafter_new_model(draft_model._ptr, target._ptr, C.byref(d)))
+        return cls(d, (draft_model, target))
+
+    def propose(self, session, pending, k):
+        out = (C.c_uint32 * max(k, 1))()
+        n = C.c_size_t()
+        _check(_lib.packlm_drafter_propose(self._ptr, session._ptr, pending, k, out, C.byref(n)))
+        return list(out[: n.value])
+
+
+class Detokenizer(_Handle):
+    """Streaming text: feed() returns only complete UTF-8; everything fed plus flush() equals
+    Model.detokenize of the same tokens."""
+
+    _free = _lib.packlm_detokenizer_free
+
+    def __init__(self, model, skip_special=False):
+        self.model = model
+        self._ptr = C.c_void_p()
+        _check(_lib.packlm_detokenizer_new(model._ptr, DETOKENIZE_SKIP_SPECIAL if skip_special else 0, C.byref(self._ptr)))
+
+    def feed(self, token):
+        return _text_call(lambda b, c, n: _lib.packlm_detokenizer_feed(self._ptr, token, b, c, n))
+
+    def flush(self):
+        return _text_call(lambda b, c, n: _lib.packlm_detokenizer_flush(self._ptr, b, c, n))
+
+
+class PrefixCache(_Handle):
+    """Session states keyed by their token prefix, up to `capacity_bytes`."""
+
+    _free = _lib.packlm_prefix_cache_free
+
+    def __init__(self, capacity_bytes):
+        self._ptr = C.c_void_p()
+        _check(_lib.packlm_prefix_cache_new(capacity_bytes, C.byref(self._ptr)))
+
+    def store(self, session):
+        _check(_lib.packlm_prefix_cache_store(self._ptr, session._ptr))
+
+    def restore(self, session, tokens):
+        """Restores the longest stored prefix of `tokens`; returns how many tokens it holds."""
+        ids = _u32_array(tokens)
+        n = C.c_size_t()
+        _check(_lib.packlm_prefix_cache_restore(self._ptr, session._ptr, ids, len(tokens), C.byref(n)))
+        return n.value

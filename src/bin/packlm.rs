@@ -3,8 +3,13 @@
 //!   packlm info PACK --json
 //!   packlm tokenize PACK --text STR [--no-special]
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
-//!   packlm generate PACK --prompt STR [--chat] [-n N] [--temp T] [--seed S] [--json]
+//!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
+//!
+//! Special-token text in a prompt ("<|im_start|>", "<start_of_turn>") is parsed into its token by
+//! `generate` as by `tokenize` (as HF's tokenizer and llama.cpp's CLI do), so a hand-rendered chat
+//! prompt gives the tokens the template would; `--no-special` treats it as plain text. BOS is
+//! added by the pack's rule (never twice) either way.
 //!
 //! Common options: --threads N, --backend host|reference. Errors print the status and message
 //! and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
@@ -67,7 +72,7 @@ const USAGE: &str = "usage:
   packlm info PACK --json
   packlm tokenize PACK --text STR [--no-special]
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
-  packlm generate PACK --prompt STR [--chat] [-n N] [--temp T] [--seed S] [--json]
+  packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
 options: --threads N  --backend host|reference";
 
@@ -162,6 +167,10 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
 fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
     let chat = args.flag("--chat");
+    let parse_special = !args.flag("--no-special");
+    if chat && !parse_special {
+        return Err(Error::invalid("--no-special applies to a plain --prompt: --chat renders the template, whose markers are special tokens"));
+    }
     let json = args.flag("--json");
     let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
     let temp: f32 = args.parsed(&["--temp"], 0.0)?;
@@ -174,7 +183,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         let text = m.render_chat(&[Message { role: "user".into(), content: prompt.clone() }], true)?;
         m.vocab.encode(&text, true, true)?
     } else {
-        m.vocab.encode(&prompt, true, false)?
+        m.vocab.encode(&prompt, true, parse_special)?
     };
     if prompt_ids.is_empty() {
         return Err(Error::invalid("the prompt has no tokens"));

@@ -1,5 +1,7 @@
-"""The Python bindings against the tiny llama fixture: tokenize as HF, step == step_batch,
-snapshot/restore, verify, and errors raised with their status. Prints 'N passed, N failed'."""
+"""The Python bindings against the tiny llama fixture: every function of include/packlm.h has a
+declared signature, every struct's layout and every status number match the header, tokenize as
+HF, step == step_batch, snapshot/restore, verify, streaming text, and errors raised with their
+status. Prints 'N passed, N failed'."""
 import os
 import sys
 
@@ -25,8 +27,31 @@ import ctypes  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
-structs = {"packlm_info": packlm._Info, "packlm_sampler_params": packlm._SamplerParams,
-           "packlm_verify_params": packlm._VerifyParams, "packlm_verify_result": packlm._VerifyResult}
+import re  # noqa: E402
+
+with open(os.path.join(root, "include", "packlm.h")) as f:
+    header = f.read()
+# Every function the header declares has argtypes and restype in the binding's table, and the
+# table names no function the header lacks.
+declared = set(re.findall(r"^[A-Za-z_][\w \*]*?\b(packlm_\w+)\(", header, re.M))
+check(len(declared) >= 40, f"header parse found {len(declared)} functions")
+for name in sorted(declared - set(packlm._SIGNATURES)):
+    check(False, f"{name} is declared in include/packlm.h but has no signature in packlm.py")
+for name in sorted(set(packlm._SIGNATURES) - declared):
+    check(False, f"packlm.py declares {name}, which include/packlm.h lacks")
+for name in sorted(declared & set(packlm._SIGNATURES)):
+    fn = getattr(packlm._lib, name)
+    check(fn.argtypes is not None, f"{name}: argtypes not set")
+# Every status number of the header has its constant, with the same value.
+for name, value in re.findall(r"^#define PACKLM_(OK|ERR_\w+) (\d+)$", header, re.M):
+    check(getattr(packlm, name, None) == int(value), f"packlm.{name} should be {value}")
+# Every struct the header declares is laid out in the binding.
+structs = {name: packlm.STRUCTS.get(name) for name in re.findall(r"^} (packlm_\w+);$", header, re.M)}
+for name, cls in list(structs.items()):
+    if cls is None:
+        check(False, f"struct {name} of include/packlm.h has no ctypes layout in packlm.py")
+        del structs[name]
+check(len(structs) == 7, f"{len(structs)} structs checked")
 lines = []
 for c_name, cls in structs.items():
     lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
@@ -99,6 +124,70 @@ except packlm.PacklmError as e:
     check(e.status == 17 and "8 bytes" in str(e), f"tokenize limit error: {e}")
 m.set_max_tokenize_bytes(0)
 check(m.tokenize("Hello world") == ids, "tokenize after the default limit is restored")
+
+# Model-level calls.
+check(m.kv_widths() == [int(w) for w in m.kv_widths()] and len(m.kv_widths()) == m.n_layers, "kv widths")
+check('"family"' in m.info_json(), "info json")
+check(m.token_to_piece(41) == "H", f"token_to_piece(41) = {m.token_to_piece(41)!r}")
+try:
+    m.chat_apply([("user", "hi")])
+    check(False, "the tiny pack has no chat template")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_UNSUPPORTED, f"chat_apply without template: {e}")
+check(packlm.status_str(packlm.ERR_SNAPSHOT) != packlm.status_str(packlm.ERR_IO), "status_str")
+check(packlm.abi_version() == packlm.ABI_VERSION, "abi version")
+
+# Streaming text: the pieces add up to detokenize, each piece whole UTF-8.
+text = "Café 日本 😀 done"
+toks = m.tokenize(text, add_special=False)
+d = m.detokenizer()
+pieces = [d.feed(t) for t in toks] + [d.flush()]
+check("".join(pieces) == m.detokenize(toks) and "\ufffd" not in "".join(pieces), f"stream {pieces}")
+try:
+    d.feed(100000)
+    check(False, "stream accepted an out-of-range token")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_TOKEN_OUT_OF_RANGE, "stream error status")
+
+# Sampling, drafting, prefix cache, abort, callbacks.
+w = m.session()
+logits = w.step_batch(ids)
+check(packlm.sample(logits) == packlm.argmax(logits), "greedy sample == argmax")
+rng = [7]
+first = packlm.sample(logits, temperature=1.0, rng=rng)
+rng2 = [7]
+check(packlm.sample(logits, temperature=1.0, rng=rng2) == first and rng == rng2 and rng[0] != 7, "seeded sampling")
+dr = packlm.Drafter.ngram(3)
+check(len(dr.propose(w, 41, 4)) <= 4, "ngram drafter")
+cache = packlm.PrefixCache(1 << 24)
+cache.store(w)
+x = m.session()
+check(cache.restore(x, ids + [5]) == len(ids), "prefix cache reuses the stored prompt")
+flag = w.abort_flag()
+flag.set()
+try:
+    w.step(5)
+    check(False, "an aborted session stepped")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_ABORTED, "abort status")
+flag.clear()
+check(len(w.step(5)) == m.n_vocab, "cleared flag steps again")
+n_acc, nxt, lg = w.verify_greedy(5, [6], want_logits=True)
+check(len(lg) == m.n_vocab and packlm.argmax(lg) == nxt, "verify logits choose the next token")
+fractions = []
+packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"), progress=lambda f: fractions.append(f) or True)
+check(fractions and fractions[-1] == 1.0, f"progress reported {fractions}")
+try:
+    packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"), progress=lambda f: False)
+    check(False, "a cancelled open succeeded")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_ABORTED, "cancelled open status")
+messages = []
+packlm.set_log_callback(lambda level, msg: messages.append((level, msg)))
+packlm.set_log_callback(None)
+with packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama")) as scoped:
+    check(scoped.n_vocab == 300, "context manager")
+check(scoped._ptr is None, "closed on exit")
 
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -1,0 +1,356 @@
+/* packlm.hpp: header-only C++17 owners over the C API of packlm.h.
+ *
+ * - Every handle (model, session, drafter, detokenizer stream, abort flag) has one owner class:
+ *   move-only, freed in its destructor (std::unique_ptr with the matching packlm_*_free).
+ * - Errors are exceptions: a failing call throws packlm::Error, which carries the library's
+ *   status (status()) and its message (what(): the text of packlm_last_error, copied at once,
+ *   prefixed with the status text). Exceptions were chosen over an expected-style return
+ *   because C++17 has no std::expected and every call that can fail here is an I/O-, input- or
+ *   state-level failure a host wants to unwind from, not a value it branches on.
+ * - Text goes in as std::string_view (any bytes, UTF-8 expected); ids, logits and snapshots come
+ *   out as std::vector and text as std::string. Buffers are sized through the C API's
+ *   PACKLM_ERR_BUFFER_TOO_SMALL answers, never guessed.
+ * - Thread rules are the C API's: a Model may be used from any number of threads at once; a
+ *   Session, Drafter or Detokenizer from one thread at a time.
+ */
+#ifndef PACKLM_HPP
+#define PACKLM_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "packlm.h"
+
+namespace packlm {
+
+/** A failed packlm call: the status and the library's message. */
+class Error : public std::runtime_error {
+public:
+    Error(packlm_status status, const std::string &message) : std::runtime_error(message), status_(status) {}
+    /** The PACKLM_ERR_* number. */
+    packlm_status status() const noexcept { return status_; }
+
+private:
+    packlm_status status_;
+};
+
+namespace detail {
+
+/** Throws packlm::Error for a status other than PACKLM_OK. */
+inline void check(packlm_status status) {
+    if (status != PACKLM_OK) {
+        const char *message = packlm_last_error();
+        const char *text = packlm_status_str(static_cast<int32_t>(status));
+        throw Error(status, std::string(text ? text : "error") + ": " + (message ? message : ""));
+    }
+}
+
+/** Calls `call(buf, cap, &n)` for NUL-terminated text, growing the buffer once when asked. */
+template <typename Call> std::string text_call(Call call) {
+    std::string out(256, '\0');
+    size_t n = 0;
+    packlm_status st = call(&out[0], out.size(), &n);
+    if (st == PACKLM_ERR_BUFFER_TOO_SMALL) {
+        out.assign(n, '\0');
+        st = call(&out[0], out.size(), &n);
+    }
+    check(st);
+    out.resize(n);
+    return out;
+}
+
+/** Calls `call(buf, cap, &n)` for an array, growing the buffer once when asked. */
+template <typename T, typename Call> std::vector<T> items_call(Call call, size_t guess) {
+    std::vector<T> out(guess > 0 ? guess : 1);
+    size_t n = 0;
+    packlm_status st = call(out.data(), out.size(), &n);
+    if (st == PACKLM_ERR_BUFFER_TOO_SMALL) {
+        out.assign(n, T());
+        st = call(out.data(), out.size(), &n);
+    }
+    check(st);
+    out.resize(n);
+    return out;
+}
+
+struct ModelFree { void operator()(packlm_model *p) const noexcept { packlm_model_free(p); } };
+struct SessionFree { void operator()(packlm_session *p) const noexcept { packlm_session_free(p); } };
+struct DrafterFree { void operator()(packlm_drafter *p) const noexcept { packlm_drafter_free(p); } };
+struct DetokenizerFree { void operator()(packlm_detokenizer *p) const noexcept { packlm_detokenizer_free(p); } };
+struct AbortFree { void operator()(packlm_abort *p) const noexcept { packlm_abort_free(p); } };
+struct PrefixCacheFree { void operator()(packlm_prefix_cache *p) const noexcept { packlm_prefix_cache_free(p); } };
+
+} // namespace detail
+
+/** The library's version text ("MAJOR.MINOR.PATCH"). */
+inline std::string version() { return packlm_version(); }
+
+/** One chat message for Model::chat_apply. */
+struct ChatMessage {
+    std::string role;
+    std::string content;
+};
+
+/** Open options with every field at its default (`size` set for this header). */
+inline packlm_open_options default_open_options() {
+    packlm_open_options o{};
+    detail::check(packlm_open_options_init(&o, sizeof o));
+    return o;
+}
+
+/** An open model: weights, tokenizer, chat template. Shareable across threads. */
+class Model {
+public:
+    /** Opens an HF folder or a GGUF file; throws packlm::Error naming what was wrong. */
+    explicit Model(const std::string &path) : Model(path, default_open_options()) {}
+    Model(const std::string &path, const packlm_open_options &options) {
+        packlm_model *m = nullptr;
+        detail::check(packlm_model_open(path.c_str(), &options, &m));
+        model_.reset(m);
+    }
+
+    const packlm_model *get() const noexcept { return model_.get(); }
+
+    packlm_info info() const {
+        packlm_info i{};
+        i.size = sizeof i;
+        detail::check(packlm_model_info(get(), &i));
+        return i;
+    }
+    uint32_t n_vocab() const { return info().n_vocab; }
+    std::string info_json() const {
+        return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_model_info_json(get(), b, c, n); });
+    }
+    std::vector<uint32_t> stop_tokens() const {
+        return detail::items_call<uint32_t>([&](uint32_t *b, size_t c, size_t *n) { return packlm_model_stop_tokens(get(), b, c, n); }, 8);
+    }
+    bool is_stop(uint32_t token) const {
+        for (uint32_t s : stop_tokens())
+            if (s == token) return true;
+        return false;
+    }
+    std::vector<uint32_t> kv_widths() const {
+        return detail::items_call<uint32_t>([&](uint32_t *b, size_t c, size_t *n) { return packlm_model_kv_widths(get(), b, c, n); }, 64);
+    }
+
+    /** Token ids of `text`; `flags`: PACKLM_TOKENIZE_ADD_SPECIAL | PACKLM_TOKENIZE_PARSE_SPECIAL. */
+    std::vector<uint32_t> tokenize(std::string_view text, uint32_t flags = PACKLM_TOKENIZE_ADD_SPECIAL | PACKLM_TOKENIZE_PARSE_SPECIAL) const {
+        return detail::items_call<uint32_t>(
+            [&](uint32_t *b, size_t c, size_t *n) { return packlm_tokenize(get(), text.data(), text.size(), flags, b, c, n); },
+            text.size() + 2);
+    }
+    /** Text of `tokens`; `flags`: 0 or PACKLM_DETOKENIZE_SKIP_SPECIAL. */
+    std::string detokenize(const std::vector<uint32_t> &tokens, uint32_t flags = 0) const {
+        return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_detokenize(get(), tokens.data(), tokens.size(), flags, b, c, n); });
+    }
+    std::string token_to_piece(uint32_t token) const {
+        return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_token_to_piece(get(), token, b, c, n); });
+    }
+    /** The pack's chat template over `messages`. */
+    std::string chat_apply(const std::vector<ChatMessage> &messages, bool add_generation_prompt = true) const {
+        std::vector<packlm_chat_message> c;
+        c.reserve(messages.size());
+        for (const ChatMessage &m : messages) c.push_back(packlm_chat_message{m.role.c_str(), m.content.c_str()});
+        return detail::text_call([&](char *b, size_t cap, size_t *n) {
+            return packlm_chat_apply(get(), c.data(), c.size(), add_generation_prompt ? 1 : 0, b, cap, n);
+        });
+    }
+
+private:
+    std::unique_ptr<packlm_model, detail::ModelFree> model_;
+};
+
+/** A session's abort flag: set() from any thread stops its passes between layers. */
+class AbortFlag {
+public:
+    explicit AbortFlag(packlm_abort *a) : abort_(a) {}
+    void set() const { detail::check(packlm_abort_set(abort_.get())); }
+    void clear() const { detail::check(packlm_abort_clear(abort_.get())); }
+
+private:
+    std::unique_ptr<packlm_abort, detail::AbortFree> abort_;
+};
+
+/** The outcome of Session::verify. */
+struct VerifyResult {
+    uint32_t n_accepted = 0;
+    uint32_t next_token = 0;
+    std::vector<float> logits; // those next_token was chosen from, when asked for
+};
+
+/** One sequence's state on a model. The model must outlive no session: sessions keep it alive. */
+class Session {
+public:
+    /** `n_ctx` 0 takes the model's context length. */
+    explicit Session(const Model &model, uint32_t n_ctx = 0) : n_vocab_(model.n_vocab()) {
+        packlm_session_options o{};
+        o.size = sizeof o;
+        o.n_ctx = n_ctx;
+        packlm_session *s = nullptr;
+        detail::check(packlm_session_new(model.get(), &o, &s));
+        session_.reset(s);
+    }
+
+    packlm_session *get() const noexcept { return session_.get(); }
+    uint32_t n_vocab() const noexcept { return n_vocab_; }
+
+    size_t n_past() const {
+        size_t n = 0;
+        detail::check(packlm_session_n_past(get(), &n));
+        return n;
+    }
+    /** Feeds one token; returns the logits of its position (n_vocab floats). */
+    std::vector<float> step(uint32_t token) {
+        std::vector<float> logits(n_vocab_);
+        size_t n = 0;
+        detail::check(packlm_step_into(get(), token, logits.data(), logits.size(), &n));
+        logits.resize(n);
+        return logits;
+    }
+    /** Feeds `tokens` in one pass; returns the last row's logits (PACKLM_WANT_LAST), every row's
+     *  (PACKLM_WANT_ALL, row-major) or none (PACKLM_WANT_NONE). */
+    std::vector<float> step_batch(const std::vector<uint32_t> &tokens, uint32_t want = PACKLM_WANT_LAST) {
+        size_t rows = want == PACKLM_WANT_ALL ? tokens.size() : (want == PACKLM_WANT_LAST ? 1 : 0);
+        std::vector<float> logits(rows * n_vocab_);
+        size_t n = 0;
+        detail::check(packlm_step_batch_into(get(), tokens.data(), tokens.size(), want, logits.empty() ? nullptr : logits.data(), logits.size(), &n));
+        logits.resize(n);
+        return logits;
+    }
+    void truncate(size_t n_positions) { detail::check(packlm_truncate(get(), n_positions)); }
+    /** The session's exact state as bytes (restorable into any session of the same model). */
+    std::vector<uint8_t> snapshot() const {
+        size_t need = 0;
+        packlm_status st = packlm_snapshot(get(), nullptr, 0, &need);
+        if (st != PACKLM_ERR_BUFFER_TOO_SMALL) detail::check(st);
+        std::vector<uint8_t> out(need);
+        detail::check(packlm_snapshot(get(), out.data(), out.size(), &need));
+        out.resize(need);
+        return out;
+    }
+    void restore(const uint8_t *bytes, size_t len) { detail::check(packlm_restore(get(), bytes, len)); }
+    void restore(const std::vector<uint8_t> &bytes) { restore(bytes.data(), bytes.size()); }
+    /** The speculative step: see packlm_verify. `want_logits` returns the row that chose next_token. */
+    VerifyResult verify(uint32_t pending, const std::vector<uint32_t> &draft, const packlm_verify_params &params, bool want_logits = false) {
+        packlm_verify_result r{};
+        r.size = sizeof r;
+        std::vector<float> logits(want_logits ? n_vocab_ : 0);
+        r.logits_out = logits.empty() ? nullptr : logits.data();
+        r.logits_capacity = logits.size();
+        detail::check(packlm_verify(get(), pending, draft.data(), draft.size(), &params, &r));
+        logits.resize(r.n_logits);
+        return VerifyResult{r.n_accepted, r.next_token, std::move(logits)};
+    }
+    /** A handle to this session's abort flag (usable from another thread). */
+    AbortFlag abort_flag() const {
+        packlm_abort *a = nullptr;
+        detail::check(packlm_session_abort_handle(get(), &a));
+        return AbortFlag(a);
+    }
+
+private:
+    std::unique_ptr<packlm_session, detail::SessionFree> session_;
+    uint32_t n_vocab_;
+};
+
+/** Proposes draft tokens for Session::verify. */
+class Drafter {
+public:
+    /** Prompt lookup over the session's own history. */
+    static Drafter ngram(uint32_t max_ngram) {
+        packlm_drafter *d = nullptr;
+        detail::check(packlm_drafter_new_ngram(max_ngram, &d));
+        return Drafter(d);
+    }
+    /** A smaller model with the same tokenizer, run greedily. */
+    static Drafter model(const Model &draft, const Model &target) {
+        packlm_drafter *d = nullptr;
+        detail::check(packlm_drafter_new_model(draft.get(), target.get(), &d));
+        return Drafter(d);
+    }
+    std::vector<uint32_t> propose(const Session &session, uint32_t pending, size_t k) {
+        std::vector<uint32_t> out(k);
+        size_t n = 0;
+        detail::check(packlm_drafter_propose(drafter_.get(), session.get(), pending, k, out.data(), &n));
+        out.resize(n);
+        return out;
+    }
+
+private:
+    explicit Drafter(packlm_drafter *d) : drafter_(d) {}
+    std::unique_ptr<packlm_drafter, detail::DrafterFree> drafter_;
+};
+
+/** Streaming text: feed() returns only complete UTF-8; feed() outputs plus flush() equal
+ *  Model::detokenize of the same tokens, byte for byte. */
+class Detokenizer {
+public:
+    explicit Detokenizer(const Model &model, uint32_t flags = 0) {
+        packlm_detokenizer *d = nullptr;
+        detail::check(packlm_detokenizer_new(model.get(), flags, &d));
+        stream_.reset(d);
+    }
+    std::string feed(uint32_t token) {
+        return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_detokenizer_feed(stream_.get(), token, b, c, n); });
+    }
+    std::string flush() {
+        return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_detokenizer_flush(stream_.get(), b, c, n); });
+    }
+
+private:
+    std::unique_ptr<packlm_detokenizer, detail::DetokenizerFree> stream_;
+};
+
+/** Keeps session states keyed by their token prefix, up to a byte budget. */
+class PrefixCache {
+public:
+    explicit PrefixCache(size_t capacity_bytes) {
+        packlm_prefix_cache *c = nullptr;
+        detail::check(packlm_prefix_cache_new(capacity_bytes, &c));
+        cache_.reset(c);
+    }
+    void store(const Session &session) { detail::check(packlm_prefix_cache_store(cache_.get(), session.get())); }
+    /** Restores the longest stored prefix of `tokens`; returns how many tokens it holds. */
+    size_t restore(Session &session, const std::vector<uint32_t> &tokens) const {
+        size_t reused = 0;
+        detail::check(packlm_prefix_cache_restore(cache_.get(), session.get(), tokens.data(), tokens.size(), &reused));
+        return reused;
+    }
+
+private:
+    std::unique_ptr<packlm_prefix_cache, detail::PrefixCacheFree> cache_;
+};
+
+/** Sampler parameters with their defaults (greedy). */
+inline packlm_sampler_params default_sampler_params() {
+    packlm_sampler_params p{};
+    p.size = sizeof p;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    return p;
+}
+
+/** Draws a token from `logits` under `params`, advancing `rng_state`. */
+inline uint32_t sample(const std::vector<float> &logits, const packlm_sampler_params &params, uint64_t &rng_state) {
+    uint32_t token = 0;
+    detail::check(packlm_sample(logits.data(), logits.size(), &params, &rng_state, &token));
+    return token;
+}
+
+/** The greedy choice: the largest logit, ties to the lowest id. */
+inline uint32_t argmax(const std::vector<float> &logits) {
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+        if (logits[i] > logits[best]) best = i;
+    return static_cast<uint32_t>(best);
+}
+
+} // namespace packlm
+
+#endif // PACKLM_HPP

@@ -1,0 +1,127 @@
+// packlm.hpp under -Wall -Wextra -Werror -std=c++17, included twice in this translation unit
+// (the include guard must hold). Usage: test_hpp TINY_PACK_DIR
+#include "packlm.hpp"
+#include "packlm.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+static int failed = 0, passed = 0;
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (cond) {                                                             \
+            ++passed;                                                           \
+        } else {                                                                \
+            ++failed;                                                           \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                       \
+    } while (0)
+
+// Runs `f`, which must throw packlm::Error with `status`; returns its message.
+template <typename F> static std::string expect_error(packlm_status status, F f) {
+    try {
+        f();
+    } catch (const packlm::Error &e) {
+        CHECK(e.status() == status);
+        if (e.status() != status) std::fprintf(stderr, "  got status %u: %s\n", e.status(), e.what());
+        return e.what();
+    }
+    CHECK(!"no exception");
+    return "";
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s TINY_PACK_DIR\n", argv[0]);
+        return 2;
+    }
+    const std::string dir = argv[1];
+    CHECK(packlm::version() == PACKLM_VERSION);
+
+    packlm::Model model(dir);
+    const packlm_info info = model.info();
+    CHECK(info.n_vocab == 300);
+    CHECK(model.n_vocab() == 300);
+    CHECK(!model.info_json().empty() && model.info_json().front() == '{');
+    CHECK(model.kv_widths().size() == info.n_layers);
+
+    // HF's ids for "Hello world" with BOS (tests/fixtures/tiny/llama/golden_tokenize.json).
+    const std::vector<uint32_t> hello = model.tokenize("Hello world");
+    CHECK((hello == std::vector<uint32_t>{0, 41, 283, 77, 80, 265, 272, 77, 69}));
+    CHECK(model.detokenize(hello, PACKLM_DETOKENIZE_SKIP_SPECIAL) == "Hello world");
+    // A text longer than the first buffer guess goes through the BUFFER_TOO_SMALL retry.
+    const std::string long_text(600, 'a');
+    CHECK(model.detokenize(model.tokenize(long_text, 0)) == long_text);
+
+    // Streaming: the pieces add up to detokenize, byte for byte.
+    const std::string text = "Caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80!";
+    const std::vector<uint32_t> ids = model.tokenize(text, 0);
+    packlm::Detokenizer stream(model);
+    std::string streamed;
+    for (uint32_t id : ids) streamed += stream.feed(id);
+    streamed += stream.flush();
+    CHECK(streamed == model.detokenize(ids));
+
+    // Sessions: batched == sequential, snapshot/restore == the original, truncate exact.
+    packlm::Session a(model), b(model);
+    const std::vector<float> batched = a.step_batch(hello);
+    std::vector<float> sequential;
+    for (uint32_t id : hello) sequential = b.step(id);
+    CHECK(batched.size() == 300 && batched == sequential);
+    CHECK(a.n_past() == hello.size());
+    const std::vector<uint8_t> snap = a.snapshot();
+    const std::vector<float> next_a = a.step(5);
+    packlm::Session c(model);
+    c.restore(snap);
+    CHECK(c.n_past() == hello.size());
+    CHECK(c.step(5) == next_a);
+    c.truncate(hello.size());
+    CHECK(c.step(5) == next_a);
+    const std::vector<float> all = b.step_batch({7, 8}, PACKLM_WANT_ALL);
+    CHECK(all.size() == 600);
+    CHECK(b.step_batch({9}, PACKLM_WANT_NONE).empty());
+
+    // Speculative: an n-gram drafter and a greedy verify.
+    packlm::Drafter drafter = packlm::Drafter::ngram(3);
+    const std::vector<uint32_t> draft = drafter.propose(a, packlm::argmax(next_a), 4);
+    CHECK(draft.size() <= 4);
+    packlm_verify_params vp{};
+    vp.size = sizeof vp;
+    vp.mode = PACKLM_VERIFY_GREEDY;
+    const size_t before = a.n_past();
+    const packlm::VerifyResult r = a.verify(packlm::argmax(next_a), draft, vp, true);
+    CHECK(a.n_past() == before + 1 + r.n_accepted);
+    CHECK(r.logits.size() == 300 && packlm::argmax(r.logits) == r.next_token);
+
+    packlm_sampler_params sp = packlm::default_sampler_params();
+    uint64_t rng = 42;
+    CHECK(packlm::sample(next_a, sp, rng) == packlm::argmax(next_a));
+
+    packlm::PrefixCache cache(1 << 24);
+    cache.store(b);
+    packlm::AbortFlag flag = a.abort_flag();
+    flag.set();
+    expect_error(PACKLM_ERR_ABORTED, [&] { a.step(5); });
+    flag.clear();
+    CHECK(a.step(5).size() == 300);
+
+    // Bad input: a status and the library's message, as packlm::Error; the object unchanged.
+    std::string msg = expect_error(PACKLM_ERR_IO, [&] { packlm::Model missing(dir + "/no-such-pack"); });
+    CHECK(msg.find("no-such-pack") != std::string::npos);
+    const size_t held = c.n_past();
+    msg = expect_error(PACKLM_ERR_TOKEN_OUT_OF_RANGE, [&] { c.step(300); });
+    CHECK(msg.find("300") != std::string::npos);
+    std::vector<uint8_t> bad = snap;
+    bad[bad.size() / 2] ^= 0x40;
+    expect_error(PACKLM_ERR_SNAPSHOT, [&] { c.restore(bad); });
+    CHECK(c.n_past() == held);
+    expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Detokenizer odd(model, 8); });
+
+    // Move-only owners: a moved-from handle frees nothing twice.
+    packlm::Session moved = std::move(c);
+    CHECK(moved.n_past() == held);
+
+    std::printf("cpp: %d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
