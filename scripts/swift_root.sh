@@ -3,8 +3,10 @@
 # Debian 12 has no Swift package; Debian 13 packages one (swiftlang, Swift 6.0).
 #
 #   scripts/swift_root.sh build              build the root unless it is already complete
-#   scripts/swift_root.sh run DIR CMD...     bind DIR (read-write) at /src in the root, run CMD
-#                                            there with /src as working directory
+#   scripts/swift_root.sh run DIRS CMD...    bind each folder of DIRS (a colon-separated list)
+#                                            read-write at its own path inside the root, and run
+#                                            CMD there in the first one, so paths mean the same
+#                                            inside and out
 #   scripts/swift_root.sh path               print the root's path
 #
 # The root lives outside the repository: $PACKLM_SWIFT_ROOT, else $XDG_CACHE_HOME/packlm/swift-root
@@ -74,18 +76,22 @@ build() {
 }
 
 run() {
-  local dir=$1; shift
+  local dirs=$1 dir first="" list; shift
   [ -f "$MARKER" ] || { echo "swift_root.sh: no Swift root at $ROOT (run: $0 build)" >&2; exit 1; }
-  dir=$(cd "$dir" && pwd)
   mount_system
-  mount_in_root "$ROOT/src" --bind "$dir"
+  IFS=: read -r -a list <<< "$dirs"
+  for dir in "${list[@]}"; do
+    dir=$(cd "$dir" && pwd -P)
+    [ -n "$first" ] || first=$dir
+    mount_in_root "$ROOT$dir" --bind "$dir"
+  done
   chroot "$ROOT" /usr/bin/env HOME=/root PATH=/usr/local/bin:/usr/bin:/bin \
-    /bin/sh -c 'cd /src && exec "$@"' sh "$@"
+    /bin/sh -c 'cd "$0" && exec "$@"' "$first" "$@"
 }
 
 case "${1:-}" in
   build) build ;;
-  run) shift; [ $# -ge 2 ] || { echo "usage: $0 run DIR CMD..." >&2; exit 2; }; run "$@" ;;
+  run) shift; [ $# -ge 2 ] || { echo "usage: $0 run DIRS CMD..." >&2; exit 2; }; run "$@" ;;
   path) echo "$ROOT" ;;
-  *) echo "usage: $0 build | run DIR CMD... | path" >&2; exit 2 ;;
+  *) echo "usage: $0 build | run DIRS CMD... | path" >&2; exit 2 ;;
 esac
