@@ -114,6 +114,16 @@
 typedef struct packlm_abort packlm_abort;
 
 /**
+ * A streaming detokenizer (opaque): fed one token at a time, it gives out only complete UTF-8
+ * text, holding back a partial multi-byte character until a later token completes it. Every
+ * output of packlm_detokenizer_feed plus that of packlm_detokenizer_flush, concatenated, equals
+ * packlm_detokenize of the same tokens with the same flags, byte for byte. Created by
+ * packlm_detokenizer_new, freed by packlm_detokenizer_free. Safe to move to any thread; not
+ * to be used from two threads at once.
+ */
+typedef struct packlm_detokenizer packlm_detokenizer;
+
+/**
  * A source of drafts (opaque), from packlm_drafter_new_*, freed by packlm_drafter_free.
  * Safe to move to any thread; cannot be used by two threads at once.
  */
@@ -710,6 +720,35 @@ const char *packlm_version(void);
  * The ABI version the library was built with; compare with PACKLM_ABI_VERSION.
  */
 uint32_t packlm_abi_version(void);
+
+/**
+ * A new, empty stream over `model`'s vocabulary into `*out`. `flags`: 0 or
+ * PACKLM_DETOKENIZE_SKIP_SPECIAL (another bit gives PACKLM_ERR_INVALID_ARGUMENT). The stream
+ * keeps the model alive. `*out` is written only on success.
+ */
+packlm_status packlm_detokenizer_new(const packlm_model *model, uint32_t flags, packlm_detokenizer **out);
+
+/**
+ * Feeds `token`: the text it completes (possibly empty), NUL-terminated, goes into `buf`
+ * (capacity `cap`) and its byte length into `*n`. With PACKLM_ERR_BUFFER_TOO_SMALL, `*n`
+ * receives the capacity needed (length + 1) and the token is NOT consumed: call again with a
+ * larger buffer. An id outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE and is not
+ * consumed either. On any failure the stream is as it was.
+ */
+packlm_status packlm_detokenizer_feed(packlm_detokenizer *d, uint32_t token, char *buf, size_t cap, size_t *n);
+
+/**
+ * End of the stream: writes what is held back (an incomplete trailing sequence becomes what
+ * packlm_detokenize gives for it), with the buffer rules of packlm_detokenizer_feed; on
+ * success the stream is empty and the next token starts a new text. On failure (buffer too
+ * small included) the stream is as it was.
+ */
+packlm_status packlm_detokenizer_flush(packlm_detokenizer *d, char *buf, size_t cap, size_t *n);
+
+/**
+ * Frees a stream. NULL is a no-op.
+ */
+void packlm_detokenizer_free(packlm_detokenizer *d);
 
 /**
  * Tokenizes `len` bytes of UTF-8 `text` (need not be NUL-terminated) with `flags`

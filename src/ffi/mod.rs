@@ -15,4 +15,5 @@ pub mod session;
 pub mod speculative;
 pub mod state;
 pub mod status;
+pub mod stream;
 pub mod text;

@@ -101,3 +101,79 @@ impl Vocab {
         self.tokenizer.id_to_token(id)
     }
 }
+
+/// Incremental detokenization: tokens go in one at a time, and only text that no later token
+/// can change comes out, so that a host streams a reply without re-detokenizing it.
+///
+/// The rule: the stream's text is `decode(all tokens fed)`; everything up to its trailing run
+/// of U+FFFD is final, because the decoders packlm meets (byte-level BPE, SentencePiece with
+/// byte fallback, WordPiece) map a prefix of the tokens to a prefix of the text except where
+/// an incomplete UTF-8 sequence at the end decodes to U+FFFD (the byte-level decoder's lossy
+/// conversion, the byte-fallback decoder's one U+FFFD per pending byte). Holding that run back
+/// until a later token completes it, or until `finish`, makes the concatenation of all outputs
+/// equal `decode(all)` byte for byte. Each `push` decodes the stream from its start: its cost
+/// grows with the length of the stream, which for a reply (hundreds of tokens) is a few
+/// microseconds a token.
+#[derive(Debug, Default)]
+pub struct DecodeStream {
+    skip_special: bool,
+    /// Every token since the stream began (or since the last `finish`).
+    ids: Vec<u32>,
+    /// The bytes handed out so far: a prefix of `decode(ids)`.
+    emitted: String,
+}
+
+impl DecodeStream {
+    pub fn new(skip_special: bool) -> DecodeStream {
+        DecodeStream { skip_special, ids: Vec::new(), emitted: String::new() }
+    }
+
+    /// The text that feeding `id` would hand out, without feeding it: the stream is unchanged
+    /// until [`DecodeStream::commit`] is called with the same id and text. An id outside the
+    /// vocabulary gives ErrTokenOutOfRange.
+    pub fn peek(&mut self, vocab: &Vocab, id: u32) -> Result<String> {
+        vocab.check_ids(&[id])?;
+        self.ids.push(id);
+        let text = vocab.decode(&self.ids, self.skip_special);
+        self.ids.pop();
+        let text = text?;
+        let stable = text.trim_end_matches('\u{FFFD}');
+        Ok(self.new_part(stable, false)?.to_string())
+    }
+
+    /// Feeds `id`, whose output `text` came from [`DecodeStream::peek`].
+    pub fn commit(&mut self, id: u32, text: &str) {
+        self.ids.push(id);
+        self.emitted.push_str(text);
+    }
+
+    /// What is held back (a trailing incomplete sequence decodes as `decode` gives it), without
+    /// emptying the stream; [`DecodeStream::reset`] empties it.
+    pub fn pending(&self, vocab: &Vocab) -> Result<String> {
+        let text = vocab.decode(&self.ids, self.skip_special)?;
+        Ok(self.new_part(&text, true)?.to_string())
+    }
+
+    /// Empties the stream: the next token starts a new text.
+    pub fn reset(&mut self) {
+        self.ids.clear();
+        self.emitted.clear();
+    }
+
+    /// `text` past what was already handed out. When `text` does not extend it (a decoder that
+    /// is not prefix-stable), nothing is new yet, or at the end of the stream an error: the
+    /// outputs could no longer add up to the whole text.
+    fn new_part<'t>(&self, text: &'t str, at_end: bool) -> Result<&'t str> {
+        match text.strip_prefix(self.emitted.as_str()) {
+            Some(rest) => Ok(rest),
+            None if !at_end => Ok(""),
+            None => Err(Error::new(
+                Status::ErrTokenizer,
+                format!(
+                    "this tokenizer's decoder changed text it had already given out ({} bytes) when later tokens came; the stream cannot equal its detokenization",
+                    self.emitted.len()
+                ),
+            )),
+        }
+    }
+}

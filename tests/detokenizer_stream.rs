@@ -1,0 +1,192 @@
+//! The streaming detokenizer through its C calls (packlm_detokenizer_*), on a byte-level BPE
+//! vocabulary (SmolLM2 GGUF) and a byte-fallback SentencePiece one (Gemma3 GGUF): fed one token
+//! at a time, every output is valid UTF-8, and the outputs plus the flush equal
+//! packlm_detokenize of the same tokens byte for byte.
+
+mod common;
+
+use std::ffi::{c_char, CString};
+use std::path::Path;
+use std::ptr;
+
+use common::*;
+use packlm::ffi::model::{packlm_model, packlm_model_free, packlm_model_open};
+use packlm::ffi::stream::*;
+use packlm::ffi::text::{packlm_detokenize, packlm_token_to_piece, packlm_tokenize, PACKLM_DETOKENIZE_SKIP_SPECIAL, PACKLM_TOKENIZE_PARSE_SPECIAL};
+
+const OK: u32 = 0;
+
+/// Emoji (4-byte, with a skin-tone modifier and a ZWJ sequence), combining marks, CJK, mixed.
+const TEXTS: &[&str] = &[
+    "Hello 😀👍🏽 and 👩‍💻 done",
+    "e\u{0301}cole, n\u{0303}, a\u{0308}\u{0323}, Z\u{0351}\u{0324}",
+    "日本語の文章を書きます。中文字符，한국어 텍스트",
+    "Mixed: café, 世界! 🎉 ok",
+    // Rare characters a large vocabulary still spells in byte tokens: hieroglyphs, CJK extension B.
+    "Rare: 𓀀𓁐 𠀋𪚥 🪿🫠 ꙮ",
+];
+
+fn open_c(path: &Path) -> *mut packlm_model {
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    let mut m = ptr::null_mut();
+    assert_eq!(packlm_model_open(c.as_ptr(), ptr::null(), &mut m) as u32, OK, "open {}", path.display());
+    m
+}
+
+fn tokenize(m: *const packlm_model, text: &str, flags: u32) -> Vec<u32> {
+    let mut ids = vec![0u32; 4 * text.len() + 8];
+    let mut n = 0usize;
+    let st = packlm_tokenize(m, text.as_ptr() as *const c_char, text.len(), flags, ids.as_mut_ptr(), ids.len(), &mut n);
+    assert_eq!(st as u32, OK);
+    ids.truncate(n);
+    ids
+}
+
+fn detokenize(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<u8> {
+    let mut buf = vec![0u8; 64 * ids.len() + 16];
+    let mut n = 0usize;
+    let st = packlm_detokenize(m, ids.as_ptr(), ids.len(), flags, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n);
+    assert_eq!(st as u32, OK);
+    buf.truncate(n);
+    buf
+}
+
+fn piece(m: *const packlm_model, id: u32) -> String {
+    let mut buf = [0u8; 256];
+    let mut n = 0usize;
+    assert_eq!(packlm_token_to_piece(m, id, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n) as u32, OK);
+    String::from_utf8(buf[..n].to_vec()).unwrap()
+}
+
+/// Feeds `ids` one by one; returns every feed output, then the flush output, as bytes.
+fn stream(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<Vec<u8>> {
+    let mut d = ptr::null_mut();
+    assert_eq!(packlm_detokenizer_new(m, flags, &mut d) as u32, OK);
+    let mut outs = Vec::new();
+    let mut buf = [0u8; 256];
+    for &id in ids {
+        let mut n = usize::MAX;
+        assert_eq!(packlm_detokenizer_feed(d, id, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n) as u32, OK);
+        assert_eq!(buf[n], 0, "output is NUL-terminated");
+        outs.push(buf[..n].to_vec());
+    }
+    let mut n = usize::MAX;
+    assert_eq!(packlm_detokenizer_flush(d, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n) as u32, OK);
+    outs.push(buf[..n].to_vec());
+    packlm_detokenizer_free(d);
+    outs
+}
+
+/// The contract on every text; returns how many tokens carried part of a character (their
+/// piece alone is U+FFFD), so that a caller can check the texts exercised the hold-back.
+fn check_model(path: &Path) -> usize {
+    let m = open_c(path);
+    let mut partial = 0;
+    for text in TEXTS {
+        let ids = tokenize(m, text, 0);
+        partial += ids.iter().filter(|&&id| piece(m, id).contains('\u{FFFD}')).count();
+        let outs = stream(m, &ids, 0);
+        for (i, o) in outs.iter().enumerate() {
+            let s = std::str::from_utf8(o).unwrap_or_else(|e| panic!("{text:?}: output {i} is not UTF-8: {e}"));
+            assert!(!s.contains('\u{FFFD}'), "{text:?}: output {i} holds a replacement character: {s:?}");
+        }
+        let joined: Vec<u8> = outs.concat();
+        assert_eq!(joined, detokenize(m, &ids, 0), "{text:?}: stream != packlm_detokenize");
+        // The text round-trips, an independent check of what the detokenization is.
+        assert_eq!(String::from_utf8(joined).unwrap().trim_start(), *text);
+    }
+    packlm_model_free(m);
+    partial
+}
+
+#[test]
+fn byte_level_bpe_streams_whole_characters() {
+    let Some(p) = smollm2() else { return };
+    assert!(check_model(&p) > 0, "no token of the texts carries part of a character");
+}
+
+#[test]
+fn byte_fallback_sentencepiece_streams_whole_characters() {
+    let Some(p) = gemma3_270m() else { return };
+    assert!(check_model(&p) > 0, "no token of the texts carries part of a character");
+}
+
+#[test]
+fn tiny_fixture_streams_whole_characters() {
+    check_model(&tiny("llama"));
+}
+
+/// A stream cut inside a character: the flush gives what packlm_detokenize gives for it.
+#[test]
+fn flush_gives_an_incomplete_character_as_detokenize_does() {
+    let Some(p) = smollm2() else { return };
+    let m = open_c(&p);
+    let ids = tokenize(m, "ok 😀", 0);
+    // Find a cut inside the emoji: a prefix whose detokenization ends in U+FFFD.
+    let cut = (1..ids.len())
+        .find(|&k| String::from_utf8(detokenize(m, &ids[..k], 0)).unwrap().ends_with('\u{FFFD}'))
+        .expect("the emoji spans several tokens");
+    let outs = stream(m, &ids[..cut], 0);
+    assert_eq!(outs.concat(), detokenize(m, &ids[..cut], 0));
+    assert!(outs.last().unwrap().ends_with("\u{FFFD}".as_bytes()), "the held-back bytes come out at the flush");
+    packlm_model_free(m);
+}
+
+/// Special tokens, kept and skipped, agree with packlm_detokenize under the same flag.
+#[test]
+fn special_tokens_follow_the_flag() {
+    let Some(p) = smollm2() else { return };
+    let m = open_c(&p);
+    let ids = tokenize(m, "<|im_start|>user\n日本 😀<|im_end|>", PACKLM_TOKENIZE_PARSE_SPECIAL);
+    for flags in [0, PACKLM_DETOKENIZE_SKIP_SPECIAL] {
+        assert_eq!(stream(m, &ids, flags).concat(), detokenize(m, &ids, flags), "flags {flags}");
+    }
+    let mut d = ptr::null_mut();
+    assert_eq!(packlm_detokenizer_new(m, 4, &mut d) as u32, packlm::error::PACKLM_ERR_INVALID_ARGUMENT as u32);
+    assert!(d.is_null(), "out is written only on success");
+    packlm_model_free(m);
+}
+
+/// BUFFER_TOO_SMALL reports the size needed and does not consume the token; an id out of
+/// range is refused without consuming anything either.
+#[test]
+fn a_refused_feed_does_not_consume_the_token() {
+    let m = open_c(&tiny("llama"));
+    let ids = tokenize(m, "Hello world, hello again", 0);
+    let want = detokenize(m, &ids, 0);
+    let mut d = ptr::null_mut();
+    assert_eq!(packlm_detokenizer_new(m, 0, &mut d) as u32, OK);
+    let mut got = Vec::new();
+    let mut refused = 0;
+    for &id in &ids {
+        let mut small = [0u8; 1];
+        let mut n = 0usize;
+        let st = packlm_detokenizer_feed(d, id, small.as_mut_ptr() as *mut c_char, 1, &mut n) as u32;
+        let mut buf = vec![0u8; 64];
+        if st == OK {
+            assert_eq!(n, 0, "only an empty output fits one byte");
+        } else {
+            assert_eq!(st, packlm::error::PACKLM_ERR_BUFFER_TOO_SMALL as u32);
+            refused += 1;
+            let need = n;
+            // Exactly the size asked for is enough, and gives the same token's text.
+            buf.truncate(need);
+            let mut n2 = 0usize;
+            assert_eq!(packlm_detokenizer_feed(d, id, buf.as_mut_ptr() as *mut c_char, need, &mut n2) as u32, OK);
+            assert_eq!(n2 + 1, need);
+            got.extend_from_slice(&buf[..n2]);
+        }
+        let mut n3 = 0usize;
+        let st = packlm_detokenizer_feed(d, u32::MAX, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n3) as u32;
+        assert_eq!(st, packlm::error::PACKLM_ERR_TOKEN_OUT_OF_RANGE as u32);
+    }
+    let mut buf = [0u8; 64];
+    let mut n = 0usize;
+    assert_eq!(packlm_detokenizer_flush(d, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n) as u32, OK);
+    got.extend_from_slice(&buf[..n]);
+    assert!(refused > 0);
+    assert_eq!(got, want, "a refused token was consumed (or lost)");
+    packlm_detokenizer_free(d);
+    packlm_detokenizer_free(ptr::null_mut());
+    packlm_model_free(m);
+}
