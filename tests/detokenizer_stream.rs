@@ -142,23 +142,25 @@ fn special_tokens_follow_the_flag() {
         assert_eq!(stream(m, &ids, flags).concat(), detokenize(m, &ids, flags), "flags {flags}");
     }
     let mut d = ptr::null_mut();
-    assert_eq!(packlm_detokenizer_new(m, 4, &mut d) as u32, packlm::error::PACKLM_ERR_INVALID_ARGUMENT as u32);
+    assert_eq!(packlm_detokenizer_new(m, 4, &mut d) as u32, packlm::error::PACKLM_ERR_INVALID_ARGUMENT);
     assert!(d.is_null(), "out is written only on success");
     packlm_model_free(m);
 }
 
 /// BUFFER_TOO_SMALL reports the size needed and does not consume the token; an id out of
-/// range is refused without consuming anything either.
+/// range is refused without consuming anything either. Each retried output equals the output of
+/// a stream that was never refused (multi-byte characters, so that a token fed twice shows).
 #[test]
 fn a_refused_feed_does_not_consume_the_token() {
     let m = open_c(&tiny("llama"));
-    let ids = tokenize(m, "Hello world, hello again", 0);
+    let ids = tokenize(m, "Hello wörld, café 日本 😀 again", 0);
     let want = detokenize(m, &ids, 0);
+    let reference = stream(m, &ids, 0);
     let mut d = ptr::null_mut();
     assert_eq!(packlm_detokenizer_new(m, 0, &mut d) as u32, OK);
     let mut got = Vec::new();
     let mut refused = 0;
-    for &id in &ids {
+    for (i, &id) in ids.iter().enumerate() {
         let mut small = [0u8; 1];
         let mut n = 0usize;
         let st = packlm_detokenizer_feed(d, id, small.as_mut_ptr() as *mut c_char, 1, &mut n) as u32;
@@ -166,7 +168,7 @@ fn a_refused_feed_does_not_consume_the_token() {
         if st == OK {
             assert_eq!(n, 0, "only an empty output fits one byte");
         } else {
-            assert_eq!(st, packlm::error::PACKLM_ERR_BUFFER_TOO_SMALL as u32);
+            assert_eq!(st, packlm::error::PACKLM_ERR_BUFFER_TOO_SMALL);
             refused += 1;
             let need = n;
             // Exactly the size asked for is enough, and gives the same token's text.
@@ -174,11 +176,12 @@ fn a_refused_feed_does_not_consume_the_token() {
             let mut n2 = 0usize;
             assert_eq!(packlm_detokenizer_feed(d, id, buf.as_mut_ptr() as *mut c_char, need, &mut n2) as u32, OK);
             assert_eq!(n2 + 1, need);
+            assert_eq!(buf[..n2], reference[i][..], "token {i}: the retried output differs from an unrefused stream's");
             got.extend_from_slice(&buf[..n2]);
         }
         let mut n3 = 0usize;
         let st = packlm_detokenizer_feed(d, u32::MAX, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n3) as u32;
-        assert_eq!(st, packlm::error::PACKLM_ERR_TOKEN_OUT_OF_RANGE as u32);
+        assert_eq!(st, packlm::error::PACKLM_ERR_TOKEN_OUT_OF_RANGE);
     }
     let mut buf = [0u8; 64];
     let mut n = 0usize;
