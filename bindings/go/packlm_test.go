@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -329,5 +331,36 @@ func TestArgmax(t *testing.T) {
 	}
 	if got := Argmax(nil); got != -1 {
 		t.Fatalf("argmax of nothing %d", got)
+	}
+}
+
+// packlm_last_error is per OS thread: each goroutine's error must carry the message of its own
+// failed call even while many goroutines fail at once on other threads.
+func TestErrorMessagesUnderConcurrency(t *testing.T) {
+	m := openTiny(t)
+	const workers, rounds = 16, 100
+	// A long valid prefix makes each failing call take long enough for the scheduler to hand a
+	// goroutine's P to another thread while it is in C, which is when it can move between threads.
+	prefix := make([]uint32, 1<<16)
+	errs := make(chan string, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			for r := 0; r < rounds; r++ {
+				// Each goroutine fails with its own value so a message read on the wrong thread shows.
+				token := uint32(m.Info().VocabSize + w*rounds + r)
+				_, err := m.Detokenize(append(prefix[:len(prefix):len(prefix)], token), 0)
+				var e *Error
+				if !errors.As(err, &e) || !strings.Contains(e.Message(), strconv.Itoa(int(token))) {
+					errs <- fmt.Sprintf("token %d: error %v", token, err)
+					return
+				}
+			}
+			errs <- ""
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		if msg := <-errs; msg != "" {
+			t.Fatal(msg)
+		}
 	}
 }
