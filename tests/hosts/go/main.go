@@ -1,12 +1,12 @@
-// The Go host of the cross-host state test (tests/hosts/README.md):
+// The Go host of the cross-host state test (protocol: tests/hosts/README.md):
 //
-//	go_host check DIR        restore DIR/state.bin, step token 5, compare with DIR/next.f32 bit
-//	                         for bit, continue greedily and compare with DIR/greedy.txt; write
-//	                         DIR/state_go.bin (the state right after restoring and stepping 5)
-//	go_host chain DIR FROM   restore DIR/state_FROM.bin and continue greedily from greedy.txt
+//	go_host check MODEL DIR        restore DIR/state.bin, step token 5, compare with DIR/next.f32
+//	                               bit for bit; write DIR/state_go.bin (the state right then);
+//	                               continue greedily and compare with DIR/greedy.txt
+//	go_host chain MODEL DIR FROM   restore DIR/state_FROM.bin (state.bin's positions and token 5)
+//	                               and continue greedily with greedy.txt's ids
 //
-// The model is $PACKLM_HOST_MODEL, else tests/fixtures/tiny/llama found from the working
-// directory upwards. Exit 0 with "go: N passed, 0 failed", else non-zero naming each failure.
+// Exit 0 with "go: N passed, 0 failed" as the last line, else non-zero naming each failure.
 package main
 
 import (
@@ -17,15 +17,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"packlm"
 )
 
 const (
-	hostName   = "go"
-	stepToken  = 5 // the token every host steps after restoring state.bin
-	greedyLen  = 8 // ids in greedy.txt
-	defaultRel = "tests/fixtures/tiny/llama"
+	hostName  = "go"
+	stepToken = 5 // the token every host steps after restoring state.bin
+	greedyLen = 8 // ids in greedy.txt
 )
 
 type tally struct{ passed, failed int }
@@ -42,27 +42,6 @@ func (t *tally) expect(ok bool, format string, args ...interface{}) {
 func fatal(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "%s: %s\n", hostName, fmt.Sprintf(format, args...))
 	os.Exit(1)
-}
-
-func modelPath() string {
-	if p := os.Getenv("PACKLM_HOST_MODEL"); p != "" {
-		return p
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		fatal("working directory: %v", err)
-	}
-	for {
-		p := filepath.Join(dir, defaultRel)
-		if _, err := os.Stat(filepath.Join(p, "config.json")); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			fatal("no %s above the working directory; set PACKLM_HOST_MODEL", defaultRel)
-		}
-		dir = parent
-	}
 }
 
 func readLogits(path string, nVocab int) []float32 {
@@ -161,34 +140,49 @@ func check(m *packlm.Model, dir string) tally {
 	return t
 }
 
+func nPast(s *packlm.Session) int {
+	n, err := s.NPast()
+	if err != nil {
+		fatal("n_past: %v", err)
+	}
+	return n
+}
+
+// chain: state_FROM holds state.bin's positions and token 5, whose logits chose greedy id 0; so
+// stepping greedy id i must give greedy id i + 1 as the argmax, for i = 0..6.
 func chain(m *packlm.Model, dir, from string) tally {
 	var t tally
-	next := readLogits(filepath.Join(dir, "next.f32"), m.Info().VocabSize)
 	greedy := readGreedy(filepath.Join(dir, "greedy.txt"))
-	t.expect(packlm.Argmax(next) == int(greedy[0]), "greedy.txt starts with %d, next.f32's argmax is %d",
-		greedy[0], packlm.Argmax(next))
+	base := restored(m, filepath.Join(dir, "state.bin"))
+	defer base.Close()
 	s := restored(m, filepath.Join(dir, "state_"+from+".bin"))
 	defer s.Close()
+	t.expect(nPast(s) == nPast(base)+1, "state_%s.bin holds %d positions, state.bin %d: want one more (token %d)",
+		from, nPast(s), nPast(base), stepToken)
 	greedyFrom(&t, s, greedy, 1)
 	return t
 }
 
 func main() {
-	if len(os.Args) < 3 || (os.Args[1] == "check") != (len(os.Args) == 3) ||
-		(os.Args[1] == "chain") != (len(os.Args) == 4) {
-		fatal("usage: go_host check DIR | go_host chain DIR FROM")
+	args := os.Args
+	if !(len(args) == 4 && args[1] == "check") && !(len(args) == 5 && args[1] == "chain") {
+		fatal("usage: go_host check MODEL DIR | go_host chain MODEL DIR FROM")
 	}
-	m, err := packlm.Open(modelPath(), nil)
+	// The files are little-endian and compared as this machine's float bytes.
+	one := uint16(1)
+	if *(*byte)(unsafe.Pointer(&one)) != 1 {
+		fatal("refusing to run on a big-endian machine (the files are little-endian)")
+	}
+	m, err := packlm.Open(args[2], nil)
 	if err != nil {
 		fatal("%v", err)
 	}
 	defer m.Close()
 	var t tally
-	switch os.Args[1] {
-	case "check":
-		t = check(m, os.Args[2])
-	case "chain":
-		t = chain(m, os.Args[2], os.Args[3])
+	if args[1] == "check" {
+		t = check(m, args[3])
+	} else {
+		t = chain(m, args[3], args[4])
 	}
 	fmt.Printf("%s: %d passed, %d failed\n", hostName, t.passed, t.failed)
 	if t.failed > 0 {

@@ -1,11 +1,11 @@
-// The Swift host of the cross-host state test (tests/hosts/README.md):
-//   packlm-swift-host check DIR        restore DIR/state.bin, step token 5, compare with
-//                                      DIR/next.f32 bit for bit, continue greedily and compare
-//                                      with DIR/greedy.txt; write DIR/state_swift.bin (the state
-//                                      right after restoring and stepping 5)
-//   packlm-swift-host chain DIR FROM   restore DIR/state_FROM.bin, continue greedily
-// The model is $PACKLM_HOST_MODEL, else tests/fixtures/tiny/llama found from the working
-// directory upwards. Exit 0 with "swift: N passed, 0 failed", else non-zero naming each failure.
+// The Swift host of the cross-host state test (protocol: tests/hosts/README.md):
+//   packlm-swift-host check MODEL DIR        restore DIR/state.bin, step token 5, compare with
+//                                            DIR/next.f32 bit for bit; write DIR/state_swift.bin
+//                                            (the state right then); continue greedily and
+//                                            compare with DIR/greedy.txt
+//   packlm-swift-host chain MODEL DIR FROM   restore DIR/state_FROM.bin (state.bin's positions
+//                                            and token 5), continue greedily with greedy.txt's ids
+// Exit 0 with "swift: N passed, 0 failed" as the last line, else non-zero naming each failure.
 import Foundation
 import PackLM
 
@@ -28,20 +28,6 @@ struct Tally {
             failed += 1
             FileHandle.standardError.write("\(hostName): FAIL: \(message())\n".data(using: .utf8)!)
         }
-    }
-}
-
-func modelPath() -> String {
-    if let path = ProcessInfo.processInfo.environment["PACKLM_HOST_MODEL"], !path.isEmpty { return path }
-    var dir = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
-    while true {
-        let candidate = dir.appendingPathComponent("tests/fixtures/tiny/llama")
-        if FileManager.default.fileExists(atPath: candidate.appendingPathComponent("config.json").path) {
-            return candidate.path
-        }
-        let parent = dir.deletingLastPathComponent()
-        if parent.path == dir.path { fail("no tests/fixtures/tiny/llama above the working directory; set PACKLM_HOST_MODEL") }
-        dir = parent
     }
 }
 
@@ -120,25 +106,35 @@ func check(_ model: Model, _ dir: String) -> Tally {
     return tally
 }
 
+func nPast(_ session: Session) -> Int {
+    do { return try session.nPast() } catch { fail("n_past: \(error)") }
+}
+
+/// state_FROM holds state.bin's positions and token 5, whose logits chose greedy id 0; so
+/// stepping greedy id i must give greedy id i + 1 as the argmax, for i = 0..6.
 func chain(_ model: Model, _ dir: String, _ from: String) -> Tally {
     var tally = Tally()
-    let next = readLogits(dir + "/next.f32", model.info.vocabSize)
     let ids = readGreedy(dir + "/greedy.txt")
-    tally.expect(argmax(next) == Int(ids[0]), "greedy.txt starts with \(ids[0]), next.f32's argmax is \(argmax(next) ?? -1)")
-    greedy(from: 1, restored(model, dir + "/state_\(from).bin"), ids, &tally)
+    let base = restored(model, dir + "/state.bin")
+    let session = restored(model, dir + "/state_\(from).bin")
+    tally.expect(nPast(session) == nPast(base) + 1,
+                 "state_\(from).bin holds \(nPast(session)) positions, state.bin \(nPast(base)): want one more (token \(stepToken))")
+    greedy(from: 1, session, ids, &tally)
     return tally
 }
 
 let args = CommandLine.arguments
-guard (args.count == 3 && args[1] == "check") || (args.count == 4 && args[1] == "chain") else {
-    fail("usage: packlm-swift-host check DIR | packlm-swift-host chain DIR FROM")
+guard (args.count == 4 && args[1] == "check") || (args.count == 5 && args[1] == "chain") else {
+    fail("usage: packlm-swift-host check MODEL DIR | packlm-swift-host chain MODEL DIR FROM")
 }
+// The files are little-endian and compared as this machine's float bytes.
+guard 1.littleEndian == 1 else { fail("refusing to run on a big-endian machine (the files are little-endian)") }
 let model: Model
 do {
-    model = try Model(path: modelPath())
+    model = try Model(path: args[2])
 } catch {
     fail("\(error)")
 }
-let tally = args[1] == "check" ? check(model, args[2]) : chain(model, args[2], args[3])
+let tally = args[1] == "check" ? check(model, args[3]) : chain(model, args[3], args[4])
 print("\(hostName): \(tally.passed) passed, \(tally.failed) failed")
 exit(tally.failed == 0 ? 0 : 1)
