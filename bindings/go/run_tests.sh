@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make go-test: go vet and go test of bindings/go (and the hosts' module), first with the library
 # found through CGO_CFLAGS/CGO_LDFLAGS, then through pkg-config (-tags packlm_pkgconfig) with a
-# packlm.pc describing include/ and target/release; then builds the chat example.
+# packlm.pc describing include/ and target/release; then runs the chat example
+# on SmolLM2 when models/ has it.
 # A missing go toolchain fails (apt-get install golang-go); PACKLM_SKIP_HOSTS=go skips, saying so.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,7 +19,14 @@ export CGO_CFLAGS="-I$root/include" CGO_LDFLAGS="-L$lib -Wl,-rpath,$lib"
 go vet ./...
 go test ./...
 (cd "$root/tests/hosts/go" && go vet ./...)
-go build -o /dev/null ./examples/chat
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -f "$model" ]; then
+  out=$(go run ./examples/chat "$model" "What is the capital of France? Answer with one word.")
+  echo "examples/chat: $out"
+  case "$out" in *Paris*) ;; *) echo "FAIL: the chat example did not answer Paris" >&2; exit 1 ;; esac
+else
+  go build -o /dev/null ./examples/chat
+fi
 
 echo "== pkg-config"
 unset CGO_CFLAGS CGO_LDFLAGS

@@ -9,11 +9,13 @@ let package = Package(
     products: [
         .library(name: "PackLM", targets: ["PackLM"]),
         .executable(name: "packlm-swift-host", targets: ["PackLMHost"]),
+        .executable(name: "packlm-swift-chat", targets: ["PackLMChat"]),
     ],
     targets: [
         .systemLibrary(name: "CPackLM", pkgConfig: "packlm"),
         .target(name: "PackLM", dependencies: ["CPackLM"]),
         .executableTarget(name: "PackLMHost", dependencies: ["PackLM"]),
+        .executableTarget(name: "PackLMChat", dependencies: ["PackLM"]),
         .testTarget(name: "PackLMTests", dependencies: ["PackLM"]),
     ]
 )

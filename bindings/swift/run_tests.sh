@@ -13,6 +13,16 @@ lib="$root/target/release"
 dirs=$root
 [ ! -d "$root/models" ] || dirs="$dirs:$(cd "$root/models" && pwd -P)"
 "$root/scripts/swift_root.sh" run "$dirs" sh -c \
-  'swift test --package-path bindings/swift -Xcc -I"$0/include" -Xlinker -L"$1" -Xlinker -rpath -Xlinker "$1"' \
+  'set -e
+   flags="-Xcc -I$0/include -Xlinker -L$1 -Xlinker -rpath -Xlinker $1"
+   swift build --package-path bindings/swift $flags
+   swift test --package-path bindings/swift $flags
+   model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+   if [ -f "$model" ]; then
+     out=$("$(swift build --package-path bindings/swift --show-bin-path)/packlm-swift-chat" "$model" \
+       "What is the capital of France? Answer with one word.")
+     echo "packlm-swift-chat: $out"
+     case "$out" in *Paris*) ;; *) echo "FAIL: the chat example did not answer Paris" >&2; exit 1 ;; esac
+   fi' \
   "$root" "$lib"
 echo "swift-test: passed"
