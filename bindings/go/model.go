@@ -109,8 +109,9 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 	return m, nil
 }
 
-// Close frees the model. Sessions opened from it stay valid (they hold the model themselves).
-// Calling Close twice is harmless.
+// Close frees the model. Sessions and detokenizers opened from it stay valid (they hold the
+// model themselves). Calling Close twice is harmless; calling it while another goroutine is in
+// a call of this Model is not (as with any Go value, closing races with use).
 func (m *Model) Close() {
 	if m.ptr != nil {
 		C.packlm_model_free(m.ptr)
