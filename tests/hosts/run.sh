@@ -3,10 +3,11 @@
 # every host restores it and must give the C host's next-step logits bit for bit and its greedy
 # tokens; then every host restores every host's snapshot and continues greedily.
 #
-#   PACKLM_HOSTS       hosts to run, in order (default: c cpp python). A host H other than the
-#                      built-in three runs as the executable tests/hosts/H_host; a listed host
+#   PACKLM_HOSTS       hosts to run, in order (default: c cpp python go swift). A host H other
+#                      than the built-in three runs as the executable tests/hosts/H_host; a listed host
 #                      whose command is missing fails the test.
-#   PACKLM_SKIP_HOSTS  hosts to leave out, for someone who opts out; each is named as skipped.
+#   PACKLM_SKIP_HOSTS  hosts to leave out (comma- or space-separated), for someone who opts
+#                      out; each is named as skipped.
 #   Models: the tiny llama fixture, and the SmolLM2 GGUF when models/ has it (required when
 #   PACKLM_REQUIRE_MODELS is set).
 set -euo pipefail
@@ -17,8 +18,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 hosts=()
-for h in ${PACKLM_HOSTS:-c cpp python}; do
-  case " ${PACKLM_SKIP_HOSTS:-} " in
+skip=${PACKLM_SKIP_HOSTS:-}
+for h in ${PACKLM_HOSTS:-c cpp python go swift}; do
+  case " ${skip//,/ } " in
     *" $h "*) echo "hosts: SKIPPING host $h (PACKLM_SKIP_HOSTS=${PACKLM_SKIP_HOSTS})" ;;
     *) hosts+=("$h") ;;
   esac

@@ -1,0 +1,3 @@
+module packlm
+
+go 1.19

@@ -1,0 +1,170 @@
+import CPackLM
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Where a model computes (PACKLM_BACKEND_*).
+public enum Backend: UInt32, Sendable {
+    case host = 0
+    case reference = 1
+    case accelerator = 2
+}
+
+/// Tokenize flags (PACKLM_TOKENIZE_*).
+public struct TokenizeFlags: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let addSpecial = TokenizeFlags(rawValue: UInt32(PACKLM_TOKENIZE_ADD_SPECIAL))
+    public static let parseSpecial = TokenizeFlags(rawValue: UInt32(PACKLM_TOKENIZE_PARSE_SPECIAL))
+}
+
+/// Detokenize flags (PACKLM_DETOKENIZE_*).
+public struct DetokenizeFlags: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let skipSpecial = DetokenizeFlags(rawValue: UInt32(PACKLM_DETOKENIZE_SKIP_SPECIAL))
+}
+
+/// Numbers describing an open model.
+public struct ModelInfo: Sendable {
+    public let vocabSize: Int
+    public let layers: Int
+    public let contextLength: Int
+    public let hiddenSize: Int
+    /// BOS id, or nil when the pack has none.
+    public let bos: UInt32?
+    /// First EOS id, or nil when the pack has none.
+    public let eos: UInt32?
+    public let addsBOS: Bool
+    public let hasChatTemplate: Bool
+}
+
+/// One turn of a conversation.
+public struct ChatMessage: Sendable {
+    public var role: String
+    public var content: String
+    public init(role: String, content: String) {
+        self.role = role
+        self.content = content
+    }
+}
+
+/// The header's ABI version this package was compiled against, and the loaded library's.
+public let abiVersion = UInt32(PACKLM_ABI_VERSION)
+public var libraryABIVersion: UInt32 { packlm_abi_version() }
+public var libraryVersion: String { String(cString: packlm_version()) }
+
+/// An open model pack (a Hugging Face folder or a GGUF file). Immutable: any number of threads
+/// and sessions may use it. Freed when the last reference goes (sessions keep the C model alive
+/// themselves).
+public final class Model: @unchecked Sendable {
+    let handle: OpaquePointer
+    public let info: ModelInfo
+
+    /// Opens a pack. `threads` 0 means one worker per core.
+    public init(path: String, backend: Backend = .host, threads: UInt32 = 0) throws {
+        var options = packlm_open_options()
+        try check("packlm_open_options_init", packlm_open_options_init(&options, MemoryLayout<packlm_open_options>.size))
+        options.backend = backend.rawValue
+        options.threads = threads
+        var out: OpaquePointer?
+        try check("packlm_model_open", packlm_model_open(path, &options, &out))
+        guard let model = out else {
+            throw PackLMError(operation: "packlm_model_open", status: .nullArgument, message: "no model returned")
+        }
+        var raw = packlm_info()
+        raw.size = MemoryLayout<packlm_info>.size
+        do {
+            try check("packlm_model_info", packlm_model_info(model, &raw))
+        } catch {
+            packlm_model_free(model)
+            throw error
+        }
+        handle = model
+        info = ModelInfo(vocabSize: Int(raw.n_vocab), layers: Int(raw.n_layers),
+                         contextLength: Int(raw.n_ctx), hiddenSize: Int(raw.hidden_size),
+                         bos: raw.bos < 0 ? nil : UInt32(raw.bos), eos: raw.eos < 0 ? nil : UInt32(raw.eos),
+                         addsBOS: raw.add_bos != 0, hasChatTemplate: raw.has_chat_template != 0)
+    }
+
+    deinit { packlm_model_free(handle) }
+
+    /// Ids that end a reply (EOS and the chat end-of-turn tokens).
+    public func stopTokens() throws -> [UInt32] {
+        var buffer = [UInt32](repeating: 0, count: 16)
+        while true {
+            var n = 0
+            let capacity = buffer.count
+            let status = buffer.withUnsafeMutableBufferPointer { packlm_model_stop_tokens(handle, $0.baseAddress, capacity, &n) }
+            do {
+                try check("packlm_model_stop_tokens", status)
+            } catch where isBufferTooSmall(error) && n > capacity {
+                buffer = [UInt32](repeating: 0, count: n)
+                continue
+            }
+            return Array(buffer[0..<n])
+        }
+    }
+
+    /// Token ids of UTF-8 text.
+    public func tokenize(_ text: String, flags: TokenizeFlags = [.addSpecial, .parseSpecial]) throws -> [UInt32] {
+        let bytes = Array(text.utf8)
+        var buffer = [UInt32](repeating: 0, count: bytes.count + 8)
+        while true {
+            var n = 0
+            let capacity = buffer.count
+            let status = bytes.withUnsafeBufferPointer { t in
+                t.withMemoryRebound(to: CChar.self) { text in
+                    buffer.withUnsafeMutableBufferPointer {
+                        packlm_tokenize(handle, text.baseAddress, text.count, flags.rawValue, $0.baseAddress, capacity, &n)
+                    }
+                }
+            }
+            do {
+                try check("packlm_tokenize", status)
+            } catch where isBufferTooSmall(error) && n > capacity {
+                buffer = [UInt32](repeating: 0, count: n)
+                continue
+            }
+            return Array(buffer[0..<n])
+        }
+    }
+
+    /// Text of token ids.
+    public func detokenize(_ tokens: [UInt32], flags: DetokenizeFlags = []) throws -> String {
+        try tokens.withUnsafeBufferPointer { t in
+            try textCall("packlm_detokenize") { packlm_detokenize(handle, t.baseAddress, t.count, flags.rawValue, $0, $1, $2) }
+        }
+    }
+
+    /// Text of one token.
+    public func tokenToPiece(_ token: UInt32) throws -> String {
+        try textCall("packlm_token_to_piece") { packlm_token_to_piece(handle, token, $0, $1, $2) }
+    }
+
+    /// The pack's chat template rendered over `messages`; `addGenerationPrompt` opens the
+    /// assistant's turn.
+    public func chatApply(_ messages: [ChatMessage], addGenerationPrompt: Bool = true) throws -> String {
+        // packlm_chat_message holds pointers: the strings are copied to C memory for the call.
+        var strings: [UnsafeMutablePointer<CChar>?] = []
+        defer { strings.forEach { free($0) } }
+        var array: [packlm_chat_message] = []
+        for message in messages {
+            let role: UnsafeMutablePointer<CChar>? = strdup(message.role)
+            let content: UnsafeMutablePointer<CChar>? = strdup(message.content)
+            strings.append(role)
+            strings.append(content)
+            guard let r = role, let c = content else {
+                throw PackLMError(operation: "packlm_chat_apply", status: .outOfMemory, message: "no memory for the messages")
+            }
+            array.append(packlm_chat_message(role: UnsafePointer(r), content: UnsafePointer(c)))
+        }
+        return try array.withUnsafeBufferPointer { m in
+            try textCall("packlm_chat_apply") {
+                packlm_chat_apply(handle, m.baseAddress, m.count, addGenerationPrompt ? 1 : 0, $0, $1, $2)
+            }
+        }
+    }
+}

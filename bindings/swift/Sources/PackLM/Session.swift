@@ -1,0 +1,108 @@
+import CPackLM
+
+/// Which logits a batch step returns (PACKLM_WANT_*).
+public enum Want: UInt32, Sendable {
+    case last = 0
+    case all = 1
+    case none = 2
+}
+
+/// One sequence's state: the positions it holds and their KV cache. One thread at a time. A
+/// call that throws leaves the session as it was.
+public final class Session {
+    let handle: OpaquePointer
+    public let model: Model
+
+    /// A new, empty session; `contextLength` 0 means the model's.
+    public init(model: Model, contextLength: UInt32 = 0) throws {
+        var options = packlm_session_options()
+        options.size = MemoryLayout<packlm_session_options>.size
+        options.n_ctx = contextLength
+        var out: OpaquePointer?
+        try check("packlm_session_new", packlm_session_new(model.handle, &options, &out))
+        guard let session = out else {
+            throw PackLMError(operation: "packlm_session_new", status: .nullArgument, message: "no session returned")
+        }
+        handle = session
+        self.model = model
+    }
+
+    deinit { packlm_session_free(handle) }
+
+    /// Positions the session holds.
+    public func nPast() throws -> Int {
+        var n = 0
+        try check("packlm_session_n_past", packlm_session_n_past(handle, &n))
+        return n
+    }
+
+    /// Feeds one token; returns the logits of its position (vocabSize floats).
+    @discardableResult
+    public func step(_ token: UInt32) throws -> [Float] {
+        var logits = [Float](repeating: 0, count: model.info.vocabSize)
+        var n = 0
+        let capacity = logits.count
+        let status = logits.withUnsafeMutableBufferPointer { packlm_step_into(handle, token, $0.baseAddress, capacity, &n) }
+        try check("packlm_step_into", status)
+        return logits
+    }
+
+    /// Feeds `tokens` in one pass over the weights (bit-identical to stepping them one by one);
+    /// returns the last row, every row (row-major), or nothing, as `want` says.
+    @discardableResult
+    public func stepBatch(_ tokens: [UInt32], want: Want = .last) throws -> [Float] {
+        let rows: Int
+        switch want {
+        case .last: rows = 1
+        case .all: rows = tokens.count
+        case .none: rows = 0
+        }
+        var logits = [Float](repeating: 0, count: rows * model.info.vocabSize)
+        var n = 0
+        let capacity = logits.count
+        let status = tokens.withUnsafeBufferPointer { t in
+            logits.withUnsafeMutableBufferPointer {
+                packlm_step_batch_into(handle, t.baseAddress, t.count, want.rawValue, $0.baseAddress, capacity, &n)
+            }
+        }
+        try check("packlm_step_batch_into", status)
+        return Array(logits[0..<n])
+    }
+
+    /// Keeps exactly the first `positions` positions; step the next token to get logits again.
+    public func truncate(to positions: Int) throws {
+        guard positions >= 0 else {
+            throw PackLMError(operation: "packlm_truncate", status: .invalidArgument, message: "a negative position count")
+        }
+        try check("packlm_truncate", packlm_truncate(handle, positions))
+    }
+
+    /// The session's exact state as bytes that restore into any session of the same model.
+    public func snapshot() throws -> [UInt8] {
+        var needed = 0
+        do {
+            try check("packlm_snapshot", packlm_snapshot(handle, nil, 0, &needed))
+        } catch where isBufferTooSmall(error) {}
+        var bytes = [UInt8](repeating: 0, count: needed)
+        let status = bytes.withUnsafeMutableBufferPointer { packlm_snapshot(handle, $0.baseAddress, $0.count, &needed) }
+        try check("packlm_snapshot", status)
+        return Array(bytes[0..<needed])
+    }
+
+    /// Replaces the state with a snapshot; a corrupted one, or one of another model, throws
+    /// `.snapshot` and leaves the session as it was. The snapshot's last token was already
+    /// stepped: step the next one to get logits.
+    public func restore(_ snapshot: [UInt8]) throws {
+        let status = snapshot.withUnsafeBufferPointer { packlm_restore(handle, $0.baseAddress, $0.count) }
+        try check("packlm_restore", status)
+    }
+}
+
+/// The index of the largest logit, ties to the lowest index (greedy decoding); nil when empty.
+public func argmax(_ logits: [Float]) -> Int? {
+    var best: Int?
+    for (i, v) in logits.enumerated() where best == nil || v > logits[best!] {
+        best = i
+    }
+    return best
+}
