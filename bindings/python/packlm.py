@@ -144,6 +144,7 @@ _SIGNATURES = {
     "packlm_model_free": (None, [_h]),
     "packlm_model_info": (_st, [_h, _P(_Info)]),
     "packlm_model_stop_tokens": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
+    "packlm_model_set_max_tokenize_bytes": (_st, [_h, _sz]),
     "packlm_model_kv_widths": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
     "packlm_model_info_json": (_st, [_h, C.c_char_p, _sz, _P(_sz)]),
     "packlm_prefix_cache_new": (_st, [_sz, _P(_h)]),
