@@ -503,7 +503,8 @@ packlm_status packlm_session_n_past(const packlm_session *session, size_t *n_pas
 
 /**
  * Feeds one token; when `logits_out` is not NULL it receives n_vocab floats, the logits of
- * this position. On failure (token out of range, context full) the session is unchanged.
+ * this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
+ * panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
  */
 packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits_out);
 
@@ -511,7 +512,7 @@ packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits
  * Feeds `m` tokens in one pass over the weights; the result is bit-identical to `m` calls of
  * packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
  * (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them.
- * On failure the session is unchanged.
+ * On failure the session is unchanged, PACKLM_ERR_PANIC included (the pass is rolled back).
  */
 packlm_status packlm_step_batch(packlm_session *session, const uint32_t *tokens, size_t m, uint32_t want, float *logits_out);
 
@@ -526,7 +527,7 @@ packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sa
  * `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
  * longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
  * exactly as if those tokens had been stepped one by one. On failure (bad token, context
- * full) the session is unchanged and `*result` is not written.
+ * full, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written.
  */
 packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uint32_t *draft, size_t k, const packlm_verify_params *params, packlm_verify_result *result);
 

@@ -21,21 +21,38 @@ pub enum Want {
 }
 
 /// Runs `tokens` at positions `kv.n_past ..`, appends their keys and values, and returns the
-/// logits of the wanted rows (`rows x vocab`). On failure (abort) the cache is as before.
+/// logits of the wanted rows (`rows x vocab`). On failure (abort), and also when the pass
+/// panics, the cache is as before: the rows a pass appended are dropped while unwinding, so a
+/// caller that catches the panic (the C boundary does) keeps a usable session.
 pub fn forward(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
-    let start = kv.n_past;
-    let out = run(model, kv, tokens, want, abort);
-    match out {
-        Ok(logits) => {
-            kv.n_past = start + tokens.len();
-            Ok(logits)
-        }
-        Err(e) => {
-            kv.truncate(start);
-            kv.n_past = start;
-            Err(e)
+    let mut pass = Rollback { start: kv.n_past, kv, done: false };
+    let logits = run(model, pass.kv, tokens, want, abort)?;
+    pass.kv.n_past = pass.start + tokens.len();
+    pass.done = true;
+    Ok(logits)
+}
+
+/// Until `done`, dropping it truncates the cache back to `start`: on `Err` and on unwind alike.
+struct Rollback<'a> {
+    kv: &'a mut KvCache,
+    start: usize,
+    done: bool,
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.kv.truncate(self.start);
+            self.kv.n_past = self.start;
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only fault injection: a pass on this thread panics after this layer's attention
+    /// block (its keys and values already appended). Not compiled into the library.
+    pub(crate) static PANIC_AFTER_LAYER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 fn run(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
@@ -57,6 +74,10 @@ fn run(model: &Model, kv: &mut KvCache, tokens: &[u32], want: Want, abort: &Atom
             return Err(Error::new(Status::ErrAborted, format!("aborted before layer {il}")));
         }
         attention_block(model, kv, il, ls, lw, &mut x, m, &mut scratch);
+        #[cfg(test)]
+        if PANIC_AFTER_LAYER.with(|p| p.get()) == Some(il) {
+            panic!("injected panic after layer {il}");
+        }
         mlp_block(model, il, ls, lw, &mut x, m, &ple, &mut scratch);
     }
     let rows: Vec<usize> = match want {
@@ -250,4 +271,46 @@ fn per_layer_inputs(model: &Model, tokens: &[u32], e: &[f32]) -> Vec<f32> {
         }
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::{Want, PANIC_AFTER_LAYER};
+    use crate::backend::BackendKind;
+    use crate::engine::{Model, OpenOptions, Session};
+
+    fn tiny(name: &str, backend: BackendKind) -> Arc<Model> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(name);
+        Arc::new(Model::open(&dir, &OpenOptions { backend, threads: 2 }).unwrap())
+    }
+
+    /// A pass that panics after some layers appended their keys and values leaves the session
+    /// exactly as before the call: same positions, same snapshot bytes, and the next step gives
+    /// the bits of a session that never saw the failed call.
+    #[test]
+    fn a_panicking_pass_leaves_the_session_as_it_was() {
+        for (name, backend) in [("llama", BackendKind::Host), ("gemma4", BackendKind::Host), ("gemma2", BackendKind::Reference)] {
+            let m = tiny(name, backend);
+            let prefix = [0u32, 17, 42, 99, 5];
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            s.step_batch(&prefix, Want::Last).unwrap();
+            let before = s.snapshot();
+            let layer = m.spec.layers.len() / 2;
+            PANIC_AFTER_LAYER.with(|p| p.set(Some(layer)));
+            let r = catch_unwind(AssertUnwindSafe(|| s.step_batch(&[7, 8, 9], Want::All)));
+            PANIC_AFTER_LAYER.with(|p| p.set(None));
+            assert!(r.is_err(), "{name}: the injected panic did not happen");
+            assert_eq!(s.n_past(), prefix.len(), "{name}: positions held changed");
+            assert!(s.snapshot() == before, "{name}: the session state changed");
+            let next = s.step(11).unwrap();
+            let mut fresh = Session::new(m.clone(), 0).unwrap();
+            fresh.step_batch(&prefix, Want::Last).unwrap();
+            let want = fresh.step(11).unwrap();
+            assert!(next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: next step differs from a fresh session");
+        }
+    }
 }

@@ -69,7 +69,8 @@ pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: 
 }
 
 /// Feeds one token; when `logits_out` is not NULL it receives n_vocab floats, the logits of
-/// this position. On failure (token out of range, context full) the session is unchanged.
+/// this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
+/// panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
 #[no_mangle]
 pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step", {
@@ -85,7 +86,7 @@ pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_o
 /// Feeds `m` tokens in one pass over the weights; the result is bit-identical to `m` calls of
 /// packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
 /// (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them.
-/// On failure the session is unchanged.
+/// On failure the session is unchanged, PACKLM_ERR_PANIC included (the pass is rolled back).
 #[no_mangle]
 pub extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step_batch", {

@@ -112,7 +112,7 @@ pub struct packlm_verify_result {
 /// `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
 /// longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
 /// exactly as if those tokens had been stepped one by one. On failure (bad token, context
-/// full) the session is unchanged and `*result` is not written.
+/// full, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written.
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
