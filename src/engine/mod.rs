@@ -3,7 +3,6 @@
 
 pub mod draft;
 pub mod forward;
-pub mod ops;
 pub mod prefix_cache;
 pub mod speculative;
 pub mod weights;
@@ -14,7 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::{self, Backend, BackendKind};
 use crate::error::{Error, Result, Status};
-use crate::kv::KvCache;
+use crate::kv::KvStore;
 use crate::log;
 use crate::pack::chat::{self, Message};
 use crate::pack::vocab::Vocab;
@@ -54,7 +53,7 @@ impl Model {
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
         let backend = backend::create(opts.backend, opts.threads)?;
         let pack = Pack::open(path)?;
-        let weights = Weights::resolve(&pack.spec, &pack.tensors)?;
+        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref())?;
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
             log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));
@@ -111,7 +110,7 @@ pub struct VerifyCounters {
 /// Used by one thread at a time.
 pub struct Session {
     pub model: Arc<Model>,
-    pub kv: KvCache,
+    kv: Box<dyn KvStore>,
     /// The token at each held position.
     pub tokens: Vec<u32>,
     /// Logits of the last stepped position (empty before the first step, and after a pass that
@@ -132,12 +131,18 @@ impl Session {
             return Err(Error::invalid(format!("n_ctx {n_ctx} is larger than the model's context length {max}")));
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
-        let kv = KvCache::new(&model.spec.layers);
+        let kv = model.backend.new_kv(&model.spec.layers);
         Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default() })
     }
 
+    /// Positions held: kept by the KV store alone.
     pub fn n_past(&self) -> usize {
-        self.kv.n_past
+        self.kv.positions()
+    }
+
+    /// Each layer's own KV plane width; None for a layer that reads another layer's plane.
+    pub fn plane_widths(&self) -> Vec<Option<usize>> {
+        (0..self.kv.n_layers()).map(|l| self.kv.plane_width(l)).collect()
     }
 
     fn check(&self, tokens: &[u32]) -> Result<()> {
@@ -166,7 +171,7 @@ impl Session {
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.check(tokens)?;
         let model = self.model.clone();
-        let logits = forward::forward(&model, &mut self.kv, tokens, want, &self.abort)?;
+        let logits = forward::forward(&model, self.kv.as_mut(), tokens, want, &self.abort)?;
         // Want::None skips the output projection (on a 262k vocabulary it costs more than a
         // token's layers), so there are no last logits to keep after it.
         let v = model.spec.vocab_size;
@@ -196,21 +201,21 @@ impl Session {
 
     /// The session's exact state as portable bytes (see kv::snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
-        crate::kv::snapshot::encode(&self.kv, &self.tokens, self.model.fingerprint)
+        crate::kv::snapshot::encode(self.kv.as_ref(), &self.tokens, self.model.fingerprint)
     }
 
     /// Size of `snapshot()` without building it.
     pub fn snapshot_len(&self) -> usize {
-        crate::kv::snapshot::encoded_len(&self.kv)
+        crate::kv::snapshot::encoded_len(self.kv.as_ref())
     }
 
     /// Replaces the state with a snapshot's; everything is validated first, so on failure the
     /// session is unchanged. `last_logits` becomes empty, as after truncate.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let m = &self.model;
-        let (kv, tokens) = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.fingerprint, m.spec.vocab_size, self.n_ctx)?;
-        self.kv = kv;
-        self.tokens = tokens;
+        let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.fingerprint, m.spec.vocab_size, self.n_ctx)?;
+        self.kv.import(d.planes, d.positions)?;
+        self.tokens = d.tokens;
         self.last_logits.clear();
         Ok(())
     }
