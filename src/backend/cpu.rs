@@ -159,6 +159,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
         data(t)[..len].to_vec()
     }
+    fn upload(&self, src: &[f32], t: &mut Tensor) {
+        data_mut(t)[..src.len()].copy_from_slice(src);
+    }
     fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore> {
         Box::new(CpuKv::new(layers))
     }

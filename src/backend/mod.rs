@@ -158,6 +158,9 @@ pub trait Backend: Send + Sync {
     fn tensor(&self, len: usize) -> Tensor;
     /// The first `len` elements of `t`, in host memory: the only way values leave the backend.
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32>;
+    /// Writes `data` into the first `data.len()` elements of `t` (tests feed ops this way; the
+    /// engine's inputs are token ids).
+    fn upload(&self, data: &[f32], t: &mut Tensor);
     /// A session's empty KV storage for this model's layers.
     fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore>;
 

@@ -51,7 +51,12 @@ pub struct Model {
 
 impl Model {
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
-        let backend = backend::create(opts.backend, opts.threads)?;
+        Model::open_on(path, backend::create(opts.backend, opts.threads)?)
+    }
+
+    /// Opens `path` on a backend built by the caller (any implementation of the op set, such as
+    /// a test backend); the backend prepares the weights.
+    pub fn open_on(path: &Path, backend: Box<dyn Backend>) -> Result<Model> {
         let pack = Pack::open(path)?;
         let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref())?;
         let fingerprint = fingerprint(&pack);
