@@ -30,7 +30,7 @@ fn main() {
     };
     let mut s = Session::new(m.clone(), 0).expect("session");
     // Token ids spread over the vocabulary, the same on every run.
-    let vocab = m.spec.vocab_size as u32;
+    let vocab = m.spec().vocab_size as u32;
     let ids: Vec<u32> = (0..n_prefill.max(1) as u32).map(|i| (i * 7919 + 1) % vocab).collect();
     if n_prefill > 0 {
         s.step_batch(&ids[..n_prefill], Want::Last).expect("prefill");

@@ -248,7 +248,7 @@ fn layer_like(base: &LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usi
 
 #[test]
 fn attention_equals_the_reference_and_batched_equals_sequential() {
-    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec.layers[0].clone();
+    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();
     let mut rng = Rng(17);
     // GQA 6 heads over 2 KV heads of 11; a layer sharing layer 0's plane.
     let layers = [layer_like(&base, 6, 2, 11, KvSource::Own), layer_like(&base, 6, 2, 11, KvSource::SharedWith { owner: 0 })];
@@ -293,7 +293,7 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
 
 #[test]
 fn kv_store_truncates_exports_and_imports() {
-    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec.layers[0].clone();
+    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();
     let layers = [layer_like(&base, 2, 1, 9, KvSource::Own), layer_like(&base, 2, 1, 9, KvSource::SharedWith { owner: 0 }), layer_like(&base, 4, 2, 5, KvSource::Own)];
     let mut rng = Rng(19);
     for (name, be) in backends() {
@@ -342,7 +342,7 @@ fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Mod
         s.truncate(7).unwrap();
         assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
         let after_truncate = s.step(tokens[7]).unwrap();
-        let v = m.spec.vocab_size;
+        let v = m.spec().vocab_size;
         assert_bits_equal(&after_truncate, &batched[7 * v..8 * v], &what("truncate vs fresh"));
         let mut r = Session::new(m.clone(), 0).unwrap();
         r.restore(&snap7).unwrap();
@@ -378,7 +378,7 @@ fn snapshots_restore_across_backends() {
     let host = open_with(&dir, BackendKind::Host, 2);
     let reference = open_with(&dir, BackendKind::Reference, 1);
     let counting = Arc::new(Model::open_on(&dir, Box::new(Counting::new())).unwrap());
-    let v = host.spec.vocab_size;
+    let v = host.spec().vocab_size;
     for (from, to, what) in [(&host, &reference, "host -> reference"), (&reference, &host, "reference -> host"), (&host, &counting, "host -> counting")] {
         let mut a = Session::new(from.clone(), 0).unwrap();
         a.step_batch(&tokens[..9], Want::None).unwrap();
@@ -404,7 +404,7 @@ fn only_the_wanted_logits_cross_to_the_host() {
     let counters = counting.counters.clone();
     let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
     let r = open_with(&dir, BackendKind::Reference, 1);
-    let v = m.spec.vocab_size;
+    let v = m.spec().vocab_size;
     for (want, rows) in [(Want::Last, 1), (Want::All, tokens.len()), (Want::None, 0)] {
         let mut s = Session::new(m.clone(), 0).unwrap();
         let read_before = counters.to_host.load(Ordering::SeqCst);

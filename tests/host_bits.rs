@@ -20,7 +20,7 @@ use std::sync::Arc;
 type Pins = Vec<(u32, [u32; 5])>;
 
 fn pins(m: &Arc<Model>, prompt: &[u32], steps: &[u32], fixed: [usize; 3]) -> Pins {
-    let v = m.spec.vocab_size;
+    let v = m.spec().vocab_size;
     let mut s = Session::new(m.clone(), 0).unwrap();
     let all = s.step_batch(prompt, Want::All).unwrap();
     let mut rows = vec![all[(prompt.len() - 1) * v..].to_vec()];
@@ -48,7 +48,7 @@ fn check(name: &str, got: Pins, want: &[(u32, [u32; 5])]) {
 fn smollm2_host_bits_are_pinned() {
     let Some(p) = smollm2() else { return };
     let m = open_with(&p, BackendKind::Host, 2);
-    let prompt = m.vocab.encode("The capital of France is", true, false).unwrap();
+    let prompt = m.vocab().encode("The capital of France is", true, false).unwrap();
     let got = pins(&m, &prompt, &[7042, 28, 1429], [7, 1000, 30000]);
     check(
         "smollm2",

@@ -39,17 +39,43 @@ impl Default for OpenOptions {
 /// Weights (memory-mapped), tokenizer, and per-layer table. Immutable once open: safe to share
 /// between threads and sessions.
 pub struct Model {
-    pub spec: ModelSpec,
-    pub config: serde_json::Value,
-    pub weights: Weights,
-    pub vocab: Vocab,
-    pub backend: Box<dyn Backend>,
-    pub source: String,
+    spec: ModelSpec,
+    config: serde_json::Value,
+    /// The backend's prepared handles of every weight.
+    weights: Weights,
+    vocab: Vocab,
+    backend: Box<dyn Backend>,
+    source: String,
     /// Hash of the config and the tensor table (names, types, shapes): snapshots carry it.
-    pub fingerprint: u64,
+    fingerprint: u64,
 }
 
 impl Model {
+    /// The per-layer table and model-wide hyperparameters.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+    /// The pack's config.json (or the GGUF's metadata in that shape).
+    pub fn config(&self) -> &serde_json::Value {
+        &self.config
+    }
+    /// Tokenizer, special tokens and chat template.
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+    /// The backend the model was opened on.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+    /// The path the model was opened from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+    /// Hash of the config and the tensor table: equal for the same model opened anywhere.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
         Model::open_on(path, backend::create(opts.backend, opts.threads)?)
     }
@@ -114,18 +140,19 @@ pub struct VerifyCounters {
 /// One sequence: KV planes, the tokens it holds, and the logits of its last position.
 /// Used by one thread at a time.
 pub struct Session {
-    pub model: Arc<Model>,
+    model: Arc<Model>,
+    /// Created by the model's backend; holds the positions held (the only count of them).
     kv: Box<dyn KvStore>,
     /// The token at each held position.
-    pub tokens: Vec<u32>,
+    tokens: Vec<u32>,
     /// Logits of the last stepped position (empty before the first step, and after a pass that
     /// asked for none, a truncate or a restore).
-    pub last_logits: Vec<f32>,
+    last_logits: Vec<f32>,
     /// Most positions this session may hold.
-    pub n_ctx: usize,
+    n_ctx: usize,
     /// Set from any thread to stop a long pass between layers.
-    pub abort: Arc<AtomicBool>,
-    pub counters: VerifyCounters,
+    abort: Arc<AtomicBool>,
+    counters: VerifyCounters,
 }
 
 impl Session {
@@ -138,6 +165,31 @@ impl Session {
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
         Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default() })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+    /// The token at each held position.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+    /// Logits of the last stepped position; empty before the first step, after a pass that
+    /// asked for none, a truncate or a restore.
+    pub fn last_logits(&self) -> &[f32] {
+        &self.last_logits
+    }
+    /// Most positions this session may hold.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// The flag that stops a pass between layers when set (from any thread).
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.abort
+    }
+    /// Counters of the session's speculative steps.
+    pub fn counters(&self) -> VerifyCounters {
+        self.counters
     }
 
     /// Positions held: kept by the KV store alone.

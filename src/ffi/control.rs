@@ -24,7 +24,7 @@ pub extern "C" fn packlm_session_abort_handle(session: *const packlm_session, ou
     ffi_boundary!("packlm_session_abort_handle", {
         let s = try_ref(session, "session")?;
         let out = try_mut(out, "out")?;
-        *out = Box::into_raw(Box::new(packlm_abort { flag: s.inner.abort.clone() }));
+        *out = Box::into_raw(Box::new(packlm_abort { flag: s.inner.abort_flag().clone() }));
         Ok(())
     })
 }

@@ -143,17 +143,17 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
         if info.size != std::mem::size_of::<packlm_info>() {
             return Err(Error::invalid(format!("info.size is {}, expected {}", info.size, std::mem::size_of::<packlm_info>())));
         }
-        let s = &m.spec;
+        let s = &m.spec();
         *info = packlm_info {
             size: info.size,
             n_vocab: s.vocab_size as u32,
             n_layers: s.layers.len() as u32,
             n_ctx: s.max_context as u32,
             hidden_size: s.hidden_size as u32,
-            bos: m.vocab.bos.map(|b| b as i32).unwrap_or(-1),
-            eos: m.vocab.eos.first().map(|&e| e as i32).unwrap_or(-1),
-            n_stop: m.vocab.stop.len() as u32,
-            add_bos: m.vocab.add_bos as u32,
+            bos: m.vocab().bos.map(|b| b as i32).unwrap_or(-1),
+            eos: m.vocab().eos.first().map(|&e| e as i32).unwrap_or(-1),
+            n_stop: m.vocab().stop.len() as u32,
+            add_bos: m.vocab().add_bos as u32,
         };
         Ok(())
     })
@@ -165,7 +165,7 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
 pub extern "C" fn packlm_model_stop_tokens(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_stop_tokens", {
         let m = &try_ref(model, "model")?.inner;
-        write_items(&m.vocab.stop, buf, cap, n)
+        write_items(&m.vocab().stop, buf, cap, n)
     })
 }
 
@@ -176,7 +176,7 @@ pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u
     ffi_boundary!("packlm_model_kv_widths", {
         let m = &try_ref(model, "model")?.inner;
         let widths: Vec<u32> = m
-            .spec
+            .spec()
             .layers
             .iter()
             .map(|l| match l.kv_source {

@@ -123,7 +123,7 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
         if p.size != std::mem::size_of::<packlm_verify_params>() || result.size != std::mem::size_of::<packlm_verify_result>() {
             return Err(Error::invalid("params.size or result.size does not match this library"));
         }
-        let vocab = s.model.spec.vocab_size;
+        let vocab = s.model().spec().vocab_size;
         let out = match p.mode {
             PACKLM_VERIFY_GREEDY => s.verify(pending, draft, Acceptance::Greedy)?,
             PACKLM_VERIFY_SAMPLED => {
@@ -138,13 +138,13 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
             other => return Err(Error::new(Status::ErrInvalidArgument, format!("verify mode {other} is not GREEDY (0) or SAMPLED (1)"))),
         };
         if !result.logits_out.is_null() {
-            try_slice_mut(result.logits_out, vocab, "logits_out")?.copy_from_slice(&s.last_logits);
+            try_slice_mut(result.logits_out, vocab, "logits_out")?.copy_from_slice(s.last_logits());
         }
         result.n_accepted = out.n_accepted as u32;
         result.next_token = out.next;
-        result.rounds = s.counters.rounds;
-        result.drafted = s.counters.drafted;
-        result.accepted = s.counters.accepted;
+        result.rounds = s.counters().rounds;
+        result.drafted = s.counters().drafted;
+        result.accepted = s.counters().accepted;
         Ok(())
     })
 }
@@ -191,7 +191,7 @@ pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: 
     ffi_boundary!("packlm_drafter_propose", {
         let d = try_mut(drafter, "drafter")?;
         let s = &try_ref(session, "session")?.inner;
-        let draft = d.inner.propose(&s.tokens, pending, k)?;
+        let draft = d.inner.propose(s.tokens(), pending, k)?;
         write_items(&draft, draft_out, k, n_out)
     })
 }

@@ -25,7 +25,7 @@ pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_cha
         if flags & !(PACKLM_TOKENIZE_ADD_SPECIAL | PACKLM_TOKENIZE_PARSE_SPECIAL) != 0 {
             return Err(Error::invalid(format!("unknown tokenize flags {flags:#x}")));
         }
-        let ids = m.vocab.encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?;
+        let ids = m.vocab().encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?;
         write_items(&ids, tokens, cap, n)
     })
 }
@@ -39,7 +39,7 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
     ffi_boundary!("packlm_detokenize", {
         let m = &try_ref(model, "model")?.inner;
         let ids = try_slice(tokens, n_tokens, "tokens")?;
-        let text = m.vocab.decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
+        let text = m.vocab().decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
         write_text(&text, buf, cap, n)
     })
 }
@@ -50,7 +50,7 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
 pub extern "C" fn packlm_token_to_piece(model: *const packlm_model, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_token_to_piece", {
         let m = &try_ref(model, "model")?.inner;
-        let piece = m.vocab.token_to_piece(token)?;
+        let piece = m.vocab().token_to_piece(token)?;
         write_text(&piece, buf, cap, n)
     })
 }
