@@ -230,7 +230,9 @@ typedef struct {
    */
   uint32_t backend;
   /**
-   * Worker threads of the host backend; 0 = one per core.
+   * Worker threads of the host backend, the calling thread included; 0 = one per core. More
+   * than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
+   * process, shared by all models; this number caps how many of them the model's calls use.
    */
   uint32_t threads;
   /**
@@ -431,6 +433,15 @@ packlm_status packlm_open_options_default(packlm_open_options *out);
  * wrong. The weights are memory-mapped: the files must not change while the model is open.
  */
 packlm_status packlm_model_open(const char *path, const packlm_open_options *options, packlm_model **out);
+
+/**
+ * Changes how many threads (the calling thread included; 0 = one per core) the model's later
+ * calls use, e.g. to throttle an app in the background. Results are bit-identical for any count.
+ * More than 256 returns PACKLM_ERR_LIMIT_EXCEEDED and leaves the setting as it was. Safe to call
+ * from any thread, also while sessions of the model are running (they use the new count from
+ * their next kernel call).
+ */
+packlm_status packlm_model_set_threads(const packlm_model *model, uint32_t threads);
 
 /**
  * Frees a model handle; NULL is a no-op. Sessions created from it stay valid.

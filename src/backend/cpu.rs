@@ -20,6 +20,10 @@ pub trait Kernels: Send + Sync + 'static {
     fn threads(&self) -> usize {
         1
     }
+    /// See `Backend::set_threads`.
+    fn set_threads(&self, _threads: usize) -> Result<()> {
+        Ok(())
+    }
     /// `out[m * n_out + j] = sum_k x[m * n_in + k] * w[j, k]` for `m < rows`, where
     /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
     /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
@@ -145,6 +149,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn threads(&self) -> usize {
         self.kernels.threads()
+    }
+    fn set_threads(&self, threads: usize) -> Result<()> {
+        self.kernels.set_threads(threads)
     }
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {

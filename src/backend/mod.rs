@@ -140,6 +140,10 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
+/// Most threads one model may ask for, the calling thread included: a larger request is
+/// refused with `ErrLimitExceeded`, not clamped.
+pub const MAX_THREADS: usize = 256;
+
 /// The op set the forward engine is written against. Row counts are explicit; `len`s count f32
 /// elements; a buffer may be longer than what an op uses (scratch is sized for the widest layer).
 pub trait Backend: Send + Sync {
@@ -147,6 +151,12 @@ pub trait Backend: Send + Sync {
     /// Worker threads one pass may use (1 for a backend without any).
     fn threads(&self) -> usize {
         1
+    }
+    /// Caps the threads of this model's later passes (`threads <= MAX_THREADS`, checked by the
+    /// caller; 0 = one per core). A backend without worker threads ignores it. On failure the
+    /// cap is unchanged.
+    fn set_threads(&self, _threads: usize) -> Result<()> {
+        Ok(())
     }
 
     // Memory.

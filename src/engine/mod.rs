@@ -76,6 +76,20 @@ impl Model {
         self.fingerprint
     }
 
+    /// Caps the worker threads of this model's later passes (0 = one per core); more than
+    /// `backend::MAX_THREADS` is refused with `ErrLimitExceeded` and the cap is unchanged.
+    /// Results are bit-identical for any count. Safe while sessions of the model run: the new
+    /// cap applies from their next kernel call.
+    pub fn set_threads(&self, threads: usize) -> Result<()> {
+        if threads > backend::MAX_THREADS {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("threads {threads} is more than the maximum of {}", backend::MAX_THREADS),
+            ));
+        }
+        self.backend.set_threads(threads)
+    }
+
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
         Model::open_on(path, backend::create(opts.backend, opts.threads)?)
     }

@@ -36,7 +36,9 @@ pub struct packlm_open_options {
     pub size: usize,
     /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_ACCELERATOR.
     pub backend: u32,
-    /// Worker threads of the host backend; 0 = one per core.
+    /// Worker threads of the host backend, the calling thread included; 0 = one per core. More
+    /// than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
+    /// process, shared by all models; this number caps how many of them the model's calls use.
     pub threads: u32,
     /// Weight type to convert to on load; 0 = keep the stored types (the only value
     /// implemented: others give PACKLM_ERR_UNSUPPORTED).
@@ -104,6 +106,19 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
         report(1.0)?;
         *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model) }));
         Ok(())
+    })
+}
+
+/// Changes how many threads (the calling thread included; 0 = one per core) the model's later
+/// calls use, e.g. to throttle an app in the background. Results are bit-identical for any count.
+/// More than 256 returns PACKLM_ERR_LIMIT_EXCEEDED and leaves the setting as it was. Safe to call
+/// from any thread, also while sessions of the model are running (they use the new count from
+/// their next kernel call).
+#[no_mangle]
+pub extern "C" fn packlm_model_set_threads(model: *const packlm_model, threads: u32) -> Status {
+    ffi_boundary!("packlm_model_set_threads", {
+        let m = try_ref(model, "model")?;
+        m.inner.set_threads(threads as usize)
     })
 }
 

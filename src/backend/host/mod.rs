@@ -48,7 +48,8 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
-    /// `threads` threads in all, the calling thread included; 0 means one per core.
+    /// `threads` threads in all, the calling thread included; 0 means one per core; more than
+    /// `MAX_THREADS` is refused. The helpers come from the process's shared pool (team.rs).
     pub fn new(threads: usize) -> Result<HostBackend> {
         Ok(HostBackend { team: Team::new(threads)? })
     }
@@ -83,6 +84,10 @@ impl Kernels for HostBackend {
 
     fn threads(&self) -> usize {
         self.team.threads()
+    }
+
+    fn set_threads(&self, threads: usize) -> Result<()> {
+        self.team.set_threads(threads)
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
