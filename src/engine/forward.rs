@@ -301,4 +301,25 @@ mod tests {
             assert!(next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: next step differs from a fresh session");
         }
     }
+
+    /// A verify that panics after its pass (while judging the drafts) leaves the session as it
+    /// was: positions, snapshot bytes and last logits.
+    #[test]
+    fn a_panicking_verify_leaves_the_session_as_it_was() {
+        use crate::engine::speculative::{Acceptance, PANIC_IN_ACCEPTANCE};
+        let m = tiny("llama", BackendKind::Host);
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&[0, 17, 42, 99, 5], Want::Last).unwrap();
+        let (before, last) = (s.snapshot(), s.last_logits().to_vec());
+        PANIC_IN_ACCEPTANCE.with(|p| p.set(true));
+        let r = catch_unwind(AssertUnwindSafe(|| s.verify(7, &[8, 9, 10], Acceptance::Greedy)));
+        PANIC_IN_ACCEPTANCE.with(|p| p.set(false));
+        assert!(r.is_err(), "the injected panic did not happen");
+        assert_eq!(s.n_past(), 5, "positions held changed");
+        assert!(s.snapshot() == before, "the session state changed");
+        assert!(s.last_logits().iter().zip(&last).all(|(a, b)| a.to_bits() == b.to_bits()) && s.last_logits().len() == last.len(), "last logits changed");
+        // And a verify that fails with Err (a draft out of range) also keeps the last logits.
+        assert!(s.verify(7, &[u32::MAX], Acceptance::Greedy).is_err());
+        assert_eq!(s.last_logits().len(), last.len(), "a refused verify dropped the last logits");
+    }
 }
