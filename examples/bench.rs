@@ -50,7 +50,7 @@ fn main() {
     let open_s = t.elapsed().as_secs_f64();
     // A fixed prompt: the ids of a repeated English text, cut to n_prompt.
     let text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. ".repeat(64);
-    let mut prompt = m.vocab.encode(&text, true, false).unwrap_or_default();
+    let mut prompt = m.vocab().encode(&text, true, false).unwrap_or_default();
     prompt.truncate(n_prompt);
 
     let mut best_prefill = f64::MAX;
@@ -63,10 +63,10 @@ fn main() {
     let mut s = Session::new(m.clone(), 0).expect("session");
     s.step_batch(&prompt, Want::Last).expect("prefill");
     let t = Instant::now();
-    let mut tok = argmax(&s.last_logits);
+    let mut tok = argmax(s.last_logits());
     for _ in 0..n_decode {
         s.step(tok).expect("decode");
-        tok = argmax(&s.last_logits);
+        tok = argmax(s.last_logits());
     }
     let decode_s = t.elapsed().as_secs_f64();
     // verify of k drafted rows (drafts taken from the prompt, so most are rejected: the cost

@@ -183,7 +183,9 @@ typedef struct {
    */
   uint32_t backend;
   /**
-   * Worker threads of the host backend; 0 = one per core.
+   * Worker threads of the host backend, the calling thread included; 0 = one per core. More
+   * than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
+   * process, shared by all models; this number caps how many of them the model's calls use.
    */
   uint32_t threads;
   /**
@@ -542,6 +544,15 @@ packlm_status packlm_open_options_init(packlm_open_options *out, size_t size);
 packlm_status packlm_model_open(const char *path, const packlm_open_options *options, packlm_model **out);
 
 /**
+ * Changes how many threads (the calling thread included; 0 = one per core) the model's later
+ * calls use, e.g. to throttle an app in the background. Results are bit-identical for any count.
+ * More than 256 returns PACKLM_ERR_LIMIT_EXCEEDED and leaves the setting as it was. Safe to call
+ * from any thread, also while sessions of the model are running (they use the new count from
+ * their next kernel call).
+ */
+packlm_status packlm_model_set_threads(const packlm_model *model, uint32_t threads);
+
+/**
  * Frees a model handle; NULL is a no-op. Sessions created from it stay valid.
  */
 void packlm_model_free(packlm_model *model);
@@ -614,7 +625,8 @@ packlm_status packlm_session_n_past(const packlm_session *session, size_t *n_pas
 /**
  * Feeds one token; when `logits_out` is not NULL it receives n_vocab floats (the buffer's size
  * is implied: see packlm_step_into for a call that takes a capacity), the logits of
- * this position. On failure (token out of range, context full) the session is unchanged.
+ * this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
+ * panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
  */
 packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits_out);
 
@@ -623,7 +635,8 @@ packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits
  * packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
  * (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them. The
  * buffer's size is implied by `want`, `m` and n_vocab: see packlm_step_batch_into for a call
- * that takes a capacity. On failure the session is unchanged.
+ * that takes a capacity. On failure the session is unchanged, PACKLM_ERR_PANIC included (the
+ * pass is rolled back).
  */
 packlm_status packlm_step_batch(packlm_session *session, const uint32_t *tokens, size_t m, uint32_t want, float *logits_out);
 
@@ -657,7 +670,7 @@ packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sa
  * `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
  * longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
  * exactly as if those tokens had been stepped one by one. Only the first `result->size` bytes
- * of `*result` are written. On failure (bad token, context full, a buffer too small) the
+ * of `*result` are written. On failure (bad token, context full, a buffer too small, PACKLM_ERR_PANIC) the
  * session is unchanged and `*result` is not written, except `n_logits` with
  * PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
  */

@@ -45,7 +45,7 @@ fn gemma_legacy_spellings_give_identical_logits() {
 fn gemma4_kv_sharing_table() {
     use packlm::semantics::KvSource;
     let m = open(&tiny("gemma4"));
-    let src: Vec<KvSource> = m.spec.layers.iter().map(|l| l.kv_source).collect();
+    let src: Vec<KvSource> = m.spec().layers.iter().map(|l| l.kv_source).collect();
     assert_eq!(
         src,
         vec![
@@ -57,11 +57,11 @@ fn gemma4_kv_sharing_table() {
             KvSource::SharedWith { owner: 1 }
         ]
     );
-    assert_eq!(m.spec.layers[3].mlp_width, 48, "double-wide MLP on shared layers");
-    assert_eq!(m.spec.layers[2].mlp_width, 24);
-    assert_eq!((m.spec.layers[1].head_dim, m.spec.layers[0].head_dim), (16, 8));
+    assert_eq!(m.spec().layers[3].mlp_width, 48, "double-wide MLP on shared layers");
+    assert_eq!(m.spec().layers[2].mlp_width, 24);
+    assert_eq!((m.spec().layers[1].head_dim, m.spec().layers[0].head_dim), (16, 8));
     let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
-    assert_eq!(s.kv.planes.iter().filter(|p| p.is_some()).count(), 3);
+    assert_eq!(s.plane_widths().iter().filter(|p| p.is_some()).count(), 3);
 }
 
 /// Two KV widths in one model: full layers 2 x 16 = 32, sliding 2 x 8 = 16 (literal, from the
@@ -69,9 +69,8 @@ fn gemma4_kv_sharing_table() {
 #[test]
 fn gemma4_wide_has_per_layer_kv_widths() {
     let m = open(&tiny("gemma4_wide"));
-    let widths: Vec<usize> = m.spec.layers.iter().map(|l| l.kv_width()).collect();
+    let widths: Vec<usize> = m.spec().layers.iter().map(|l| l.kv_width()).collect();
     assert_eq!(widths, vec![16, 32, 16, 16, 32]);
     let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
-    let planes: Vec<Option<usize>> = s.kv.planes.iter().map(|p| p.as_ref().map(|p| p.kv_width)).collect();
-    assert_eq!(planes, vec![Some(16), Some(32), Some(16), None, None]);
+    assert_eq!(s.plane_widths(), vec![Some(16), Some(32), Some(16), None, None]);
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use packlm::backend::host::row_dot::{block_sums, Isa, RowKernel};
 use packlm::backend::host::{dot, HostBackend};
-use packlm::backend::Backend;
+use packlm::backend::cpu::Kernels;
 use packlm::pack::gguf::GgufFile;
 use packlm::pack::tensor::{TensorBytes, WeightTensor};
 use packlm::quant::{dequantize_row, WeightType};

@@ -71,15 +71,15 @@ fn sharded_safetensors_give_the_same_logits() {
 #[test]
 fn bos_is_added_once() {
     let m = open(&tiny("llama"));
-    assert_eq!(m.vocab.bos, Some(0));
-    let plain = m.vocab.encode("Hello", true, true).unwrap();
+    assert_eq!(m.vocab().bos, Some(0));
+    let plain = m.vocab().encode("Hello", true, true).unwrap();
     assert_eq!(plain[0], 0);
     assert_ne!(plain[1], 0);
     // Text that already starts with "<s>" (parsed as special) gets no second BOS.
-    let already = m.vocab.encode("<s>Hello", true, true).unwrap();
+    let already = m.vocab().encode("<s>Hello", true, true).unwrap();
     assert_eq!(already, plain);
     // Without special parsing, "<s>" is text, so BOS is added before it.
-    let literal = m.vocab.encode("<s>Hello", true, false).unwrap();
+    let literal = m.vocab().encode("<s>Hello", true, false).unwrap();
     assert_eq!(literal[0], 0);
     assert_ne!(literal[1], 0);
 }
@@ -138,7 +138,7 @@ fn info_lists_each_layer() {
     let m = open(&tiny("mistral"));
     let info = packlm::engine::info_json(&m);
     let layers = info["layers"].as_array().unwrap();
-    assert_eq!(layers.len(), m.spec.layers.len());
+    assert_eq!(layers.len(), m.spec().layers.len());
     for l in layers {
         assert_eq!(l["attention"], "sliding");
         assert_eq!(l["window"], 5);

@@ -21,7 +21,7 @@ fn greedy(m: &std::sync::Arc<packlm::engine::Model>, prompt: &[u32], n: usize) -
     s.step_batch(prompt, Want::Last).unwrap();
     (0..n)
         .map(|_| {
-            let t = argmax(&s.last_logits);
+            let t = argmax(s.last_logits());
             s.step(t).unwrap();
             t
         })
@@ -32,12 +32,12 @@ fn greedy(m: &std::sync::Arc<packlm::engine::Model>, prompt: &[u32], n: usize) -
 fn layer_table_is_gemma3s() {
     let Some(p) = gemma3_270m() else { return };
     let m = open(&p);
-    let full: Vec<usize> = (0..m.spec.layers.len()).filter(|&i| m.spec.layers[i].attention == AttentionKind::Full).collect();
+    let full: Vec<usize> = (0..m.spec().layers.len()).filter(|&i| m.spec().layers[i].attention == AttentionKind::Full).collect();
     assert_eq!(full, vec![5, 11, 17]);
-    assert_eq!(m.spec.layers[0].attention, AttentionKind::Sliding { window: 512 });
-    assert_eq!(m.spec.layers[0].rope.theta, 10_000.0);
-    assert_eq!(m.spec.layers[5].rope.theta, 1_000_000.0);
-    assert_eq!(m.spec.embed_scale, Some((640f64).sqrt() as f32));
+    assert_eq!(m.spec().layers[0].attention, AttentionKind::Sliding { window: 512 });
+    assert_eq!(m.spec().layers[0].rope.theta, 10_000.0);
+    assert_eq!(m.spec().layers[5].rope.theta, 1_000_000.0);
+    assert_eq!(m.spec().embed_scale, Some((640f64).sqrt() as f32));
 }
 
 #[test]
@@ -49,8 +49,8 @@ fn tokenizer_matches_hf() {
     assert!(cases.len() >= 6);
     for c in cases {
         let text = c["text"].as_str().unwrap();
-        assert_eq!(m.vocab.encode(text, true, true).unwrap(), ids(&c["ids_add_special"]), "{text:?}");
-        assert_eq!(m.vocab.encode(text, false, true).unwrap(), ids(&c["ids_no_special"]), "{text:?}");
+        assert_eq!(m.vocab().encode(text, true, true).unwrap(), ids(&c["ids_add_special"]), "{text:?}");
+        assert_eq!(m.vocab().encode(text, false, true).unwrap(), ids(&c["ids_no_special"]), "{text:?}");
     }
 }
 
@@ -60,7 +60,7 @@ fn greedy_continuation_equals_hf() {
     let m = open(&p);
     let r = reference();
     let prompt = ids(&r["prompt"]["ids"]);
-    assert_eq!(m.vocab.encode("The capital of France is", true, false).unwrap(), prompt);
+    assert_eq!(m.vocab().encode("The capital of France is", true, false).unwrap(), prompt);
     let want = ids(&r["prompt"]["greedy_16"]["ids"]);
     assert_eq!(greedy(&m, &prompt, want.len()), want);
 }
@@ -79,7 +79,7 @@ fn chat_prompt_equals_hf() {
     let msgs = [Message { role: "user".into(), content: c["messages"][0]["content"].as_str().unwrap().into() }];
     let text = render(c["chat_template"].as_str().unwrap(), &msgs, true, "<bos>", "<eos>").unwrap();
     assert_eq!(text, c["text"].as_str().unwrap());
-    let prompt = m.vocab.encode(&text, true, true).unwrap();
+    let prompt = m.vocab().encode(&text, true, true).unwrap();
     assert_eq!(prompt, ids(&c["ids"]));
     let want = ids(&c["reply"]["ids"]);
     assert_eq!(greedy(&m, &prompt, 13), want[..13].to_vec());

@@ -21,9 +21,9 @@ fn greedy(m: &std::sync::Arc<packlm::engine::Model>, prompt: &[u32], n: usize) -
     s.step_batch(prompt, Want::Last).unwrap();
     let mut out = Vec::new();
     for _ in 0..n {
-        let t = argmax(&s.last_logits);
+        let t = argmax(s.last_logits());
         out.push(t);
-        if m.vocab.stop.contains(&t) {
+        if m.vocab().stop.contains(&t) {
             break;
         }
         s.step(t).unwrap();
@@ -36,9 +36,9 @@ fn prompts_tokenize_as_hf() {
     let Some(p) = smollm2() else { return };
     let m = open(&p);
     let r = reference();
-    assert_eq!(m.vocab.encode("The capital of France is", true, false).unwrap(), ids(&r["prompt"]["ids"]));
-    assert_eq!(m.vocab.encode("def fibonacci(n):", true, false).unwrap(), ids(&r["prompt2"]["ids"]));
-    assert!(!m.vocab.add_bos, "SmolLM2's GGUF says add_bos_token = false");
+    assert_eq!(m.vocab().encode("The capital of France is", true, false).unwrap(), ids(&r["prompt"]["ids"]));
+    assert_eq!(m.vocab().encode("def fibonacci(n):", true, false).unwrap(), ids(&r["prompt2"]["ids"]));
+    assert!(!m.vocab().add_bos, "SmolLM2's GGUF says add_bos_token = false");
 }
 
 #[test]
@@ -48,7 +48,7 @@ fn greedy_continuations_equal_hf() {
     let r = reference();
     let want = ids(&r["prompt"]["greedy_24"]["ids"]);
     assert_eq!(greedy(&m, &ids(&r["prompt"]["ids"]), want.len()), want);
-    let text = m.vocab.decode(&want, true).unwrap();
+    let text = m.vocab().decode(&want, true).unwrap();
     assert_eq!(text, r["prompt"]["greedy_24"]["text"].as_str().unwrap());
     let want2 = ids(&r["prompt2"]["greedy_32"]["ids"]);
     assert_eq!(greedy(&m, &ids(&r["prompt2"]["ids"]), want2.len()), want2);
@@ -62,11 +62,11 @@ fn chat_answers_paris_as_hf() {
     let msgs = [Message { role: "user".into(), content: "What is the capital of France? Answer with one word.".into() }];
     let text = m.render_chat(&msgs, true).unwrap();
     assert_eq!(text, r["chat"]["text"].as_str().unwrap(), "chat template rendering");
-    let prompt = m.vocab.encode(&text, true, true).unwrap();
+    let prompt = m.vocab().encode(&text, true, true).unwrap();
     assert_eq!(prompt, ids(&r["chat"]["ids"]));
     let reply = greedy(&m, &prompt, 16);
     assert_eq!(reply, ids(&r["chat"]["reply"]["ids"]));
-    let answer = m.vocab.decode(&reply, true).unwrap();
+    let answer = m.vocab().decode(&reply, true).unwrap();
     assert!(answer.contains("Paris"), "reply {answer:?}");
 }
 
@@ -106,7 +106,7 @@ fn speculative_greedy_equals_plain_greedy_on_the_real_model() {
     let code = "Rename the variable `total` to `sum` in this function and return the code.\n\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n\nAnswer:\ndef mean(values):\n";
     let prose = "The history of the printing press begins in";
     for prompt in [code, prose] {
-        let ids = m.vocab.encode(prompt, true, false).unwrap();
+        let ids = m.vocab().encode(prompt, true, false).unwrap();
         let params = SamplerParams::default();
         let plain = generate(&mut Session::new(m.clone(), 0).unwrap(), &ids, 40, &params, &mut 0, None, 0).unwrap();
         let mut d = NgramDrafter::default();

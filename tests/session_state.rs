@@ -35,7 +35,7 @@ fn truncate_equals_a_fresh_session() {
             s.step_batch(&t, Want::None).unwrap();
             s.truncate(p).unwrap();
             assert_eq!(s.n_past(), p);
-            assert!(s.last_logits.is_empty());
+            assert!(s.last_logits().is_empty());
             let got = s.step(t[p]).unwrap();
             assert_bits_equal(&got, &fresh_next(&m, &t[..p], t[p]), &format!("{f} truncate({p})"));
         }
@@ -66,7 +66,7 @@ fn restore_equals_a_fresh_session() {
             let mut b = Session::new(m.clone(), 0).unwrap();
             b.step_batch(&t[2..9], Want::None).unwrap();
             b.restore(&snap).unwrap();
-            assert_eq!(b.tokens, t[..p].to_vec());
+            assert_eq!(b.tokens(), t[..p].to_vec());
             let got = b.step(t[p]).unwrap();
             assert_bits_equal(&got, &fresh_next(&m, &t[..p], t[p]), &format!("{f} restore at {p}"));
             // A restored session can still be truncated exactly, below the sliding window too.
@@ -90,12 +90,12 @@ fn verify_accepts_the_greedy_prefix_and_rolls_back_exactly() {
         let mut greedy = Vec::new();
         let mut row_logits = Vec::new();
         for _ in 0..5 {
-            let next = packlm::sample::argmax(&g.last_logits);
+            let next = packlm::sample::argmax(g.last_logits());
             greedy.push(next);
-            row_logits.push(g.last_logits.clone());
+            row_logits.push(g.last_logits().to_vec());
             g.step(next).unwrap();
         }
-        row_logits.push(g.last_logits.clone());
+        row_logits.push(g.last_logits().to_vec());
         for n_right in 0..=4 {
             // Drafts: the first n_right are what greedy would pick, then a wrong one.
             let mut draft: Vec<u32> = greedy[..n_right].to_vec();
@@ -109,12 +109,12 @@ fn verify_accepts_the_greedy_prefix_and_rolls_back_exactly() {
             assert_eq!(r.next, greedy[n_right], "{f}: correction / bonus token");
             assert_eq!(s.n_past(), base + 1 + n_right);
             // The kept row's logits are those of plain steps.
-            assert_bits_equal(&s.last_logits, &row_logits[n_right], &format!("{f}: kept row"));
+            assert_bits_equal(s.last_logits(), &row_logits[n_right], &format!("{f}: kept row"));
             let mut prefix = t[..=base].to_vec();
             prefix.extend_from_slice(&greedy[..n_right]);
             let got = s.step(r.next).unwrap();
             assert_bits_equal(&got, &fresh_next(&m, &prefix, r.next), &format!("{f}: after verify accepting {n_right}"));
-            assert_eq!(s.counters.accepted, n_right as u64);
+            assert_eq!(s.counters().accepted, n_right as u64);
         }
     }
 }
@@ -177,7 +177,7 @@ fn corrupt_snapshots_are_refused_and_the_session_is_unchanged() {
     assert!(e.message.contains("version 2"), "{}", e.message);
     // The session still works and the good snapshot still restores.
     s.restore(&good).unwrap();
-    assert_eq!(s.tokens, t[..3].to_vec());
+    assert_eq!(s.tokens(), t[..3].to_vec());
 }
 
 #[test]
@@ -245,13 +245,13 @@ fn sampled_acceptance_preserves_the_target_distribution() {
     let mut g = Session::new(m.clone(), 0).unwrap();
     g.step_batch(&t[..=base], Want::Last).unwrap();
     let mut hist = t[..=base].to_vec();
-    let p0 = probabilities(&g.last_logits, &params, &hist);
+    let p0 = probabilities(g.last_logits(), &params, &hist);
     let mut order: Vec<usize> = (0..p0.len()).collect();
     order.sort_by(|&a, &b| p0[b].total_cmp(&p0[a]));
     let d1 = order[2] as u32; // a draft the target takes sometimes, not mostly
     g.step(d1).unwrap();
     hist.push(d1);
-    let p1 = probabilities(&g.last_logits, &params, &hist);
+    let p1 = probabilities(g.last_logits(), &params, &hist);
     let d2 = order[0] as u32;
     let n = 20000;
     let (mut first, mut second) = (vec![0u64; p0.len()], vec![0u64; p1.len()]);

@@ -30,7 +30,7 @@ fn a_snapshot_of_a_model_with_other_weights_is_refused() {
     let a = open(&tiny("llama"));
     let dir = flipped_copy();
     let b = open(&dir);
-    assert_eq!(a.fingerprint, b.fingerprint, "same config and tensor table: only the bytes differ");
+    assert_eq!(a.fingerprint(), b.fingerprint(), "same config and tensor table: only the bytes differ");
     let t = golden(&tiny("llama")).tokens;
     let mut sa = Session::new(a.clone(), 0).unwrap();
     sa.step_batch(&t[..5], Want::None).unwrap();
@@ -54,7 +54,7 @@ fn a_snapshot_holding_nan_with_a_valid_checksum_is_refused_and_changes_nothing()
     let mut src = Session::new(m.clone(), 0).unwrap();
     src.step_batch(&t[..4], Want::None).unwrap();
     let good = src.snapshot();
-    let width = m.spec.layers[0].kv_width();
+    let width = m.spec().layers[0].kv_width();
     // Layer 0's keys start after the 32-byte header, 4 tokens and the layer's source byte and
     // width (see the format in src/kv/snapshot.rs); put NaN at position 2, column 3.
     let keys = 32 + 4 * 4 + 1 + 4;

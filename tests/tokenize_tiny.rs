@@ -15,10 +15,10 @@ fn folder_tokenizer_matches_hf() {
     assert!(cases.len() >= 5);
     for c in cases {
         let text = c["text"].as_str().unwrap();
-        assert_eq!(m.vocab.encode(text, true, true).unwrap(), ids(&c["ids_add_special"]), "add_special: {text:?}");
-        assert_eq!(m.vocab.encode(text, false, true).unwrap(), ids(&c["ids_no_special"]), "no_special: {text:?}");
+        assert_eq!(m.vocab().encode(text, true, true).unwrap(), ids(&c["ids_add_special"]), "add_special: {text:?}");
+        assert_eq!(m.vocab().encode(text, false, true).unwrap(), ids(&c["ids_no_special"]), "no_special: {text:?}");
         if let Some(d) = c["decoded_no_special"].as_str() {
-            assert_eq!(m.vocab.decode(&ids(&c["ids_no_special"]), false).unwrap(), d, "decode: {text:?}");
+            assert_eq!(m.vocab().decode(&ids(&c["ids_no_special"]), false).unwrap(), d, "decode: {text:?}");
         }
     }
 }

@@ -1,31 +1,221 @@
-//! Kernels behind one trait. The engine reaches arithmetic on weights only through `Backend`:
-//! `reference` is plain scalar Rust (the oracle every fast kernel is tested against), `host` is
-//! the fast CPU backend; an accelerator backend plugs in behind the same trait.
+//! The seam between the forward engine and the hardware that computes it.
+//!
+//! The engine (src/engine/forward.rs) writes the order of a layer's operations once and calls
+//! them through [`Backend`], a small op set on memory the backend owns:
+//!
+//! - [`Weight`] and [`Vector`]: a model's matrices and small vectors (norm weights, biases),
+//!   prepared by the backend once at open (`prepare_matrix`, `prepare_vector`). The host keeps
+//!   the memory-mapped bytes as they are; a device backend would upload or repack them once.
+//! - [`Tensor`]: an activation buffer of f32 elements (`tensor`), where the backend computes.
+//!   The engine never reads one: only [`Backend::read`] brings values back to host memory, and
+//!   the engine uses it for the wanted rows' logits only.
+//! - [`KvStore`]: a session's keys and values (`new_kv`), one plane per layer that owns one at
+//!   that layer's own width. The engine sees positions held, truncate, and the export/import
+//!   of planes that the portable snapshot encoding (kv::snapshot) is written from.
+//!
+//! Every op takes its row count (and widths) explicitly, so that a backend that compiles kernels
+//! for fixed shapes can round the row count up to a bucket and ignore the padding rows; the only
+//! data-dependent size is the attention length (positions held).
+//!
+//! The handles are type-erased (`dyn Any` inside) rather than associated types of a generic
+//! engine: a model picks its backend at open from the C options, so `Model` holds a
+//! `Box<dyn Backend>`, and a handle is checked back to the backend's own type with one type-id
+//! comparison per op (a few hundred per token, against millions of multiply-adds per op).
+//!
+//! Backends here: [`cpu::CpuBackend`] over [`cpu::Kernels`], with host memory; its two kernel sets
+//! are `reference` (plain scalar Rust, the oracle every faster kernel is tested against) and
+//! `host` (SIMD row kernels and shared worker threads). To add a backend, implement [`Backend`]
+//! (and a [`KvStore`] for it), and run tests/backend_conformance.rs against it: every op against
+//! the reference on odd sizes, batched == sequential, truncate/restore == fresh, threads 1 == N.
 //!
 //! Exactness rule for every backend: an output element is computed by the same sequence of
 //! floating-point operations whatever the number of rows in the batch and whatever the thread
 //! count. Work is split over output columns and rows, never over the reduction dimension.
 
 pub mod attention;
+pub mod cpu;
 pub mod host;
 pub mod reference;
 
-use crate::error::{Error, Result, Status};
-use crate::pack::tensor::WeightTensor;
+use std::any::Any;
 
+use crate::error::{Error, Result, Status};
+pub use crate::kv::KvStore;
+use crate::pack::tensor::WeightTensor;
+use crate::semantics::rope::RopeSpec;
+use crate::semantics::{Activation, LayerSpec};
+
+/// An activation buffer owned by a backend: `len` f32 elements, laid out as rows of the width
+/// each op is given. Opaque to the engine.
+pub struct Tensor {
+    len: usize,
+    inner: Box<dyn Any + Send + Sync>,
+}
+
+/// A matrix `[rows, cols]` prepared by a backend at open (an embedding table, a projection).
+pub struct Weight {
+    rows: usize,
+    cols: usize,
+    inner: Box<dyn Any + Send + Sync>,
+}
+
+/// A vector prepared by a backend at open (a norm weight in its effective form, a bias).
+pub struct Vector {
+    len: usize,
+    inner: Box<dyn Any + Send + Sync>,
+}
+
+/// Panics on a handle of another backend: the engine only passes a backend its own handles, so
+/// this is a bug in the engine, never a consequence of input.
+fn foreign(what: &str) -> ! {
+    panic!("a {what} of another backend was passed to this one")
+}
+
+macro_rules! handle_access {
+    ($ty:ident, $what:literal) => {
+        impl $ty {
+            /// The backend's own representation; panics on another backend's handle.
+            pub fn get<T: Any>(&self) -> &T {
+                self.inner.downcast_ref().unwrap_or_else(|| foreign($what))
+            }
+            /// As `get`, mutable.
+            pub fn get_mut<T: Any>(&mut self) -> &mut T {
+                self.inner.downcast_mut().unwrap_or_else(|| foreign($what))
+            }
+        }
+    };
+}
+handle_access!(Tensor, "tensor");
+handle_access!(Weight, "weight");
+handle_access!(Vector, "vector");
+
+impl Tensor {
+    /// Wraps a backend's representation of a buffer of `len` f32 elements.
+    pub fn new<T: Any + Send + Sync>(len: usize, inner: T) -> Tensor {
+        Tensor { len, inner: Box::new(inner) }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Weight {
+    /// Wraps a backend's representation of a `[rows, cols]` matrix.
+    pub fn new<T: Any + Send + Sync>(rows: usize, cols: usize, inner: T) -> Weight {
+        Weight { rows, cols, inner: Box::new(inner) }
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+impl Vector {
+    /// Wraps a backend's representation of a vector of `len` f32.
+    pub fn new<T: Any + Send + Sync>(len: usize, inner: T) -> Vector {
+        Vector { len, inner: Box::new(inner) }
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The geometry and rules of one attention call (see `Backend::attention`).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    /// Keys visible to a query at position p: (p - window, p]; None for full attention.
+    pub window: Option<usize>,
+}
+
+/// Most threads one model may ask for, the calling thread included: a larger request is
+/// refused with `ErrLimitExceeded`, not clamped.
+pub const MAX_THREADS: usize = 256;
+
+/// The op set the forward engine is written against. Row counts are explicit; `len`s count f32
+/// elements; a buffer may be longer than what an op uses (scratch is sized for the widest layer).
 pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
-
-    /// `out[m * n_out + j] = sum_k x[m * n_in + k] * w[j, k]` for `m < rows`, where
-    /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
-    /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
-    fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]);
-
-    /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) against a KV plane;
-    /// see `attention::AttentionArgs`. The default is the scalar version.
-    fn attention(&self, args: &attention::AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
-        attention::attention_scalar(args, q, rows, out)
+    /// Worker threads one pass may use (1 for a backend without any).
+    fn threads(&self) -> usize {
+        1
     }
+    /// Caps the threads of this model's later passes (`threads <= MAX_THREADS`, checked by the
+    /// caller; 0 = one per core). A backend without worker threads ignores it. On failure the
+    /// cap is unchanged.
+    fn set_threads(&self, _threads: usize) -> Result<()> {
+        Ok(())
+    }
+
+    // Memory.
+    /// Prepares a matrix once at open.
+    fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight>;
+    /// Prepares a small f32 vector once at open.
+    fn prepare_vector(&self, v: &[f32]) -> Result<Vector>;
+    /// A zeroed activation buffer of `len` f32 elements.
+    fn tensor(&self, len: usize) -> Tensor;
+    /// The first `len` elements of `t`, in host memory: the only way values leave the backend.
+    fn read(&self, t: &Tensor, len: usize) -> Vec<f32>;
+    /// Writes `data` into the first `data.len()` elements of `t` (tests feed ops this way; the
+    /// engine's inputs are token ids).
+    fn upload(&self, data: &[f32], t: &mut Tensor);
+    /// A session's empty KV storage for this model's layers.
+    fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore>;
+
+    // Row operations; `rows` rows of the given width.
+    /// Row i of `out` = `table` row `tokens[i]` (as f32), times `scale` when given.
+    fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor);
+    /// RMSNorm of each `width`-wide row of `x` into `out` (`w` already in its effective form).
+    fn rms_norm(&self, x: &Tensor, w: &Vector, eps: f32, rows: usize, width: usize, out: &mut Tensor);
+    /// In-place RMSNorm of each `width`-wide row.
+    fn rms_norm_inplace(&self, x: &mut Tensor, w: &Vector, eps: f32, rows: usize, width: usize);
+    /// `dst[..len] = src[..len]`.
+    fn copy(&self, src: &Tensor, dst: &mut Tensor, len: usize);
+    /// `out[m][j] = sum_k x[m][k] * w[j][k]` for `m < rows`.
+    fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor);
+    /// Adds `bias` to each of `rows` rows of width `bias.len()`.
+    fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize);
+    /// RMS-normalizes each `head_dim`-wide head of `rows` rows of width `width`, times `w`
+    /// (`head_dim` wide) when given (q/k-norm), without a weight otherwise (v-norm).
+    fn head_norm(&self, x: &mut Tensor, w: Option<&Vector>, eps: f32, rows: usize, width: usize, head_dim: usize);
+    /// Rotary embedding of every `head_dim`-wide head of row r at position `start + r`.
+    fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize);
+    /// `gate[i] = act(gate[i]) * up[i]` for `i < len`.
+    fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize);
+    /// `x[i] += y[i]` for `i < len`.
+    fn add(&self, x: &mut Tensor, y: &Tensor, len: usize);
+    /// `x[i] *= s` for `i < len`.
+    fn scale(&self, x: &mut Tensor, s: f32, len: usize);
+    /// `x[i] = tanh(x[i] / cap) * cap` for `i < len`.
+    fn softcap(&self, x: &mut Tensor, cap: f32, len: usize);
+    /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
+    fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);
+    /// Row r of `out` (`width` wide) = columns `offset..offset + width` of row r of `src`
+    /// (`src_width` wide), for `r < rows`.
+    fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor);
+    /// Gemma4 per-layer inputs: `c[r][i] = (c[r][i] + table[tokens[r]][i] * table_scale) * combine`.
+    fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32);
+
+    // The session's keys and values.
+    /// Appends `rows` rows of keys and values (`kv_width` wide) to `layer`'s own plane.
+    fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize);
+    /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) at positions
+    /// `start..start + rows` over the plane of layer `plane` (the layer's own, or its owner's)
+    /// into `out` (rows x n_heads*head_dim).
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor);
 }
 
 /// Which backend the open options ask for (`packlm_open_options.backend`).
@@ -50,8 +240,8 @@ impl BackendKind {
 /// Creates the backend; `threads == 0` means one per core.
 pub fn create(kind: BackendKind, threads: usize) -> Result<Box<dyn Backend>> {
     match kind {
-        BackendKind::Host => Ok(Box::new(host::HostBackend::new(threads)?)),
-        BackendKind::Reference => Ok(Box::new(reference::ReferenceBackend)),
+        BackendKind::Host => Ok(Box::new(cpu::CpuBackend::new(host::HostBackend::new(threads)?))),
+        BackendKind::Reference => Ok(Box::new(cpu::CpuBackend::new(reference::ReferenceBackend))),
         // The seam for an NPU/GPU backend: none is built into this library yet.
         BackendKind::Accelerator => Err(Error::new(
             Status::ErrBackendUnavailable,

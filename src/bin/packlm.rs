@@ -139,7 +139,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let special = !args.flag("--no-special");
             let m = open(pack, args)?;
             args.done()?;
-            let ids = m.vocab.encode(&text, special, special)?;
+            let ids = m.vocab().encode(&text, special, special)?;
             print_line(&serde_json::to_string(&ids).unwrap_or_default())
         }
         "logits" => logits(pack, args),
@@ -181,9 +181,9 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     args.done()?;
     let prompt_ids = if chat {
         let text = m.render_chat(&[Message { role: "user".into(), content: prompt.clone() }], true)?;
-        m.vocab.encode(&text, true, true)?
+        m.vocab().encode(&text, true, true)?
     } else {
-        m.vocab.encode(&prompt, true, parse_special)?
+        m.vocab().encode(&prompt, true, parse_special)?
     };
     if prompt_ids.is_empty() {
         return Err(Error::invalid("the prompt has no tokens"));
@@ -210,7 +210,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let t1 = Instant::now();
     let g = generate(&mut s, last, n_new, &params, &mut rng, drafter.as_deref_mut(), draft_k)?;
     let decode_s = t1.elapsed().as_secs_f64();
-    let text = m.vocab.decode(&g.tokens, true)?;
+    let text = m.vocab().decode(&g.tokens, true)?;
     if json {
         let mut v = serde_json::json!({
             "tokens": g.tokens,

@@ -4,7 +4,6 @@
 pub mod content_hash;
 pub mod draft;
 pub mod forward;
-pub mod ops;
 pub mod prefix_cache;
 pub mod speculative;
 pub mod weights;
@@ -16,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::backend::{self, Backend, BackendKind};
 use crate::error::{Error, Result, Status};
-use crate::kv::KvCache;
+use crate::kv::KvStore;
 use crate::log;
 use crate::pack::chat::{self, Message};
 use crate::pack::vocab::Vocab;
@@ -43,14 +42,15 @@ impl Default for OpenOptions {
 /// Weights (memory-mapped), tokenizer, and per-layer table. Immutable once open: safe to share
 /// between threads and sessions.
 pub struct Model {
-    pub spec: ModelSpec,
-    pub config: serde_json::Value,
-    pub weights: Weights,
-    pub vocab: Vocab,
-    pub backend: Box<dyn Backend>,
-    pub source: String,
+    spec: ModelSpec,
+    config: serde_json::Value,
+    /// The backend's prepared handles of every weight.
+    weights: Weights,
+    vocab: Vocab,
+    backend: Box<dyn Backend>,
+    source: String,
     /// Hash of the config and the tensor table (names, types, shapes).
-    pub fingerprint: u64,
+    fingerprint: u64,
     /// Every tensor of the pack, as mapped (kept for `content_hash`).
     tensors: BTreeMap<String, WeightTensor>,
     /// Hash of every tensor's bytes: computed at the first snapshot or restore, not at open.
@@ -58,10 +58,54 @@ pub struct Model {
 }
 
 impl Model {
+    /// The per-layer table and model-wide hyperparameters.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+    /// The pack's config.json (or the GGUF's metadata in that shape).
+    pub fn config(&self) -> &serde_json::Value {
+        &self.config
+    }
+    /// Tokenizer, special tokens and chat template.
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+    /// The backend the model was opened on.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+    /// The path the model was opened from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+    /// Hash of the config and the tensor table: equal for the same model opened anywhere.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Caps the worker threads of this model's later passes (0 = one per core); more than
+    /// `backend::MAX_THREADS` is refused with `ErrLimitExceeded` and the cap is unchanged.
+    /// Results are bit-identical for any count. Safe while sessions of the model run: the new
+    /// cap applies from their next kernel call.
+    pub fn set_threads(&self, threads: usize) -> Result<()> {
+        if threads > backend::MAX_THREADS {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("threads {threads} is more than the maximum of {}", backend::MAX_THREADS),
+            ));
+        }
+        self.backend.set_threads(threads)
+    }
+
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
-        let backend = backend::create(opts.backend, opts.threads)?;
+        Model::open_on(path, backend::create(opts.backend, opts.threads)?)
+    }
+
+    /// Opens `path` on a backend built by the caller (any implementation of the op set, such as
+    /// a test backend); the backend prepares the weights.
+    pub fn open_on(path: &Path, backend: Box<dyn Backend>) -> Result<Model> {
         let pack = Pack::open(path)?;
-        let weights = Weights::resolve(&pack.spec, &pack.tensors)?;
+        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref())?;
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
             log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));
@@ -127,18 +171,19 @@ pub struct VerifyCounters {
 /// One sequence: KV planes, the tokens it holds, and the logits of its last position.
 /// Used by one thread at a time.
 pub struct Session {
-    pub model: Arc<Model>,
-    pub kv: KvCache,
+    model: Arc<Model>,
+    /// Created by the model's backend; holds the positions held (the only count of them).
+    kv: Box<dyn KvStore>,
     /// The token at each held position.
-    pub tokens: Vec<u32>,
+    tokens: Vec<u32>,
     /// Logits of the last stepped position (empty before the first step, and after a pass that
     /// asked for none, a truncate or a restore).
-    pub last_logits: Vec<f32>,
+    last_logits: Vec<f32>,
     /// Most positions this session may hold.
-    pub n_ctx: usize,
+    n_ctx: usize,
     /// Set from any thread to stop a long pass between layers.
-    pub abort: Arc<AtomicBool>,
-    pub counters: VerifyCounters,
+    abort: Arc<AtomicBool>,
+    counters: VerifyCounters,
 }
 
 impl Session {
@@ -149,12 +194,43 @@ impl Session {
             return Err(Error::invalid(format!("n_ctx {n_ctx} is larger than the model's context length {max}")));
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
-        let kv = KvCache::new(&model.spec.layers);
+        let kv = model.backend.new_kv(&model.spec.layers);
         Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default() })
     }
 
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+    /// The token at each held position.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+    /// Logits of the last stepped position; empty before the first step, after a pass that
+    /// asked for none, a truncate or a restore.
+    pub fn last_logits(&self) -> &[f32] {
+        &self.last_logits
+    }
+    /// Most positions this session may hold.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// The flag that stops a pass between layers when set (from any thread).
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.abort
+    }
+    /// Counters of the session's speculative steps.
+    pub fn counters(&self) -> VerifyCounters {
+        self.counters
+    }
+
+    /// Positions held: kept by the KV store alone.
     pub fn n_past(&self) -> usize {
-        self.kv.n_past
+        self.kv.positions()
+    }
+
+    /// Each layer's own KV plane width; None for a layer that reads another layer's plane.
+    pub fn plane_widths(&self) -> Vec<Option<usize>> {
+        (0..self.kv.n_layers()).map(|l| self.kv.plane_width(l)).collect()
     }
 
     fn check(&self, tokens: &[u32]) -> Result<()> {
@@ -184,7 +260,7 @@ impl Session {
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.check(tokens)?;
         let model = self.model.clone();
-        let logits = forward::forward(&model, &mut self.kv, tokens, want, &self.abort)?;
+        let logits = forward::forward(&model, self.kv.as_mut(), tokens, want, &self.abort)?;
         // Want::None skips the output projection (on a 262k vocabulary it costs more than a
         // token's layers), so there are no last logits to keep after it.
         let v = model.spec.vocab_size;
@@ -214,21 +290,21 @@ impl Session {
 
     /// The session's exact state as portable bytes (see kv::snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
-        crate::kv::snapshot::encode(&self.kv, &self.tokens, self.model.snapshot_fingerprint())
+        crate::kv::snapshot::encode(self.kv.as_ref(), &self.tokens, self.model.snapshot_fingerprint())
     }
 
     /// Size of `snapshot()` without building it.
     pub fn snapshot_len(&self) -> usize {
-        crate::kv::snapshot::encoded_len(&self.kv)
+        crate::kv::snapshot::encoded_len(self.kv.as_ref())
     }
 
     /// Replaces the state with a snapshot's; everything is validated first, so on failure the
     /// session is unchanged. `last_logits` becomes empty, as after truncate.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let m = &self.model;
-        let (kv, tokens) = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
-        self.kv = kv;
-        self.tokens = tokens;
+        let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
+        self.kv.import(d.planes, d.positions)?;
+        self.tokens = d.tokens;
         self.last_logits.clear();
         Ok(())
     }

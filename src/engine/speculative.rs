@@ -31,9 +31,33 @@ pub struct VerifyOutcome {
     pub next: u32,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Test-only fault injection: `verify` on this thread panics after its pass, while judging
+    /// the drafts. Not compiled into the library.
+    pub(crate) static PANIC_IN_ACCEPTANCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Session {
-    /// The speculative step; see the module comment. On failure the session is unchanged.
-    pub fn verify(&mut self, pending: u32, draft: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
+    /// The speculative step; see the module comment. On failure the session is unchanged, also
+    /// when it panics (after its pass, while judging the drafts, say): the positions the pass
+    /// added and the previous last logits are restored before the panic goes on.
+    pub fn verify(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
+        let base = self.n_past();
+        let last = std::mem::take(&mut self.last_logits);
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.verify_pass(pending, draft, acc)));
+        if !matches!(out, Ok(Ok(_))) {
+            self.kv.truncate(base);
+            self.tokens.truncate(base);
+            self.last_logits = last;
+        }
+        match out {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    fn verify_pass(&mut self, pending: u32, draft: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
         let vocab = self.model.spec.vocab_size;
         if let Acceptance::Sampled { draft_probs: Some(q), .. } = &acc {
             if q.len() != draft.len() * vocab {
@@ -46,6 +70,10 @@ impl Session {
         rows.extend_from_slice(draft);
         let logits = self.step_batch(&rows, Want::All)?;
         let row = |i: usize| &logits[i * vocab..(i + 1) * vocab];
+        #[cfg(test)]
+        if PANIC_IN_ACCEPTANCE.with(|p| p.get()) {
+            panic!("injected panic while judging the drafts");
+        }
         let mut n_accepted = 0;
         let mut next = None;
         for (i, &d) in draft.iter().enumerate() {

@@ -1,28 +1,31 @@
 //! The tensors each layer needs, found by HF name, shape-checked against the LayerSpec table,
-//! with small vectors (norms, biases) turned into f32 once at open.
+//! with small vectors (norms, biases) turned into f32 once at open, and every one of them
+//! prepared by the model's backend (`Backend::prepare_matrix` / `prepare_vector`): the engine
+//! holds the backend's handles, not the pack's tensors.
 
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
+use crate::backend::{Backend, Vector, Weight};
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::{KvSource, LayerSpec, ModelSpec, NormForm};
 
 /// RMSNorm weight as it multiplies: `w` or `1 + w` already applied (per the spec's form).
-pub type NormWeight = Vec<f32>;
+pub type NormWeight = Vector;
 
 pub struct LayerWeights {
     /// (n_heads * head_dim, hidden)
-    pub q: WeightTensor,
+    pub q: Weight,
     /// (n_kv_heads * head_dim, hidden); None on a layer that reads another layer's plane
-    pub k: Option<WeightTensor>,
+    pub k: Option<Weight>,
     /// (n_kv_heads * head_dim, hidden); None also when values come from the key projection
-    pub v: Option<WeightTensor>,
+    pub v: Option<Weight>,
     /// (hidden, n_heads * head_dim)
-    pub o: WeightTensor,
+    pub o: Weight,
     /// (n_heads * head_dim,) / (kv_width,) / (kv_width,) when the layer has qkv bias
-    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    pub qkv_bias: Option<[Vector; 3]>,
     /// (hidden,) when the layer has an output bias
-    pub o_bias: Option<Vec<f32>>,
+    pub o_bias: Option<Vector>,
     /// (head_dim,) each, when the layer has qk-norm
     pub q_norm: Option<NormWeight>,
     pub k_norm: Option<NormWeight>,
@@ -36,18 +39,18 @@ pub struct LayerWeights {
     /// Multiplies the residual stream at the end of the layer.
     pub layer_scalar: Option<f32>,
     /// (mlp_width, hidden)
-    pub gate: WeightTensor,
+    pub gate: Weight,
     /// (mlp_width, hidden)
-    pub up: WeightTensor,
+    pub up: Weight,
     /// (hidden, mlp_width)
-    pub down: WeightTensor,
+    pub down: Weight,
 }
 
 pub struct PerLayerWeights {
     /// (ple_dim, hidden)
-    pub gate: WeightTensor,
+    pub gate: Weight,
     /// (hidden, ple_dim)
-    pub projection: WeightTensor,
+    pub projection: Weight,
     /// (hidden,)
     pub post_norm: NormWeight,
 }
@@ -55,60 +58,67 @@ pub struct PerLayerWeights {
 /// The model-level tensors of per-layer inputs.
 pub struct PerLayerInputWeights {
     /// (ple_vocab, n_layers * ple_dim)
-    pub table: WeightTensor,
+    pub table: Weight,
     /// (n_layers * ple_dim, hidden)
-    pub model_projection: WeightTensor,
+    pub model_projection: Weight,
     /// (ple_dim,)
     pub projection_norm: NormWeight,
 }
 
 pub struct Weights {
     /// (vocab, hidden)
-    pub embed: WeightTensor,
+    pub embed: Weight,
     pub per_layer_input: Option<PerLayerInputWeights>,
     pub layers: Vec<LayerWeights>,
     /// (hidden,)
     pub final_norm: NormWeight,
     /// (vocab, hidden): the embedding itself when tied
-    pub lm_head: WeightTensor,
+    pub lm_head: Weight,
 }
 
 struct Lookup<'a> {
     tensors: &'a BTreeMap<String, WeightTensor>,
+    backend: &'a dyn Backend,
 }
 
 impl Lookup<'_> {
-    fn get(&self, name: &str, shape: &[usize]) -> Result<WeightTensor> {
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<&WeightTensor> {
         let t = self
             .tensors
             .get(name)
             .ok_or_else(|| Error::tensor(format!("tensor {name} is missing")))?;
         t.expect_shape(shape)?;
-        Ok(t.clone())
+        Ok(t)
     }
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
-        Ok(self.get(name, &[len])?.to_f32())
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Weight> {
+        self.backend.prepare_matrix(self.tensor(name, shape)?)
+    }
+    fn f32s(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        Ok(self.tensor(name, &[len])?.to_f32())
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vector> {
+        self.backend.prepare_vector(&self.f32s(name, len)?)
     }
     fn norm(&self, name: &str, len: usize, form: NormForm) -> Result<NormWeight> {
-        let w = self.vector(name, len)?;
-        Ok(match form {
+        let w = self.f32s(name, len)?;
+        let w: Vec<f32> = match form {
             NormForm::Weight => w,
             // HF Gemma RMSNorm: output * (1.0 + weight.float()), in f32.
             NormForm::OnePlusWeight => w.into_iter().map(|x| 1.0 + x).collect(),
-        })
+        };
+        self.backend.prepare_vector(&w)
     }
 }
 
 impl Weights {
-    pub fn resolve(spec: &ModelSpec, tensors: &BTreeMap<String, WeightTensor>) -> Result<Weights> {
-        let lk = Lookup { tensors };
+    pub fn resolve(spec: &ModelSpec, tensors: &BTreeMap<String, WeightTensor>, backend: &dyn Backend) -> Result<Weights> {
+        let lk = Lookup { tensors, backend };
         let (hidden, vocab) = (spec.hidden_size, spec.vocab_size);
         let embed = lk.get("model.embed_tokens.weight", &[vocab, hidden])?;
-        let lm_head = if spec.tie_word_embeddings {
-            embed.clone()
-        } else {
-            lk.get("lm_head.weight", &[vocab, hidden])?
-        };
+        // Tied: the embedding table prepared a second time, as the output projection (the host
+        // keeps both as views of the same mapped bytes).
+        let lm_head_name = if spec.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+        let lm_head = lk.get(lm_head_name, &[vocab, hidden])?;
         let final_norm = lk.norm("model.norm.weight", hidden, spec.norm_form)?;
         let layers = spec
             .layers
@@ -158,7 +168,7 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
         }),
         _ => None,
     };
-    let layer_scalar = if l.layer_scalar { Some(lk.vector(&p("layer_scalar"), 1)?[0]) } else { None };
+    let layer_scalar = if l.layer_scalar { Some(lk.f32s(&p("layer_scalar"), 1)?[0]) } else { None };
     Ok(LayerWeights {
         q: lk.get(&p("self_attn.q_proj.weight"), &[qw, hidden])?,
         k: if own { Some(lk.get(&p("self_attn.k_proj.weight"), &[kvw, hidden])?) } else { None },

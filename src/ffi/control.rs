@@ -24,7 +24,7 @@ pub extern "C" fn packlm_session_abort_handle(session: *const packlm_session, ou
     ffi_boundary!("packlm_session_abort_handle", {
         let s = session_in_use(session)?;
         let out = try_mut(out, "out")?;
-        *out = Box::into_raw(Box::new(packlm_abort { flag: s.abort.clone() }));
+        *out = Box::into_raw(Box::new(packlm_abort { flag: s.abort_flag().clone() }));
         Ok(())
     })
 }

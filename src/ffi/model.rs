@@ -40,7 +40,9 @@ pub struct packlm_open_options {
     pub size: usize,
     /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_ACCELERATOR.
     pub backend: u32,
-    /// Worker threads of the host backend; 0 = one per core.
+    /// Worker threads of the host backend, the calling thread included; 0 = one per core. More
+    /// than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
+    /// process, shared by all models; this number caps how many of them the model's calls use.
     pub threads: u32,
     /// Weight type to convert to on load; 0 = keep the stored types (the only value
     /// implemented: others give PACKLM_ERR_UNSUPPORTED).
@@ -132,6 +134,19 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
     })
 }
 
+/// Changes how many threads (the calling thread included; 0 = one per core) the model's later
+/// calls use, e.g. to throttle an app in the background. Results are bit-identical for any count.
+/// More than 256 returns PACKLM_ERR_LIMIT_EXCEEDED and leaves the setting as it was. Safe to call
+/// from any thread, also while sessions of the model are running (they use the new count from
+/// their next kernel call).
+#[no_mangle]
+pub extern "C" fn packlm_model_set_threads(model: *const packlm_model, threads: u32) -> Status {
+    ffi_boundary!("packlm_model_set_threads", {
+        let m = try_ref(model, "model")?;
+        m.inner.set_threads(threads as usize)
+    })
+}
+
 /// Frees a model handle; NULL is a no-op. Sessions created from it stay valid.
 #[no_mangle]
 pub extern "C" fn packlm_model_free(model: *mut packlm_model) {
@@ -178,18 +193,18 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
     ffi_boundary!("packlm_model_info", {
         let m = &try_ref(model, "model")?.inner;
         let size = out_size(info, "info")?;
-        let s = &m.spec;
+        let s = &m.spec();
         let value = packlm_info {
             size,
             n_vocab: s.vocab_size as u32,
             n_layers: s.layers.len() as u32,
             n_ctx: s.max_context as u32,
             hidden_size: s.hidden_size as u32,
-            bos: m.vocab.bos.map(|b| b as i32).unwrap_or(-1),
-            eos: m.vocab.eos.first().map(|&e| e as i32).unwrap_or(-1),
-            n_stop: m.vocab.stop.len() as u32,
-            add_bos: m.vocab.add_bos as u32,
-            has_chat_template: m.vocab.chat_template.is_some() as u32,
+            bos: m.vocab().bos.map(|b| b as i32).unwrap_or(-1),
+            eos: m.vocab().eos.first().map(|&e| e as i32).unwrap_or(-1),
+            n_stop: m.vocab().stop.len() as u32,
+            add_bos: m.vocab().add_bos as u32,
+            has_chat_template: m.vocab().chat_template.is_some() as u32,
         };
         write_prefix(&value, info, size);
         Ok(())
@@ -202,7 +217,7 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
 pub extern "C" fn packlm_model_stop_tokens(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_stop_tokens", {
         let m = &try_ref(model, "model")?.inner;
-        write_items(&m.vocab.stop, buf, cap, n)
+        write_items(&m.vocab().stop, buf, cap, n)
     })
 }
 
@@ -213,7 +228,7 @@ pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u
     ffi_boundary!("packlm_model_kv_widths", {
         let m = &try_ref(model, "model")?.inner;
         let widths: Vec<u32> = m
-            .spec
+            .spec()
             .layers
             .iter()
             .map(|l| match l.kv_source {

@@ -226,7 +226,7 @@ unsafe impl AbiStruct for packlm_verify_result {
 /// `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
 /// longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
 /// exactly as if those tokens had been stepped one by one. Only the first `result->size` bytes
-/// of `*result` are written. On failure (bad token, context full, a buffer too small) the
+/// of `*result` are written. On failure (bad token, context full, a buffer too small, PACKLM_ERR_PANIC) the
 /// session is unchanged and `*result` is not written, except `n_logits` with
 /// PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
 #[no_mangle]
@@ -236,7 +236,7 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
         let draft = try_slice(draft, k, "draft")?;
         let p = read_verify_params(params)?;
         let mut r = read_prefix(result, "result")?;
-        let vocab = s.model.spec.vocab_size;
+        let vocab = s.model().spec().vocab_size;
         // Every buffer is checked before the pass, so that a refusal leaves the session as it was.
         let n_logits = if r.logits_out.is_null() { 0 } else { vocab };
         if r.logits_capacity != 0 && r.logits_capacity < n_logits {
@@ -272,13 +272,13 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
             other => return Err(Error::new(Status::ErrInvalidArgument, format!("verify mode {other} is not GREEDY (0) or SAMPLED (1)"))),
         };
         if n_logits != 0 {
-            try_slice_mut(r.logits_out, n_logits, "logits_out")?.copy_from_slice(&s.last_logits);
+            try_slice_mut(r.logits_out, n_logits, "logits_out")?.copy_from_slice(s.last_logits());
         }
         r.n_accepted = out.n_accepted as u32;
         r.next_token = out.next;
-        r.rounds = s.counters.rounds;
-        r.drafted = s.counters.drafted;
-        r.accepted = s.counters.accepted;
+        r.rounds = s.counters().rounds;
+        r.drafted = s.counters().drafted;
+        r.accepted = s.counters().accepted;
         r.n_logits = n_logits;
         write_prefix(&r, result, r.size);
         Ok(())
@@ -328,7 +328,7 @@ pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: 
     ffi_boundary!("packlm_drafter_propose", {
         let d = try_mut(drafter, "drafter")?;
         let s = session_in_use(session)?;
-        let draft = d.inner.propose(&s.tokens, pending, k)?;
+        let draft = d.inner.propose(s.tokens(), pending, k)?;
         write_items(&draft, draft_out, k, n_out)
     })
 }

@@ -49,7 +49,7 @@ pub extern "C" fn packlm_detokenizer_new(model: *const packlm_model, flags: u32,
 pub extern "C" fn packlm_detokenizer_feed(d: *mut packlm_detokenizer, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
     ffi_boundary!("packlm_detokenizer_feed", {
         let d = try_mut(d, "detokenizer")?;
-        let text = d.stream.peek(&d.model.vocab, token)?;
+        let text = d.stream.peek(d.model.vocab(), token)?;
         write_text(&text, buf, cap, n)?;
         d.stream.commit(token, &text);
         Ok(())
@@ -64,7 +64,7 @@ pub extern "C" fn packlm_detokenizer_feed(d: *mut packlm_detokenizer, token: u32
 pub extern "C" fn packlm_detokenizer_flush(d: *mut packlm_detokenizer, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
     ffi_boundary!("packlm_detokenizer_flush", {
         let d = try_mut(d, "detokenizer")?;
-        let text = d.stream.pending(&d.model.vocab)?;
+        let text = d.stream.pending(d.model.vocab())?;
         write_text(&text, buf, cap, n)?;
         d.stream.reset();
         Ok(())

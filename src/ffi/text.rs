@@ -109,7 +109,7 @@ pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_cha
             Some(ids) => ids,
             None => {
                 handle.tokenize.passes.fetch_add(1, Ordering::Relaxed);
-                handle.inner.vocab.encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?
+                handle.inner.vocab().encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?
             }
         };
         if cap < ids.len() {
@@ -135,7 +135,7 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
         if flags & !PACKLM_DETOKENIZE_SKIP_SPECIAL != 0 {
             return Err(Error::invalid(format!("unknown detokenize flags {flags:#x}")));
         }
-        let text = m.vocab.decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
+        let text = m.vocab().decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
         write_text(&text, buf, cap, n)
     })
 }
@@ -146,7 +146,7 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
 pub extern "C" fn packlm_token_to_piece(model: *const packlm_model, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_token_to_piece", {
         let m = &try_ref(model, "model")?.inner;
-        let piece = m.vocab.token_to_piece(token)?;
+        let piece = m.vocab().token_to_piece(token)?;
         write_text(&piece, buf, cap, n)
     })
 }

@@ -1,62 +1,38 @@
-//! A session's keys and values: one plane per layer that owns one, each at that layer's own
-//! row width (n_kv_heads x head_dim of that layer). A KV-shared layer holds no plane.
-//! Every position ever stepped is kept (sliding layers included), so any rollback is exact.
+//! A session's keys and values: the storage contract every backend implements, and the
+//! portable snapshot encoding (snapshot.rs) written from it. One plane per layer that owns one,
+//! each at that layer's own row width (n_kv_heads x head_dim of that layer); a KV-shared layer
+//! holds none. The store is created by the model's backend (`Backend::new_kv`) and lives where
+//! that backend computes; the session reaches it only through this trait.
 
 pub mod snapshot;
 
-use crate::semantics::{KvSource, LayerSpec};
+use std::any::Any;
 
-/// One layer's keys and values, `[positions][kv_width]` each.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plane {
-    pub kv_width: usize,
-    /// (positions, kv_width)
-    pub k: Vec<f32>,
-    /// (positions, kv_width)
-    pub v: Vec<f32>,
-}
+use crate::error::Result;
 
-impl Plane {
-    pub fn truncate(&mut self, n: usize) {
-        self.k.truncate(n * self.kv_width);
-        self.v.truncate(n * self.kv_width);
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KvCache {
-    /// Indexed by layer; None for a layer that reads another layer's plane.
-    pub planes: Vec<Option<Plane>>,
+/// A session's keys and values, owned by the backend that created it: one plane per layer that
+/// owns one, each `[positions][kv_width]` for keys and the same for values; a KV-shared layer
+/// holds none. Rows appended inside a pass count as held only after `advance`.
+pub trait KvStore: Any + Send + Sync {
     /// Positions held (the same in every plane).
-    pub n_past: usize,
+    fn positions(&self) -> usize;
+    /// Counts `rows` rows appended by the pass that just succeeded as held.
+    fn advance(&mut self, rows: usize);
+    /// Keeps the first `n` positions in every plane, dropping any rows appended beyond them
+    /// (also those of an unfinished pass); `n <= positions()` or `n` the pass's start.
+    fn truncate(&mut self, n: usize);
+    /// Layers, owning or not.
+    fn n_layers(&self) -> usize;
+    /// The row width of `layer`'s own plane; None for a layer that holds none.
+    fn plane_width(&self, layer: usize) -> Option<usize>;
+    /// Calls `visit(keys, values)` with `layer`'s held rows, in host memory (a device backend
+    /// downloads them); nothing for a layer without a plane.
+    fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32]));
+    /// Replaces every plane and the positions held (planes already validated against the
+    /// model: one entry per layer, `(keys, values)` of `positions x width` each). On failure
+    /// the store is unchanged.
+    fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-impl KvCache {
-    pub fn new(layers: &[LayerSpec]) -> KvCache {
-        let planes = layers
-            .iter()
-            .map(|l| match l.kv_source {
-                KvSource::Own => Some(Plane { kv_width: l.kv_width(), ..Plane::default() }),
-                KvSource::SharedWith { .. } => None,
-            })
-            .collect();
-        KvCache { planes, n_past: 0 }
-    }
-
-    /// Keeps the first `n` positions (n <= n_past).
-    pub fn truncate(&mut self, n: usize) {
-        for p in self.planes.iter_mut().flatten() {
-            p.truncate(n);
-        }
-        self.n_past = self.n_past.min(n);
-    }
-
-    /// The plane layer `layer` reads (its own, or its owner's).
-    pub fn plane_for(&self, layers: &[LayerSpec], layer: usize) -> Option<&Plane> {
-        let owner = match layers[layer].kv_source {
-            KvSource::Own => layer,
-            KvSource::SharedWith { owner } => owner,
-        };
-        self.planes.get(owner)?.as_ref()
-    }
-}

@@ -17,7 +17,7 @@
 //! session as it was.
 
 use crate::error::{Error, Result, Status};
-use crate::kv::{KvCache, Plane};
+use crate::kv::KvStore;
 use crate::semantics::{KvSource, LayerSpec};
 
 pub const MAGIC: &[u8; 8] = b"PKLMSNAP";
@@ -34,30 +34,33 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// Size in bytes of the snapshot of `kv` (with `tokens.len() == kv.n_past`).
-pub fn encoded_len(kv: &KvCache) -> usize {
-    let planes: usize = kv.planes.iter().map(|p| 1 + 4 + p.as_ref().map(|p| (p.k.len() + p.v.len()) * 4).unwrap_or(0)).sum();
-    HEADER_BYTES + kv.n_past * 4 + planes + 8
+/// Size in bytes of the snapshot of `kv` (outside a pass).
+pub fn encoded_len(kv: &dyn KvStore) -> usize {
+    let planes: usize = (0..kv.n_layers()).map(|l| 1 + 4 + kv.plane_width(l).map_or(0, |w| 2 * kv.positions() * w * 4)).sum();
+    HEADER_BYTES + kv.positions() * 4 + planes + 8
 }
 
-pub fn encode(kv: &KvCache, tokens: &[u32], fingerprint: u64) -> Vec<u8> {
+/// The snapshot of `kv` and its token history (`tokens.len() == kv.positions()`).
+pub fn encode(kv: &dyn KvStore, tokens: &[u32], fingerprint: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(encoded_len(kv));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&fingerprint.to_le_bytes());
-    out.extend_from_slice(&(kv.n_past as u64).to_le_bytes());
-    out.extend_from_slice(&(kv.planes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(kv.positions() as u64).to_le_bytes());
+    out.extend_from_slice(&(kv.n_layers() as u32).to_le_bytes());
     for t in tokens {
         out.extend_from_slice(&t.to_le_bytes());
     }
-    for p in &kv.planes {
-        match p {
-            Some(p) => {
+    for layer in 0..kv.n_layers() {
+        match kv.plane_width(layer) {
+            Some(width) => {
                 out.push(0);
-                out.extend_from_slice(&(p.kv_width as u32).to_le_bytes());
-                for x in p.k.iter().chain(&p.v) {
-                    out.extend_from_slice(&x.to_le_bytes());
-                }
+                out.extend_from_slice(&(width as u32).to_le_bytes());
+                kv.export_plane(layer, &mut |k, v| {
+                    for x in k.iter().chain(v) {
+                        out.extend_from_slice(&x.to_le_bytes());
+                    }
+                });
             }
             None => {
                 out.push(1);
@@ -68,6 +71,14 @@ pub fn encode(kv: &KvCache, tokens: &[u32], fingerprint: u64) -> Vec<u8> {
     let sum = fnv1a64(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     out
+}
+
+/// A decoded, validated snapshot, ready for `KvStore::import`.
+pub struct Decoded {
+    /// Per layer: `(keys, values)`, `positions x kv_width` each; None for a shared layer.
+    pub planes: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    pub positions: usize,
+    pub tokens: Vec<u32>,
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -116,8 +127,8 @@ fn finite(plane: &[f32], width: usize, layer: usize, what: &str) -> Result<()> {
 }
 
 /// Decodes and validates a snapshot against the model (`layers`, `fingerprint`, `vocab`,
-/// `n_ctx`); returns the cache and the token history.
-pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize, n_ctx: usize) -> Result<(KvCache, Vec<u32>)> {
+/// `n_ctx`); returns the planes, positions held and the token history.
+pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize, n_ctx: usize) -> Result<Decoded> {
     if bytes.len() < HEADER_BYTES + 8 {
         return Err(bad(format!("snapshot of {} bytes is shorter than its header", bytes.len())));
     }
@@ -171,7 +182,7 @@ pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize
                 let v = r.f32s(n, &format!("layer {il} values"))?;
                 finite(&k, width, il, "key")?;
                 finite(&v, width, il, "value")?;
-                planes.push(Some(Plane { kv_width: width, k, v }));
+                planes.push(Some((k, v)));
             }
             (1, KvSource::SharedWith { .. }) if width == 0 => planes.push(None),
             _ => return Err(bad(format!("layer {il}: plane kind {source} does not match the model's layer"))),
@@ -180,5 +191,5 @@ pub fn decode(bytes: &[u8], layers: &[LayerSpec], fingerprint: u64, vocab: usize
     if r.at != body.len() {
         return Err(bad(format!("{} unexpected bytes after the last layer", body.len() - r.at)));
     }
-    Ok((KvCache { planes, n_past }, tokens))
+    Ok(Decoded { planes, positions: n_past, tokens })
 }

@@ -79,6 +79,13 @@ int main(int argc, char **argv) {
     CHECK(log_calls >= 1 && strstr(log_last, "opened"), "log callback: %d calls, last \"%s\"", log_calls, log_last);
     if (!model) { fprintf(stderr, "cannot continue without a model\n"); return 1; }
 
+    /* Threads: more than the maximum is refused, not clamped; a valid count is accepted. */
+    EXPECT_STATUS(packlm_model_set_threads(model, 257), PACKLM_ERR_LIMIT_EXCEEDED);
+    expect_error_mentions("257");
+    EXPECT_STATUS(packlm_model_set_threads(NULL, 1), PACKLM_ERR_NULL_ARGUMENT);
+    EXPECT_STATUS(packlm_model_set_threads(model, 1), PACKLM_OK);
+    EXPECT_STATUS(packlm_model_set_threads(model, 2), PACKLM_OK);
+
     packlm_info info = {.size = sizeof info};
     EXPECT_STATUS(packlm_model_info(model, &info), PACKLM_OK);
     CHECK(info.n_vocab == 300 && info.n_layers >= 2 && info.bos == 0, "info: vocab %u layers %u bos %d", info.n_vocab, info.n_layers, info.bos);

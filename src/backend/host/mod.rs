@@ -1,4 +1,4 @@
-//! The fast CPU backend: weight rows split into tiles shared by the calling thread and a few
+//! The fast CPU kernels (`CpuBackend<HostBackend>` is the host backend): weight rows split into tiles shared by the calling thread and a few
 //! helpers (team.rs); each weight row is dotted with every input row by a fused kernel that reads
 //! the row's stored bytes directly (row_dot.rs). One output element is one kernel computation
 //! over the whole reduction, so neither the tiling, nor the thread that runs a tile, nor the
@@ -17,7 +17,7 @@ mod portable;
 use parking_lot::Mutex;
 
 use crate::backend::attention::{self, AttentionArgs};
-use crate::backend::Backend;
+use crate::backend::cpu::Kernels;
 use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
 
@@ -48,7 +48,8 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
-    /// `threads` threads in all, the calling thread included; 0 means one per core.
+    /// `threads` threads in all, the calling thread included; 0 means one per core; more than
+    /// `MAX_THREADS` is refused. The helpers come from the process's shared pool (team.rs).
     pub fn new(threads: usize) -> Result<HostBackend> {
         Ok(HostBackend { team: Team::new(threads)? })
     }
@@ -76,9 +77,17 @@ impl HostBackend {
     }
 }
 
-impl Backend for HostBackend {
+impl Kernels for HostBackend {
     fn name(&self) -> &'static str {
         "host"
+    }
+
+    fn threads(&self) -> usize {
+        self.team.threads()
+    }
+
+    fn set_threads(&self, threads: usize) -> Result<()> {
+        self.team.set_threads(threads)
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {

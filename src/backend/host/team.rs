@@ -10,17 +10,59 @@
 //!
 //! Which thread runs a task never changes what the task computes, so results do not depend on
 //! the thread count.
+//!
+//! The helpers are one pool per process, shared by every model on the host backend: it is grown
+//! to the largest thread count any model has asked for (never beyond `MAX_THREADS`; a larger
+//! request is refused, not clamped), and each model's `threads` caps how many of its workers one
+//! of that model's calls uses. A target and its draft model therefore never have more helper
+//! threads between them than the larger of their two settings asks for. Growing replaces the
+//! pool with a larger one; the old one's threads exit once the calls running on it finish.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use parking_lot::Mutex;
 
+use crate::backend::MAX_THREADS;
+use crate::error::{Error, Result, Status};
+
+/// The process's helper threads.
+struct Pool {
+    pool: rayon::ThreadPool,
+    helpers: usize,
+}
+
+/// The current pool; None until a model asks for more than one thread.
+static SHARED: Mutex<Option<Arc<Pool>>> = Mutex::new(None);
+
+/// Makes sure the shared pool has at least `helpers` threads.
+fn reserve(helpers: usize) -> Result<()> {
+    let mut shared = SHARED.lock();
+    if helpers == 0 || shared.as_ref().is_some_and(|p| p.helpers >= helpers) {
+        return Ok(());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(helpers)
+        .thread_name(|i| format!("packlm-host-{}", i + 1))
+        .build()
+        .map_err(|e| Error::invalid(format!("cannot start {helpers} helper threads: {e}")))?;
+    *shared = Some(Arc::new(Pool { pool, helpers }));
+    Ok(())
+}
+
+/// Threads in all for a request of `threads` (0 = one per core), checked against the maximum.
+fn resolve(threads: usize) -> Result<usize> {
+    if threads > MAX_THREADS {
+        return Err(Error::new(Status::ErrLimitExceeded, format!("threads {threads} is more than the maximum of {MAX_THREADS}")));
+    }
+    Ok(if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS) } else { threads })
+}
+
+/// One model's share of the process's threads.
 pub(super) struct Team {
-    /// `threads - 1` helpers; None for one thread.
-    pool: Option<rayon::ThreadPool>,
-    threads: usize,
+    /// Threads one call may use, the calling thread included.
+    threads: AtomicUsize,
 }
 
 /// The task function with its lifetime erased (see `Team::run` for why that is sound).
@@ -74,23 +116,24 @@ impl Job {
 }
 
 impl Team {
+    /// `threads` in all, the calling thread included; 0 means one per core.
     pub(super) fn new(threads: usize) -> Result<Team> {
-        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
-        let pool = if threads > 1 {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads - 1)
-                .thread_name(|i| format!("packlm-host-{}", i + 1))
-                .build()
-                .map_err(|e| Error::invalid(format!("cannot start {threads} threads: {e}")))?;
-            Some(pool)
-        } else {
-            None
-        };
-        Ok(Team { pool, threads })
+        let threads = resolve(threads)?;
+        reserve(threads - 1)?;
+        Ok(Team { threads: AtomicUsize::new(threads) })
     }
 
     pub(super) fn threads(&self) -> usize {
-        self.threads
+        self.threads.load(Relaxed)
+    }
+
+    /// Changes the cap for later calls (growing the shared pool if needed); on failure the cap
+    /// is unchanged.
+    pub(super) fn set_threads(&self, threads: usize) -> Result<()> {
+        let threads = resolve(threads)?;
+        reserve(threads - 1)?;
+        self.threads.store(threads, Relaxed);
+        Ok(())
     }
 
     /// Runs `task(i)` once for every `i < n` and returns when all have finished; `task` must
@@ -103,11 +146,13 @@ impl Team {
     /// unwinding). All of it is SeqCst, so a helper whose increment comes after the caller's
     /// final read of `active` also reads `closed` after it was set, and never calls `task`.
     pub(super) fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
-        let helpers = (self.threads - 1).min(n.saturating_sub(1));
-        let Some(pool) = self.pool.as_ref().filter(|_| helpers > 0) else {
+        let helpers = (self.threads() - 1).min(n.saturating_sub(1));
+        let shared = if helpers > 0 { SHARED.lock().clone() } else { None };
+        let Some(shared) = shared else {
             (0..n).for_each(task);
             return;
         };
+        let (pool, helpers) = (&shared.pool, helpers.min(shared.helpers));
         // SAFETY: only the lifetime changes (a fat pointer to the same trait object); the
         // protocol above keeps every use inside this call.
         let task: TaskPtr = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), TaskPtr>(task) };
@@ -161,6 +206,23 @@ mod tests {
                     });
                 }
                 assert!(counts.iter().all(|c| c.load(SeqCst) == 20), "threads={threads} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_team_uses_no_more_threads_than_its_cap() {
+        // The shared pool has at least 3 helpers; teams capped lower use fewer.
+        let _wide = Team::new(4).unwrap();
+        for cap in [1, 2] {
+            let team = Team::new(cap).unwrap();
+            for _ in 0..20 {
+                let ids = parking_lot::Mutex::new(std::collections::HashSet::new());
+                team.run(32, &|_| {
+                    ids.lock().insert(std::thread::current().id());
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                });
+                assert!(ids.lock().len() <= cap, "cap {cap}: {} threads ran tasks", ids.lock().len());
             }
         }
     }

@@ -1,6 +1,8 @@
-//! The scalar reference backend: the plainest possible arithmetic, the oracle for kernel tests.
+//! The scalar reference kernels: the plainest possible arithmetic, the oracle for kernel tests.
+//! `CpuBackend<ReferenceBackend>` is the reference backend.
 
-use crate::backend::Backend;
+use crate::backend::attention::{attention_scalar, AttentionArgs};
+use crate::backend::cpu::Kernels;
 use crate::pack::tensor::WeightTensor;
 
 pub struct ReferenceBackend;
@@ -15,7 +17,7 @@ pub fn dot_sequential(a: &[f32], b: &[f32]) -> f32 {
     s as f32
 }
 
-impl Backend for ReferenceBackend {
+impl Kernels for ReferenceBackend {
     fn name(&self) -> &'static str {
         "reference"
     }
@@ -29,5 +31,9 @@ impl Backend for ReferenceBackend {
                 out[m * n_out + j] = dot_sequential(&x[m * n_in..(m + 1) * n_in], &wrow);
             }
         }
+    }
+
+    fn attention(&self, args: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
+        attention_scalar(args, q, rows, out)
     }
 }

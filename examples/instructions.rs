@@ -1,0 +1,42 @@
+//! A fixed amount of forward work for instruction counting (valgrind --tool=callgrind), which
+//! counts repeatably where wall-clock timings on a shared machine do not:
+//!
+//!   cargo build --release --example instructions
+//!   valgrind --tool=callgrind target/release/examples/instructions PACK PREFILL DECODE
+//!
+//! Opens PACK on the host backend with one thread, runs one pass over PREFILL fixed token ids,
+//! then DECODE single steps. The cost of a prefill is the count with (P, 0) minus the count
+//! with (0, 0); of a decode step, the count with (P, D) minus (P, 0), divided by D.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use packlm::backend::BackendKind;
+use packlm::engine::{Model, OpenOptions, Session, Want};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parse = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
+    let (Some(pack), Some(n_prefill), Some(n_decode)) = (args.first(), parse(1), parse(2)) else {
+        eprintln!("usage: instructions PACK PREFILL DECODE");
+        std::process::exit(2);
+    };
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1 }) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            eprintln!("instructions: {e}");
+            std::process::exit(1);
+        }
+    };
+    let mut s = Session::new(m.clone(), 0).expect("session");
+    // Token ids spread over the vocabulary, the same on every run.
+    let vocab = m.spec().vocab_size as u32;
+    let ids: Vec<u32> = (0..n_prefill.max(1) as u32).map(|i| (i * 7919 + 1) % vocab).collect();
+    if n_prefill > 0 {
+        s.step_batch(&ids[..n_prefill], Want::Last).expect("prefill");
+    }
+    for i in 0..n_decode {
+        s.step(ids[i % ids.len()]).expect("decode");
+    }
+    println!("positions held: {}", s.n_past());
+}

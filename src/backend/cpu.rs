@@ -1,0 +1,354 @@
+//! Backends that compute in host memory: activations are `Vec<f32>`, weights the pack's tensors
+//! as they are (memory-mapped, not copied), KV planes `Vec<f32>`s. What differs between them is
+//! only the two heavy kernels, matmul and attention ([`Kernels`]): `reference` (scalar) and
+//! `host` (SIMD, worker threads). The row operations (norms, rope, activations, adds) are the
+//! plain functions below, shared by both.
+
+use std::any::Any;
+
+use crate::backend::attention::AttentionArgs;
+use crate::backend::{AttentionShape, Backend, KvStore, Tensor, Vector, Weight};
+use crate::error::Result;
+use crate::pack::tensor::WeightTensor;
+use crate::semantics::rope::{apply_rope, RopeSpec};
+use crate::semantics::{Activation, KvSource, LayerSpec};
+
+/// The heavy kernels of a host-memory backend, on plain slices.
+pub trait Kernels: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    /// Worker threads the kernels use.
+    fn threads(&self) -> usize {
+        1
+    }
+    /// See `Backend::set_threads`.
+    fn set_threads(&self, _threads: usize) -> Result<()> {
+        Ok(())
+    }
+    /// `out[m * n_out + j] = sum_k x[m * n_in + k] * w[j, k]` for `m < rows`, where
+    /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
+    /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
+    fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]);
+    /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) against a KV plane;
+    /// see `attention::AttentionArgs`.
+    fn attention(&self, args: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]);
+}
+
+/// A backend over host memory, with kernels `K`.
+pub struct CpuBackend<K> {
+    kernels: K,
+}
+
+impl<K: Kernels> CpuBackend<K> {
+    pub fn new(kernels: K) -> CpuBackend<K> {
+        CpuBackend { kernels }
+    }
+    pub fn kernels(&self) -> &K {
+        &self.kernels
+    }
+}
+
+/// One layer's keys and values, `[positions][kv_width]` each.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Plane {
+    kv_width: usize,
+    /// (positions, kv_width)
+    k: Vec<f32>,
+    /// (positions, kv_width)
+    v: Vec<f32>,
+}
+
+/// A session's KV planes in host memory. Every position ever stepped is kept (sliding layers
+/// included), so any rollback is exact.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuKv {
+    /// Indexed by layer; None for a layer that reads another layer's plane.
+    planes: Vec<Option<Plane>>,
+    /// Positions held (the same in every plane, outside a pass).
+    positions: usize,
+}
+
+impl CpuKv {
+    pub fn new(layers: &[LayerSpec]) -> CpuKv {
+        let planes = layers
+            .iter()
+            .map(|l| match l.kv_source {
+                KvSource::Own => Some(Plane { kv_width: l.kv_width(), ..Plane::default() }),
+                KvSource::SharedWith { .. } => None,
+            })
+            .collect();
+        CpuKv { planes, positions: 0 }
+    }
+
+    /// `layer`'s own plane, with the rows appended so far: (keys, values).
+    pub fn plane(&self, layer: usize) -> Option<(&[f32], &[f32])> {
+        self.planes.get(layer)?.as_ref().map(|p| (&p.k[..], &p.v[..]))
+    }
+}
+
+impl KvStore for CpuKv {
+    fn positions(&self) -> usize {
+        self.positions
+    }
+    fn advance(&mut self, rows: usize) {
+        self.positions += rows;
+    }
+    fn truncate(&mut self, n: usize) {
+        for p in self.planes.iter_mut().flatten() {
+            p.k.truncate(n * p.kv_width);
+            p.v.truncate(n * p.kv_width);
+        }
+        self.positions = self.positions.min(n);
+    }
+    fn n_layers(&self) -> usize {
+        self.planes.len()
+    }
+    fn plane_width(&self, layer: usize) -> Option<usize> {
+        self.planes.get(layer)?.as_ref().map(|p| p.kv_width)
+    }
+    fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32])) {
+        if let Some((k, v)) = self.plane(layer) {
+            visit(k, v);
+        }
+    }
+    fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
+        let widths: Vec<Option<usize>> = self.planes.iter().map(|p| p.as_ref().map(|p| p.kv_width)).collect();
+        self.planes = planes
+            .into_iter()
+            .zip(widths)
+            .map(|(p, w)| match (p, w) {
+                (Some((k, v)), Some(kv_width)) => Some(Plane { kv_width, k, v }),
+                _ => None,
+            })
+            .collect();
+        self.positions = positions;
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+fn data(t: &Tensor) -> &[f32] {
+    t.get::<Vec<f32>>()
+}
+
+fn data_mut(t: &mut Tensor) -> &mut [f32] {
+    t.get_mut::<Vec<f32>>()
+}
+
+fn cpu_kv(kv: &dyn KvStore) -> &CpuKv {
+    kv.as_any().downcast_ref().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"))
+}
+
+impl<K: Kernels> Backend for CpuBackend<K> {
+    fn name(&self) -> &'static str {
+        self.kernels.name()
+    }
+    fn threads(&self) -> usize {
+        self.kernels.threads()
+    }
+    fn set_threads(&self, threads: usize) -> Result<()> {
+        self.kernels.set_threads(threads)
+    }
+
+    fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
+        Ok(Weight::new(w.rows(), w.cols(), w.clone()))
+    }
+    fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
+        Ok(Vector::new(v.len(), v.to_vec()))
+    }
+    fn tensor(&self, len: usize) -> Tensor {
+        Tensor::new(len, vec![0.0f32; len])
+    }
+    fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
+        data(t)[..len].to_vec()
+    }
+    fn upload(&self, src: &[f32], t: &mut Tensor) {
+        data_mut(t)[..src.len()].copy_from_slice(src);
+    }
+    fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore> {
+        Box::new(CpuKv::new(layers))
+    }
+
+    fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
+        let table = table.get::<WeightTensor>();
+        let hidden = table.cols();
+        for (row, &t) in data_mut(out).chunks_exact_mut(hidden).zip(tokens) {
+            table.row_f32(t as usize, row);
+            if let Some(s) = scale {
+                row.iter_mut().for_each(|v| *v *= s);
+            }
+        }
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Vector, eps: f32, rows: usize, width: usize, out: &mut Tensor) {
+        rms_norm(&data(x)[..rows * width], w.get::<Vec<f32>>(), eps, width, &mut data_mut(out)[..rows * width]);
+    }
+    fn rms_norm_inplace(&self, x: &mut Tensor, w: &Vector, eps: f32, rows: usize, width: usize) {
+        rms_norm_inplace(&mut data_mut(x)[..rows * width], w.get::<Vec<f32>>(), eps, width);
+    }
+    fn copy(&self, src: &Tensor, dst: &mut Tensor, len: usize) {
+        data_mut(dst)[..len].copy_from_slice(&data(src)[..len]);
+    }
+    fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
+        let w = w.get::<WeightTensor>();
+        let (n_out, n_in) = (w.rows(), w.cols());
+        self.kernels.matmul(w, &data(x)[..rows * n_in], rows, &mut data_mut(out)[..rows * n_out]);
+    }
+    fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {
+        add_bias(&mut data_mut(x)[..rows * bias.len()], bias.get::<Vec<f32>>());
+    }
+    fn head_norm(&self, x: &mut Tensor, w: Option<&Vector>, eps: f32, rows: usize, width: usize, head_dim: usize) {
+        let x = &mut data_mut(x)[..rows * width];
+        match w {
+            Some(w) => {
+                let w = w.get::<Vec<f32>>();
+                x.chunks_exact_mut(head_dim).for_each(|head| rms_norm_inplace(head, w, eps, head_dim));
+            }
+            None => x.chunks_exact_mut(head_dim).for_each(|head| rms_normalize_inplace(head, eps)),
+        }
+    }
+    fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize) {
+        for (r, row) in data_mut(x)[..rows * width].chunks_exact_mut(width).enumerate() {
+            for head in row.chunks_exact_mut(head_dim) {
+                apply_rope(rope, head, start + r);
+            }
+        }
+    }
+    fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
+        gated_activation(act, &mut data_mut(gate)[..len], &data(up)[..len]);
+    }
+    fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
+        add_into(&mut data_mut(x)[..len], &data(y)[..len]);
+    }
+    fn scale(&self, x: &mut Tensor, s: f32, len: usize) {
+        data_mut(x)[..len].iter_mut().for_each(|v| *v *= s);
+    }
+    fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
+        softcap(&mut data_mut(x)[..len], cap);
+    }
+    fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
+        let x = data(x);
+        for (o, &r) in data_mut(out).chunks_exact_mut(width).zip(rows) {
+            o.copy_from_slice(&x[r * width..(r + 1) * width]);
+        }
+    }
+    fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor) {
+        let src = data(src);
+        for (r, o) in data_mut(out)[..rows * width].chunks_exact_mut(width).enumerate() {
+            o.copy_from_slice(&src[r * src_width + offset..r * src_width + offset + width]);
+        }
+    }
+    fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
+        let table = table.get::<WeightTensor>();
+        let width = table.cols();
+        let mut t = vec![0.0f32; width];
+        for (row, &tok) in data_mut(c).chunks_exact_mut(width).zip(tokens) {
+            table.row_f32(tok as usize, &mut t);
+            for (cv, &tv) in row.iter_mut().zip(&t) {
+                *cv = (*cv + tv * table_scale) * combine;
+            }
+        }
+    }
+
+    fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
+        let kv: &mut CpuKv =
+            kv.as_any_mut().downcast_mut().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"));
+        if let Some(Some(plane)) = kv.planes.get_mut(layer) {
+            let n = rows * plane.kv_width;
+            plane.k.extend_from_slice(&data(k)[..n]);
+            plane.v.extend_from_slice(&data(v)[..n]);
+        }
+    }
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+        let Some((k, v)) = cpu_kv(kv).plane(plane) else { return };
+        let args = AttentionArgs {
+            n_heads: shape.n_heads,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+            scale: shape.scale,
+            softcap: shape.softcap,
+            window: shape.window,
+            k,
+            v,
+            first_position: start,
+        };
+        let qw = shape.n_heads * shape.head_dim;
+        self.kernels.attention(&args, &data(q)[..rows * qw], rows, &mut data_mut(out)[..rows * qw]);
+    }
+}
+
+/// RMSNorm of each `width`-wide row of `x` into `out`: `w * (x * rsqrt(mean(x^2) + eps))`, as
+/// HF's LlamaRMSNorm (f32; the weight already in its effective form, see engine::weights).
+/// The mean is accumulated in f64 to keep it exact regardless of width.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, width: usize, out: &mut [f32]) {
+    for (xr, or) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let mean = (ss / width as f64) as f32;
+        let inv = 1.0 / (mean + eps).sqrt();
+        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+            *o = g * (v * inv);
+        }
+    }
+}
+
+/// In-place RMSNorm of each row.
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
+    for xr in x.chunks_exact_mut(width) {
+        let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let mean = (ss / width as f64) as f32;
+        let inv = 1.0 / (mean + eps).sqrt();
+        for (v, &g) in xr.iter_mut().zip(w) {
+            *v = g * (*v * inv);
+        }
+    }
+}
+
+/// In-place RMS normalization without a weight (Gemma4 `v_norm`, `with_scale=False`).
+pub fn rms_normalize_inplace(x: &mut [f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `act(gate) * up`, written into `gate`.
+pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
+    match act {
+        Activation::Silu => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = (*g / (1.0 + (-*g).exp())) * u;
+            }
+        }
+        // gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        Activation::GeluTanh => {
+            const C: f32 = 0.797_884_6;
+            for (g, &u) in gate.iter_mut().zip(up) {
+                let x = *g;
+                *g = 0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh()) * u;
+            }
+        }
+    }
+}
+
+/// `tanh(x / cap) * cap` on every element.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = (*v / cap).tanh() * cap;
+    }
+}
+
+/// `x += y`.
+pub fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Adds `bias` to each `bias.len()`-wide row of `x`.
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add_into(row, bias);
+    }
+}

@@ -1,0 +1,630 @@
+//! The conformance suite every backend runs (see src/backend/mod.rs for how to add one):
+//!
+//! - every op of the `Backend` trait against the reference backend on random inputs of odd
+//!   sizes (rows M = 1, 3, 8, 17; widths that are not multiples of any SIMD width), equal bits
+//!   for the row operations and within a stated bound for matmul and attention;
+//! - batched == sequential, per op (matmul, attention) and per model pass;
+//! - truncate == fresh and restore == fresh, including a snapshot written by one backend and
+//!   restored into a session of another;
+//! - threads 1 == threads N (host).
+//!
+//! It also shows the seam is real: `Counting` is a test backend that keeps its tensors and KV in
+//! its own arena (the engine gets handles that hold only an index) and counts the bytes that
+//! cross to the host. A pass through it gives the reference's bits and hands back exactly
+//! wanted rows x n_vocab x 4 bytes; any engine access to activation or KV memory other than
+//! through the op set would fail (its handles hold no data).
+
+mod common;
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use half::f16;
+use packlm::backend::{self, AttentionShape, Backend, BackendKind, KvStore, Tensor, Vector, Weight};
+use packlm::engine::{Model, Session, Want};
+use packlm::error::Result;
+use packlm::pack::tensor::{TensorBytes, WeightTensor};
+use packlm::quant::WeightType;
+use packlm::semantics::rope::RopeSpec;
+use packlm::semantics::{Activation, KvSource, LayerSpec};
+
+/// splitmix64: a fixed stream so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn sym(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.sym()).collect()
+    }
+}
+
+const ROWS: [usize; 4] = [1, 3, 8, 17];
+
+fn reference() -> Box<dyn Backend> {
+    backend::create(BackendKind::Reference, 1).unwrap()
+}
+
+/// Every backend this suite is run against, by name.
+fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
+    vec![
+        ("reference", reference()),
+        ("host, 1 thread", backend::create(BackendKind::Host, 1).unwrap()),
+        ("host, 3 threads", backend::create(BackendKind::Host, 3).unwrap()),
+        ("counting", Box::new(Counting::new())),
+    ]
+}
+
+fn put(be: &dyn Backend, data: &[f32]) -> Tensor {
+    let mut t = be.tensor(data.len());
+    be.upload(data, &mut t);
+    t
+}
+
+/// A `[rows, cols]` weight of random values in type `ty` (F32, F16 or Q8_0).
+fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTensor {
+    let bytes: Vec<u8> = match ty {
+        WeightType::F32 => (0..rows * cols).flat_map(|_| rng.sym().to_le_bytes()).collect(),
+        WeightType::F16 => (0..rows * cols).flat_map(|_| f16::from_f32(rng.sym()).to_le_bytes()).collect(),
+        WeightType::Q8_0 => (0..rows * cols / 32)
+            .flat_map(|_| {
+                let mut b = f16::from_f32(rng.sym() * 0.02).to_le_bytes().to_vec();
+                b.extend((0..32).map(|_| rng.next() as u8));
+                b
+            })
+            .collect(),
+        other => panic!("no random weights of type {other:?} here"),
+    };
+    WeightTensor::new("w".into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes))).unwrap()
+}
+
+fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let d = max_abs_diff(got, want);
+    assert!(d <= tol, "{what}: max difference {d} > {tol}");
+}
+
+/// Runs `op` on the backend under test and on the reference with the same inputs; returns both
+/// outputs (read back).
+fn both(be: &dyn Backend, op: impl Fn(&dyn Backend) -> Vec<f32>) -> (Vec<f32>, Vec<f32>) {
+    (op(be), op(reference().as_ref()))
+}
+
+#[test]
+fn row_ops_equal_the_reference_bit_for_bit() {
+    let mut rng = Rng(7);
+    for (name, be) in backends() {
+        let be = be.as_ref();
+        for m in ROWS {
+            let width = 37;
+            let x = rng.vec(m * width);
+            let y = rng.vec(m * width);
+            let w = rng.vec(width);
+            let what = |op: &str| format!("{name}: {op}, {m} rows");
+            let (a, b) = both(be, |be| {
+                let (xt, wv, mut out) = (put(be, &x), be.prepare_vector(&w).unwrap(), be.tensor(m * width));
+                be.rms_norm(&xt, &wv, 1e-6, m, width, &mut out);
+                be.read(&out, m * width)
+            });
+            assert_bits_equal(&a, &b, &what("rms_norm"));
+            let (a, b) = both(be, |be| {
+                let (mut xt, wv) = (put(be, &x), be.prepare_vector(&w).unwrap());
+                be.rms_norm_inplace(&mut xt, &wv, 1e-6, m, width);
+                be.read(&xt, m * width)
+            });
+            assert_bits_equal(&a, &b, &what("rms_norm_inplace"));
+            let (a, b) = both(be, |be| {
+                let (mut xt, bias) = (put(be, &x), be.prepare_vector(&w).unwrap());
+                be.add_bias(&mut xt, &bias, m);
+                be.read(&xt, m * width)
+            });
+            assert_bits_equal(&a, &b, &what("add_bias"));
+            for act in [Activation::Silu, Activation::GeluTanh] {
+                let (a, b) = both(be, |be| {
+                    let (mut g, u) = (put(be, &x), put(be, &y));
+                    be.gated_activation(act, &mut g, &u, m * width);
+                    be.read(&g, m * width)
+                });
+                assert_bits_equal(&a, &b, &what("gated_activation"));
+            }
+            let (a, b) = both(be, |be| {
+                let (mut xt, yt) = (put(be, &x), put(be, &y));
+                be.add(&mut xt, &yt, m * width);
+                be.scale(&mut xt, 0.37, m * width);
+                be.softcap(&mut xt, 0.9, m * width);
+                let mut c = be.tensor(m * width);
+                be.copy(&xt, &mut c, m * width);
+                be.read(&c, m * width)
+            });
+            assert_bits_equal(&a, &b, &what("add, scale, softcap, copy"));
+            // Heads of 10 (q/k-norm with a weight, v-norm without), rope from position 5.
+            let (heads, d) = (3, 10);
+            let hx = rng.vec(m * heads * d);
+            let hw = rng.vec(d);
+            let rope = RopeSpec {
+                kind: "default".into(),
+                theta: 10000.0,
+                factor: None,
+                rotary_dims: d,
+                inv_freq: (0..d / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / d as f32)).collect(),
+                attention_factor: 1.0,
+            };
+            let (a, b) = both(be, |be| {
+                let (mut t, wv) = (put(be, &hx), be.prepare_vector(&hw).unwrap());
+                be.head_norm(&mut t, Some(&wv), 1e-6, m, heads * d, d);
+                be.rope(&mut t, &rope, m, heads * d, d, 5);
+                be.head_norm(&mut t, None, 1e-6, m, heads * d, d);
+                be.read(&t, m * heads * d)
+            });
+            assert_bits_equal(&a, &b, &what("head_norm, rope"));
+            let (a, b) = both(be, |be| {
+                let (src, mut rows_out, mut cols_out) = (put(be, &x), be.tensor(m * width), be.tensor(m * 11));
+                let picked: Vec<usize> = (0..m).rev().collect();
+                be.gather_rows(&src, &picked, width, &mut rows_out);
+                be.gather_columns(&src, m, width, 13, 11, &mut cols_out);
+                let mut r = be.read(&rows_out, m * width);
+                r.extend(be.read(&cols_out, m * 11));
+                r
+            });
+            assert_bits_equal(&a, &b, &what("gather_rows, gather_columns"));
+        }
+    }
+}
+
+#[test]
+fn embedding_and_per_layer_combine_equal_the_reference() {
+    let mut rng = Rng(11);
+    let table = weight(WeightType::F16, 29, 37, &mut rng);
+    for (name, be) in backends() {
+        for m in ROWS {
+            let tokens: Vec<u32> = (0..m as u32).map(|i| (i * 7 + 3) % 29).collect();
+            let c0 = rng.vec(m * 37);
+            let (a, b) = both(be.as_ref(), |be| {
+                let t = be.prepare_matrix(&table).unwrap();
+                let mut e = be.tensor(m * 37);
+                be.embed(&t, &tokens, Some(1.5), &mut e);
+                let mut c = put(be, &c0);
+                be.per_layer_combine(&mut c, &t, &tokens, 0.7, 0.5);
+                let mut r = be.read(&e, m * 37);
+                r.extend(be.read(&c, m * 37));
+                r
+            });
+            assert_bits_equal(&a, &b, &format!("{name}: embed, per_layer_combine, {m} rows"));
+        }
+    }
+}
+
+/// The host's dot products accumulate in f32 lanes, the reference's in f64: they differ by
+/// rounding only. Inputs are in [-1, 1) and at most 160 wide, so 1e-4 is ample.
+const KERNEL_TOL: f32 = 1e-4;
+
+#[test]
+fn matmul_equals_the_reference_and_batched_equals_sequential() {
+    let mut rng = Rng(13);
+    for (ty, n_out, n_in) in [(WeightType::F32, 19, 37), (WeightType::F16, 23, 53), (WeightType::Q8_0, 21, 160)] {
+        let w = weight(ty, n_out, n_in, &mut rng);
+        for (name, be) in backends() {
+            let be = be.as_ref();
+            let pw = be.prepare_matrix(&w).unwrap();
+            for m in ROWS {
+                let x = rng.vec(m * n_in);
+                let run = |be: &dyn Backend, pw: &Weight| {
+                    let (xt, mut out) = (put(be, &x), be.tensor(m * n_out));
+                    be.matmul(pw, &xt, m, &mut out);
+                    be.read(&out, m * n_out)
+                };
+                let got = run(be, &pw);
+                let r = reference();
+                let want = run(r.as_ref(), &r.prepare_matrix(&w).unwrap());
+                assert_close(&got, &want, KERNEL_TOL, &format!("{name}: {ty:?} matmul, {m} rows"));
+                let rows: Vec<f32> = (0..m)
+                    .flat_map(|i| {
+                        let (xt, mut out) = (put(be, &x[i * n_in..(i + 1) * n_in]), be.tensor(n_out));
+                        be.matmul(&pw, &xt, 1, &mut out);
+                        be.read(&out, n_out)
+                    })
+                    .collect();
+                assert_bits_equal(&got, &rows, &format!("{name}: {ty:?} matmul, {m} rows vs one at a time"));
+            }
+        }
+    }
+}
+
+/// A layer of the given attention geometry (the rest copied from a tiny fixture's layer).
+fn layer_like(base: &LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usize, kv_source: KvSource) -> LayerSpec {
+    LayerSpec { n_heads, n_kv_heads, head_dim, kv_source, ..base.clone() }
+}
+
+#[test]
+fn attention_equals_the_reference_and_batched_equals_sequential() {
+    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();
+    let mut rng = Rng(17);
+    // GQA 6 heads over 2 KV heads of 11; a layer sharing layer 0's plane.
+    let layers = [layer_like(&base, 6, 2, 11, KvSource::Own), layer_like(&base, 6, 2, 11, KvSource::SharedWith { owner: 0 })];
+    let (qw, kvw) = (6 * 11, 2 * 11);
+    let shapes = [
+        AttentionShape { n_heads: 6, n_kv_heads: 2, head_dim: 11, scale: 0.3, softcap: None, window: None },
+        AttentionShape { n_heads: 6, n_kv_heads: 2, head_dim: 11, scale: 0.3, softcap: Some(2.5), window: Some(5) },
+    ];
+    for (name, be) in backends() {
+        let be = be.as_ref();
+        for m in ROWS {
+            for shape in &shapes {
+                let start = 4;
+                let (k, v, q) = (rng.vec((start + m) * kvw), rng.vec((start + m) * kvw), rng.vec(m * qw));
+                // The plane holds `start` earlier positions, then this pass's m rows.
+                let run = |be: &dyn Backend, plane: usize| {
+                    let mut kv = be.new_kv(&layers);
+                    be.kv_append(kv.as_mut(), 0, &put(be, &k[..start * kvw]), &put(be, &v[..start * kvw]), start);
+                    kv.advance(start);
+                    be.kv_append(kv.as_mut(), 0, &put(be, &k[start * kvw..]), &put(be, &v[start * kvw..]), m);
+                    let (qt, mut out) = (put(be, &q), be.tensor(m * qw));
+                    be.attention(kv.as_ref(), plane, shape, &qt, m, start, &mut out);
+                    let batched = be.read(&out, m * qw);
+                    let single: Vec<f32> = (0..m)
+                        .flat_map(|r| {
+                            let (qt, mut out) = (put(be, &q[r * qw..(r + 1) * qw]), be.tensor(qw));
+                            be.attention(kv.as_ref(), plane, shape, &qt, 1, start + r, &mut out);
+                            be.read(&out, qw)
+                        })
+                        .collect();
+                    (batched, single)
+                };
+                let (got, single) = run(be, 0);
+                let what = format!("{name}: attention {shape:?}, {m} rows");
+                assert_bits_equal(&got, &single, &format!("{what}: batched vs one at a time"));
+                let (want, _) = run(reference().as_ref(), 0);
+                assert_close(&got, &want, KERNEL_TOL, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn kv_store_truncates_exports_and_imports() {
+    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();
+    let layers = [layer_like(&base, 2, 1, 9, KvSource::Own), layer_like(&base, 2, 1, 9, KvSource::SharedWith { owner: 0 }), layer_like(&base, 4, 2, 5, KvSource::Own)];
+    let mut rng = Rng(19);
+    for (name, be) in backends() {
+        let be = be.as_ref();
+        let mut kv = be.new_kv(&layers);
+        assert_eq!((kv.n_layers(), kv.plane_width(0), kv.plane_width(1), kv.plane_width(2)), (3, Some(9), None, Some(10)), "{name}");
+        let (k0, v0, k2, v2) = (rng.vec(5 * 9), rng.vec(5 * 9), rng.vec(5 * 10), rng.vec(5 * 10));
+        be.kv_append(kv.as_mut(), 0, &put(be, &k0), &put(be, &v0), 5);
+        be.kv_append(kv.as_mut(), 2, &put(be, &k2), &put(be, &v2), 5);
+        assert_eq!(kv.positions(), 0, "{name}: rows of an unfinished pass are not held");
+        kv.advance(5);
+        kv.truncate(3);
+        assert_eq!(kv.positions(), 3, "{name}");
+        let export = |kv: &dyn KvStore, layer| {
+            let mut out = None;
+            kv.export_plane(layer, &mut |k, v| out = Some((k.to_vec(), v.to_vec())));
+            out
+        };
+        assert_eq!(export(kv.as_ref(), 0), Some((k0[..27].to_vec(), v0[..27].to_vec())), "{name}: layer 0 after truncate");
+        assert_eq!(export(kv.as_ref(), 1), None, "{name}: a shared layer exports nothing");
+        assert_eq!(export(kv.as_ref(), 2), Some((k2[..30].to_vec(), v2[..30].to_vec())), "{name}: layer 2 after truncate");
+        let mut other = be.new_kv(&layers);
+        other.import(vec![Some((k0.clone(), v0.clone())), None, Some((k2.clone(), v2.clone()))], 5).unwrap();
+        assert_eq!(other.positions(), 5, "{name}");
+        assert_eq!(export(other.as_ref(), 2), Some((k2.clone(), v2.clone())), "{name}: imported plane");
+    }
+}
+
+/// The model-level invariants on a backend: batched == sequential, truncate == fresh,
+/// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
+/// softcaps and qkv bias.
+fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
+    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"] {
+        let m = open_model(&tiny(fixture));
+        let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
+        let what = |s: &str| format!("{name}, {fixture}: {s}");
+        let batched = all_rows(&m, &tokens);
+        assert_bits_equal(&batched, &stepped(&m, &tokens), &what("batched vs sequential"));
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens, Want::None).unwrap();
+        let snap7 = {
+            let mut t = Session::new(m.clone(), 0).unwrap();
+            t.step_batch(&tokens[..7], Want::None).unwrap();
+            t.snapshot()
+        };
+        s.truncate(7).unwrap();
+        assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
+        let after_truncate = s.step(tokens[7]).unwrap();
+        let v = m.spec().vocab_size;
+        assert_bits_equal(&after_truncate, &batched[7 * v..8 * v], &what("truncate vs fresh"));
+        let mut r = Session::new(m.clone(), 0).unwrap();
+        r.restore(&snap7).unwrap();
+        assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
+    }
+}
+
+#[test]
+fn every_backend_keeps_the_model_level_invariants() {
+    model_invariants("reference", &|p| open_with(p, BackendKind::Reference, 1));
+    model_invariants("host", &|p| open_with(p, BackendKind::Host, 2));
+    model_invariants("counting", &|p| Arc::new(Model::open_on(p, Box::new(Counting::new())).unwrap()));
+}
+
+#[test]
+fn host_bits_do_not_depend_on_the_thread_count() {
+    for fixture in ["llama", "gemma4"] {
+        let tokens = golden(&tiny(fixture)).tokens;
+        let one = all_rows(&open_with(&tiny(fixture), BackendKind::Host, 1), &tokens);
+        for threads in [2, 3, 5] {
+            let n = all_rows(&open_with(&tiny(fixture), BackendKind::Host, threads), &tokens);
+            assert_bits_equal(&n, &one, &format!("{fixture}: {threads} threads vs 1"));
+        }
+    }
+}
+
+/// A snapshot is portable across backends: written by one, restored into a session of another,
+/// the next step gives the bits of a fresh session on the restoring backend.
+#[test]
+fn snapshots_restore_across_backends() {
+    let dir = tiny("gemma4");
+    let tokens = golden(&dir).tokens;
+    let host = open_with(&dir, BackendKind::Host, 2);
+    let reference = open_with(&dir, BackendKind::Reference, 1);
+    let counting = Arc::new(Model::open_on(&dir, Box::new(Counting::new())).unwrap());
+    let v = host.spec().vocab_size;
+    for (from, to, what) in [(&host, &reference, "host -> reference"), (&reference, &host, "reference -> host"), (&host, &counting, "host -> counting")] {
+        let mut a = Session::new(from.clone(), 0).unwrap();
+        a.step_batch(&tokens[..9], Want::None).unwrap();
+        let snap = a.snapshot();
+        let mut b = Session::new(to.clone(), 0).unwrap();
+        b.restore(&snap).unwrap();
+        assert!(b.snapshot() == snap, "{what}: the restored state re-encodes to the same bytes");
+        // The restored keys are the writer's; the next row is computed by the restoring backend.
+        // On the same backend that equals a fresh pass; across backends, close to it.
+        let next = b.step(tokens[9]).unwrap();
+        let fresh = all_rows(to, &tokens[..10]);
+        assert_close(&next, &fresh[9 * v..], KERNEL_TOL, what);
+    }
+}
+
+/// A pass through the counting backend hands exactly the wanted rows' logits to the host and
+/// gives the reference's bits.
+#[test]
+fn only_the_wanted_logits_cross_to_the_host() {
+    let dir = tiny("gemma4");
+    let tokens = golden(&dir).tokens;
+    let counting = Counting::new();
+    let counters = counting.counters.clone();
+    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let r = open_with(&dir, BackendKind::Reference, 1);
+    let v = m.spec().vocab_size;
+    for (want, rows) in [(Want::Last, 1), (Want::All, tokens.len()), (Want::None, 0)] {
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        let read_before = counters.to_host.load(Ordering::SeqCst);
+        let got = s.step_batch(&tokens, want).unwrap();
+        let read = counters.to_host.load(Ordering::SeqCst) - read_before;
+        assert_eq!(read, rows * v * 4, "{want:?}: bytes handed to the host");
+        let mut rs = Session::new(r.clone(), 0).unwrap();
+        assert_bits_equal(&got, &rs.step_batch(&tokens, want).unwrap(), &format!("{want:?}: counting vs reference"));
+    }
+    assert_eq!(counters.from_host.load(Ordering::SeqCst), 0, "the engine uploads no activations");
+    assert!(counters.ops.load(Ordering::SeqCst) > 0);
+}
+
+// ---- The counting backend -------------------------------------------------------------------
+
+#[derive(Default)]
+struct Counters {
+    /// Bytes handed to host memory by `read` (and KV export).
+    to_host: AtomicUsize,
+    /// Bytes written from host memory by `upload` (and KV import).
+    from_host: AtomicUsize,
+    /// Ops run.
+    ops: AtomicUsize,
+}
+
+type Arena = Arc<Mutex<Vec<Option<Tensor>>>>;
+
+/// An activation handle of the counting backend: an index into its arena, no data. Dropping it
+/// frees the slot.
+struct Slot {
+    arena: Arena,
+    index: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut a) = self.arena.lock() {
+            a[self.index] = None;
+        }
+    }
+}
+
+/// A KV store of the counting backend, wrapping the reference's.
+struct CountingKv {
+    inner: Box<dyn KvStore>,
+    counters: Arc<Counters>,
+}
+
+impl KvStore for CountingKv {
+    fn positions(&self) -> usize {
+        self.inner.positions()
+    }
+    fn advance(&mut self, rows: usize) {
+        self.inner.advance(rows)
+    }
+    fn truncate(&mut self, n: usize) {
+        self.inner.truncate(n)
+    }
+    fn n_layers(&self) -> usize {
+        self.inner.n_layers()
+    }
+    fn plane_width(&self, layer: usize) -> Option<usize> {
+        self.inner.plane_width(layer)
+    }
+    fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32])) {
+        self.inner.export_plane(layer, &mut |k, v| {
+            self.counters.to_host.fetch_add((k.len() + v.len()) * 4, Ordering::SeqCst);
+            visit(k, v)
+        })
+    }
+    fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
+        let bytes: usize = planes.iter().flatten().map(|(k, v)| (k.len() + v.len()) * 4).sum();
+        self.counters.from_host.fetch_add(bytes, Ordering::SeqCst);
+        self.inner.import(planes, positions)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// The reference backend behind an arena: its tensors live in `arena`, the engine holds only
+/// slot indices.
+struct Counting {
+    inner: Box<dyn Backend>,
+    arena: Arena,
+    counters: Arc<Counters>,
+}
+
+impl Counting {
+    fn new() -> Counting {
+        Counting { inner: reference(), arena: Arc::default(), counters: Arc::default() }
+    }
+    /// Runs `f` on the reference tensors in slots `idx` (taken out of the arena meanwhile).
+    fn with<R>(&self, idx: &[usize], f: impl FnOnce(&mut [Tensor]) -> R) -> R {
+        self.counters.ops.fetch_add(1, Ordering::SeqCst);
+        let mut taken: Vec<Tensor> = {
+            let mut a = self.arena.lock().unwrap();
+            idx.iter().map(|&i| a[i].take().expect("slot in use")).collect()
+        };
+        let r = f(&mut taken);
+        let mut a = self.arena.lock().unwrap();
+        for (&i, t) in idx.iter().zip(taken) {
+            a[i] = Some(t);
+        }
+        r
+    }
+    fn kv<'a>(&self, kv: &'a dyn KvStore) -> &'a dyn KvStore {
+        kv.as_any().downcast_ref::<CountingKv>().expect("a counting KV store").inner.as_ref()
+    }
+}
+
+/// The arena slot behind a handle of the counting backend.
+fn id(t: &Tensor) -> usize {
+    t.get::<Slot>().index
+}
+
+impl Backend for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
+        Ok(Weight::new(w.rows(), w.cols(), self.inner.prepare_matrix(w)?))
+    }
+    fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
+        Ok(Vector::new(v.len(), self.inner.prepare_vector(v)?))
+    }
+    fn tensor(&self, len: usize) -> Tensor {
+        let mut a = self.arena.lock().unwrap();
+        a.push(Some(self.inner.tensor(len)));
+        Tensor::new(len, Slot { arena: self.arena.clone(), index: a.len() - 1 })
+    }
+    fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
+        self.counters.to_host.fetch_add(len * 4, Ordering::SeqCst);
+        self.with(&[id(t)], |t| self.inner.read(&t[0], len))
+    }
+    fn upload(&self, data: &[f32], t: &mut Tensor) {
+        self.counters.from_host.fetch_add(data.len() * 4, Ordering::SeqCst);
+        self.with(&[id(t)], |t| self.inner.upload(data, &mut t[0]))
+    }
+    fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore> {
+        Box::new(CountingKv { inner: self.inner.new_kv(layers), counters: self.counters.clone() })
+    }
+    fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
+        self.with(&[id(out)], |t| self.inner.embed(table.get(), tokens, scale, &mut t[0]))
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Vector, eps: f32, rows: usize, width: usize, out: &mut Tensor) {
+        self.with(&[id(x), id(out)], |t| {
+            let (x, out) = t.split_at_mut(1);
+            self.inner.rms_norm(&x[0], w.get(), eps, rows, width, &mut out[0])
+        })
+    }
+    fn rms_norm_inplace(&self, x: &mut Tensor, w: &Vector, eps: f32, rows: usize, width: usize) {
+        self.with(&[id(x)], |t| self.inner.rms_norm_inplace(&mut t[0], w.get(), eps, rows, width))
+    }
+    fn copy(&self, src: &Tensor, dst: &mut Tensor, len: usize) {
+        self.with(&[id(src), id(dst)], |t| {
+            let (s, d) = t.split_at_mut(1);
+            self.inner.copy(&s[0], &mut d[0], len)
+        })
+    }
+    fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
+        self.with(&[id(x), id(out)], |t| {
+            let (x, out) = t.split_at_mut(1);
+            self.inner.matmul(w.get(), &x[0], rows, &mut out[0])
+        })
+    }
+    fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {
+        self.with(&[id(x)], |t| self.inner.add_bias(&mut t[0], bias.get(), rows))
+    }
+    fn head_norm(&self, x: &mut Tensor, w: Option<&Vector>, eps: f32, rows: usize, width: usize, head_dim: usize) {
+        self.with(&[id(x)], |t| self.inner.head_norm(&mut t[0], w.map(|w| w.get()), eps, rows, width, head_dim))
+    }
+    fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize) {
+        self.with(&[id(x)], |t| self.inner.rope(&mut t[0], rope, rows, width, head_dim, start))
+    }
+    fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
+        self.with(&[id(gate), id(up)], |t| {
+            let (g, u) = t.split_at_mut(1);
+            self.inner.gated_activation(act, &mut g[0], &u[0], len)
+        })
+    }
+    fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
+        self.with(&[id(x), id(y)], |t| {
+            let (x, y) = t.split_at_mut(1);
+            self.inner.add(&mut x[0], &y[0], len)
+        })
+    }
+    fn scale(&self, x: &mut Tensor, s: f32, len: usize) {
+        self.with(&[id(x)], |t| self.inner.scale(&mut t[0], s, len))
+    }
+    fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
+        self.with(&[id(x)], |t| self.inner.softcap(&mut t[0], cap, len))
+    }
+    fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
+        self.with(&[id(x), id(out)], |t| {
+            let (x, out) = t.split_at_mut(1);
+            self.inner.gather_rows(&x[0], rows, width, &mut out[0])
+        })
+    }
+    fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor) {
+        self.with(&[id(src), id(out)], |t| {
+            let (s, out) = t.split_at_mut(1);
+            self.inner.gather_columns(&s[0], rows, src_width, offset, width, &mut out[0])
+        })
+    }
+    fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
+        self.with(&[id(c)], |t| self.inner.per_layer_combine(&mut t[0], table.get(), tokens, table_scale, combine))
+    }
+    fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
+        let kv = kv.as_any_mut().downcast_mut::<CountingKv>().expect("a counting KV store").inner.as_mut();
+        self.with(&[id(k), id(v)], |t| self.inner.kv_append(kv, layer, &t[0], &t[1], rows))
+    }
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+        let kv = self.kv(kv);
+        self.with(&[id(q), id(out)], |t| {
+            let (q, out) = t.split_at_mut(1);
+            self.inner.attention(kv, plane, shape, &q[0], rows, start, &mut out[0])
+        })
+    }
+}
