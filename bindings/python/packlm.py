@@ -145,6 +145,7 @@ _SIGNATURES = {
     "packlm_model_info": (_st, [_h, _P(_Info)]),
     "packlm_model_stop_tokens": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
     "packlm_model_set_max_tokenize_bytes": (_st, [_h, _sz]),
+    "packlm_model_set_threads": (_st, [_h, _u32]),
     "packlm_model_kv_widths": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
     "packlm_model_info_json": (_st, [_h, C.c_char_p, _sz, _P(_sz)]),
     "packlm_prefix_cache_new": (_st, [_sz, _P(_h)]),
@@ -324,6 +325,10 @@ class Model(_Handle):
     def set_max_tokenize_bytes(self, max_bytes):
         """Longest text (UTF-8 bytes) tokenize accepts on this model; 0 restores the default."""
         _check(_lib.packlm_model_set_max_tokenize_bytes(self._ptr, C.c_size_t(max_bytes)))
+
+    def set_threads(self, threads):
+        """Caps the threads this model's passes use (0 = one per core); results keep their bits."""
+        _check(_lib.packlm_model_set_threads(self._ptr, C.c_uint32(threads)))
 
     def detokenize(self, tokens, skip_special=False):
         ids = _u32_array(tokens)

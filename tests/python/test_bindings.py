@@ -123,6 +123,17 @@ try:
 except packlm.PacklmError as e:
     check(e.status == 17 and "8 bytes" in str(e), f"tokenize limit error: {e}")
 m.set_max_tokenize_bytes(0)
+t1 = m.session()
+before = t1.step_batch(ids)
+m.set_threads(1)
+t2 = m.session()
+check(t2.step_batch(ids) == before, "set_threads(1) keeps the logits' bits")
+m.set_threads(0)
+try:
+    m.set_threads(100000)
+    check(False, "a thread count over the maximum was accepted")
+except packlm.PacklmError as e:
+    check(e.status == 17, f"thread limit error: {e}")
 check(m.tokenize("Hello world") == ids, "tokenize after the default limit is restored")
 
 # Model-level calls.
