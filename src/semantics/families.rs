@@ -355,6 +355,32 @@ mod tests {
         assert_eq!(kinds, vec![AttentionKind::Full, AttentionKind::Full, AttentionKind::Sliding { window: 8 }]);
     }
 
+    /// The stated limits hold without any tensor table (the config -> LayerSpec path alone):
+    /// 1025 layers, 1025 heads or head_dim 8194 are refused before a table is built.
+    #[test]
+    fn counts_above_the_stated_limits_are_refused() {
+        for (key, value) in [("num_hidden_layers", 1025), ("num_attention_heads", 1025), ("head_dim", 8194)] {
+            let mut v = json!({
+                "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 10,
+                "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128
+            });
+            v[key] = json!(value);
+            let e = build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap_err();
+            assert_eq!(e.status, crate::Status::ErrLimitExceeded, "{key}: {e}");
+            assert!(e.message.contains(key), "{e}");
+        }
+        // Gemma4's full-layer head_dim is read per layer: the same limit applies there.
+        let v = json!({
+            "model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 10,
+            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
+            "sliding_window": 8, "global_head_dim": 8194
+        });
+        let e = build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap_err();
+        assert_eq!(e.status, crate::Status::ErrLimitExceeded, "{e}");
+    }
+
     #[test]
     fn gemma2_alternates_starting_with_sliding() {
         let s = spec("gemma2", 4, json!({"sliding_window": 6, "query_pre_attn_scalar": 24}));
