@@ -211,7 +211,11 @@ fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_
     }
     let hd = rows / n_head;
     let half = hd / 2;
-    let mut out = vec![0u8; data.len()];
+    let mut out = Vec::new();
+    out.try_reserve_exact(data.len()).map_err(|_| {
+        Error::new(crate::Status::ErrOutOfMemory, format!("GGUF: no memory for a copy of tensor {name} ({} bytes)", data.len()))
+    })?;
+    out.resize(data.len(), 0u8);
     for h in 0..n_head {
         for s in 0..2 {
             for i in 0..half {
