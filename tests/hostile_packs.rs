@@ -349,6 +349,13 @@ fn hostile_gguf_files_end_with_a_status() {
         let _ = std::fs::remove_file(&p);
     };
     case(&mut c, "plain_smollm2", &bytes, Expect::Any);
+    // The pack path itself: a FIFO, a link to /dev/zero.
+    let fifo = c.root.join("pack.fifo");
+    mkfifo(&fifo);
+    c.check("pack_is_a_fifo", &fifo, Run::Logits, Expect::Status(IO, "not a regular file"));
+    let zero = c.root.join("pack.zero");
+    link_to_dev_zero(&zero);
+    c.check("pack_is_dev_zero", &zero, Run::Logits, Expect::Status(IO, "not a regular file"));
     assert_eq!(gguf_value_at(&bytes, "llama.block_count").1, 4, "llama.block_count is a u32");
     case(&mut c, "block_count_u32_max", &patch(&bytes, "llama.block_count", &u32::MAX.to_le_bytes()), Expect::Status(TENSOR, "llama.block_count"));
     case(&mut c, "block_count_0", &patch(&bytes, "llama.block_count", &0u32.to_le_bytes()), Expect::Status(TENSOR, "llama.block_count"));

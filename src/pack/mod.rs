@@ -40,6 +40,9 @@ impl Pack {
             open_folder(path)
         } else if path.is_file() {
             open_gguf(path)
+        } else if files::exists(path) {
+            // A FIFO, a device, a socket: never opened (it could block or never end).
+            Err(Error::new(Status::ErrIo, format!("{}: not a regular file or a folder", path.display())))
         } else {
             Err(Error::new(Status::ErrIo, format!("{}: no such file or folder", path.display())))
         }
