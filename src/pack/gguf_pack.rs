@@ -32,6 +32,14 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     let arch = g.architecture()?.to_string();
     let mt = model_type(&arch)?;
     let key = |k: &str| format!("{arch}.{k}");
+    // A float key, finite when present (JSON has no NaN: it would turn into null, i.e. absent,
+    // and a default would be silently guessed).
+    let float = |k: &str| -> Result<Option<f64>> {
+        match g.get_f64(&key(k))? {
+            Some(x) if !x.is_finite() => Err(Error::format(format!("GGUF: {} = {x} is not finite", key(k)))),
+            other => Ok(other),
+        }
+    };
     let need = |k: &str| -> Result<u64> {
         g.get_u64(&key(k))?.ok_or_else(|| Error::format(format!("GGUF: missing {}", key(k))))
     };
@@ -48,13 +56,16 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
         json!(g.get_u64(&key("attention.head_count_kv"))?.unwrap_or(n_heads)),
     );
     c.insert("max_position_embeddings".into(), json!(need("context_length")?));
-    let eps = g
-        .get_f64(&key("attention.layer_norm_rms_epsilon"))?
+    let eps = float("attention.layer_norm_rms_epsilon")?
         .ok_or_else(|| Error::format(format!("GGUF: missing {}", key("attention.layer_norm_rms_epsilon"))))?;
     c.insert("rms_norm_eps".into(), json!(eps));
     let head_dim = g.get_u64(&key("attention.key_length"))?.unwrap_or(hidden / n_heads.max(1));
     c.insert("head_dim".into(), json!(head_dim));
-    c.insert("rope_theta".into(), json!(g.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0)));
+    let theta = float("rope.freq_base")?.unwrap_or(10000.0);
+    if theta <= 0.0 {
+        return Err(Error::format(format!("GGUF: {} = {theta}: must be greater than 0", key("rope.freq_base"))));
+    }
+    c.insert("rope_theta".into(), json!(theta));
     if let Some(rot) = g.get_u64(&key("rope.dimension_count"))? {
         if rot != head_dim {
             c.insert("partial_rotary_factor".into(), json!(rot as f64 / head_dim as f64));
@@ -63,7 +74,7 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     match g.get_str(&key("rope.scaling.type"))? {
         None | Some("none") => {}
         Some(kind @ ("linear" | "yarn")) => {
-            let factor = g.get_f64(&key("rope.scaling.factor"))?.ok_or_else(|| {
+            let factor = float("rope.scaling.factor")?.ok_or_else(|| {
                 Error::format(format!("GGUF: {} without a factor", key("rope.scaling.type")))
             })?;
             let mut s = json!({ "rope_type": kind, "factor": factor });
@@ -95,10 +106,10 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     if arch.starts_with("gemma") {
         c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
         c.insert("hidden_act".into(), json!("gelu_pytorch_tanh"));
-        if let Some(cap) = g.get_f64(&key("attn_logit_softcapping"))? {
+        if let Some(cap) = float("attn_logit_softcapping")? {
             c.insert("attn_logit_softcapping".into(), json!(cap));
         }
-        if let Some(cap) = g.get_f64(&key("final_logit_softcapping"))? {
+        if let Some(cap) = float("final_logit_softcapping")? {
             c.insert("final_logit_softcapping".into(), json!(cap));
         }
     } else {
@@ -200,7 +211,11 @@ fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_
     }
     let hd = rows / n_head;
     let half = hd / 2;
-    let mut out = vec![0u8; data.len()];
+    let mut out = Vec::new();
+    out.try_reserve_exact(data.len()).map_err(|_| {
+        Error::new(crate::Status::ErrOutOfMemory, format!("GGUF: no memory for a copy of tensor {name} ({} bytes)", data.len()))
+    })?;
+    out.resize(data.len(), 0u8);
     for h in 0..n_head {
         for s in 0..2 {
             for i in 0..half {

@@ -3,10 +3,12 @@
 //! not copied), and the vocabulary with its special-token rules.
 
 pub mod chat;
+pub mod files;
 pub mod gguf;
 mod gguf_pack;
 pub mod gguf_tokenizer;
-mod safetensors_files;
+pub mod safetensors_files;
+pub mod sizes;
 pub mod tensor;
 pub mod vocab;
 
@@ -20,6 +22,7 @@ use crate::error::{Error, Result, Status};
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 use tensor::WeightTensor;
+use files::FileKind;
 use vocab::Vocab;
 
 pub struct Pack {
@@ -37,20 +40,24 @@ impl Pack {
             open_folder(path)
         } else if path.is_file() {
             open_gguf(path)
+        } else if files::exists(path) {
+            // A FIFO, a device, a socket: never opened (it could block or never end).
+            Err(Error::new(Status::ErrIo, format!("{}: not a regular file or a folder", path.display())))
         } else {
             Err(Error::new(Status::ErrIo, format!("{}: no such file or folder", path.display())))
         }
     }
 }
 
-fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::format(format!("{}: {e}", path.display())))
+fn read_json(path: &Path, kind: FileKind) -> Result<Value> {
+    let bytes = files::read_bytes(path, kind)?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::format(format!("{}: {e}", path.display())))
 }
 
-fn read_json_opt(path: &Path) -> Result<Option<Value>> {
-    if path.is_file() {
-        read_json(path).map(Some)
+/// An optional file: absent is None; present but not a readable regular file is an error.
+fn read_json_opt(path: &Path, kind: FileKind) -> Result<Option<Value>> {
+    if files::exists(path) {
+        read_json(path, kind).map(Some)
     } else {
         Ok(None)
     }
@@ -67,19 +74,25 @@ fn token_content(v: Option<&Value>) -> Option<&str> {
 
 fn open_folder(dir: &Path) -> Result<Pack> {
     let config_path = dir.join("config.json");
-    let config = read_json(&config_path)?;
+    let config = read_json(&config_path, FileKind::Config)?;
     let source = config_path.display().to_string();
+    // The tensor table first (mapped, not read): the config's sizes are checked against it
+    // before the per-layer table is built from them.
+    let tensors = safetensors_files::load_folder(dir)?;
+    sizes::check_against_tensors(&config, &source, "\"num_hidden_layers\"", &tensors)?;
     let mut spec = ModelSpec::from_config(&config, &source, Container::Folder)?;
 
     let tok_path = dir.join("tokenizer.json");
-    if !tok_path.is_file() {
+    if !files::exists(&tok_path) {
         return Err(Error::new(Status::ErrIo, format!("{}: missing", tok_path.display())));
     }
-    let tokenizer = Tokenizer::from_file(&tok_path)
+    let tok_bytes = files::read_bytes(&tok_path, FileKind::Tokenizer)?;
+    let tokenizer = Tokenizer::from_bytes(&tok_bytes)
         .map_err(|e| Error::new(Status::ErrTokenizer, format!("{}: {e}", tok_path.display())))?;
+    drop(tok_bytes);
     let tc_path = dir.join("tokenizer_config.json");
-    let tc = read_json_opt(&tc_path)?.unwrap_or(Value::Null);
-    let gen = read_json_opt(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+    let tc = read_json_opt(&tc_path, FileKind::TokenizerConfig)?.unwrap_or(Value::Null);
+    let gen = read_json_opt(&dir.join("generation_config.json"), FileKind::GenerationConfig)?.unwrap_or(Value::Null);
     let tc_src = tc_path.display().to_string();
     let gen_src = "generation_config.json".to_string();
     let tcfg = Cfg::new(&tc, &tc_src);
@@ -105,11 +118,26 @@ fn open_folder(dir: &Path) -> Result<Pack> {
         None => post_processor_adds(&tokenizer, bos),
     };
     let template = chat::template_from_folder(dir, &tc)?;
+    check_token_ids(&spec, bos, &eos, &extra_stop, &dir.display().to_string())?;
     spec.bos_token_id = bos;
     spec.eos_token_ids = eos.clone();
     let vocab = Vocab::new(tokenizer, bos, eos, extra_stop, add_bos, template);
-    let tensors = safetensors_files::load_folder(dir)?;
     Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab })
+}
+
+/// BOS, EOS and stop ids must name rows of the embedding (`vocab_size`): an id beyond it would be
+/// reported as valid and could never be stepped.
+fn check_token_ids(spec: &ModelSpec, bos: Option<u32>, eos: &[u32], stop: &[u32], source: &str) -> Result<()> {
+    let ids = bos.iter().map(|&b| ("bos_token_id", b)).chain(eos.iter().chain(stop).map(|&e| ("eos_token_id", e)));
+    for (key, id) in ids {
+        if id as usize >= spec.vocab_size {
+            return Err(Error::format(format!(
+                "{source}: {key} {id} is not below the vocabulary size {}",
+                spec.vocab_size
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Whether the tokenizer.json's own post-processor puts BOS first (used when
@@ -127,11 +155,15 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     let n_tokens = gv.tokenizer.get_vocab_size(true);
     let config = gguf_pack::config_from_gguf(&g, n_tokens)?;
     let source = format!("{} (metadata)", path.display());
-    let mut spec = ModelSpec::from_config(&config, &source, Container::Gguf)?;
     let tensors = gguf_pack::tensors_from_gguf(&g, &config)?;
+    let layer_key = format!("{}.block_count", g.architecture()?);
+    sizes::check_against_tensors(&config, &source, &layer_key, &tensors)?;
+    let mut spec = ModelSpec::from_config(&config, &source, Container::Gguf)?;
     let eos: Vec<u32> = gv.eos.into_iter().collect();
+    let eot: Vec<u32> = gv.eot.into_iter().collect();
+    check_token_ids(&spec, gv.bos, &eos, &eot, &source)?;
     spec.bos_token_id = gv.bos;
     spec.eos_token_ids = eos.clone();
-    let vocab = Vocab::new(gv.tokenizer, gv.bos, eos, gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template);
+    let vocab = Vocab::new(gv.tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template);
     Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab })
 }

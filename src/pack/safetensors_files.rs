@@ -3,7 +3,6 @@
 //! `safetensors` crate; tensors stay in the map (no copy, no conversion at load).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,6 +10,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::pack::files::{self, FileKind};
 use crate::pack::tensor::{TensorBytes, WeightTensor};
 use crate::quant::WeightType;
 
@@ -18,9 +18,9 @@ use crate::quant::WeightType;
 pub fn load_folder(dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
     let single = dir.join("model.safetensors");
     let index = dir.join("model.safetensors.index.json");
-    let files: Vec<String> = if index.is_file() {
+    let files: Vec<String> = if files::exists(&index) {
         shard_names(&index)?
-    } else if single.is_file() {
+    } else if files::exists(&single) {
         vec!["model.safetensors".to_string()]
     } else {
         return Err(Error::new(
@@ -37,8 +37,8 @@ pub fn load_folder(dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
 
 /// The distinct shard file names of an index's `weight_map`.
 fn shard_names(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
+    let text = files::read_bytes(index, FileKind::SafetensorsIndex)?;
+    let v: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| Error::format(format!("{}: {e}", index.display())))?;
     let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
         Error::format(format!("{}: no \"weight_map\" object", index.display()))
@@ -61,7 +61,8 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
 }
 
 fn load_file(path: &Path, out: &mut BTreeMap<String, WeightTensor>) -> Result<()> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    // A regular file only: a FIFO would block, a device would map without end.
+    let file = files::open_regular(path)?;
     // SAFETY: the map is read-only; packs are not expected to change while open (the same
     // assumption every mmap-based loader makes; documented in the header for packlm_model_open).
     let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
@@ -86,7 +87,7 @@ fn load_file(path: &Path, out: &mut BTreeMap<String, WeightTensor>) -> Result<()
         let (b, e) = info.data_offsets;
         let offset = data_start
             .checked_add(b)
-            .filter(|_| e >= b && data_start + e <= map.len())
+            .filter(|_| e >= b && data_start.checked_add(e).is_some_and(|end| end <= map.len()))
             .ok_or_else(|| {
                 Error::format(format!("{}: tensor {name} lies outside the file", path.display()))
             })?;

@@ -49,10 +49,27 @@ impl<'a> Cfg<'a> {
         Ok(v)
     }
 
+    /// A finite number, or None. Non-finite values never reach the arithmetic.
     pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| self.bad(key, "a number", v)),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(Some)
+                .ok_or_else(|| self.bad(key, "a finite number", v)),
+        }
+    }
+
+    /// A number > 0 that stays finite and non-zero in f32, or None (rope bases and factors,
+    /// scalars and caps that divide or are raised to a power).
+    pub fn opt_positive_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.opt_f64(key)? {
+            Some(x) if !(x > 0.0 && (x as f32).is_finite() && (x as f32) > 0.0) => Err(Error::format(format!(
+                "{}: \"{key}\" = {x}: must be greater than 0 (and within f32 range)",
+                self.source
+            ))),
+            other => Ok(other),
         }
     }
 
@@ -115,6 +132,12 @@ impl<'a> Cfg<'a> {
 
     pub fn missing(&self, key: &str) -> Error {
         Error::format(format!("{}: missing \"{key}\"", self.source))
+    }
+
+    /// Refuses a value that makes the arithmetic meaningless (`ErrFormat`), naming the key.
+    pub fn invalid(&self, key: &str, why: &str) -> Error {
+        let got = self.get(key).map(|v| v.to_string()).unwrap_or_else(|| "absent".into());
+        Error::format(format!("{}: \"{key}\" = {got}: {why}", self.source))
     }
 
     /// Refuses a value we do not implement, naming the key.

@@ -2,9 +2,10 @@
 //! layer kinds); each family function then states only what differs.
 //! Sources: transformers 5 `models/<family>/configuration_<family>.py` and `modeling_<family>.py`.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::semantics::config::Cfg;
 use crate::semantics::rope::{read_rope, LegacyRope};
+use crate::semantics::{MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS};
 use crate::semantics::{Activation, AttentionKind, Container, KvSource, LayerNorms, LayerSpec, ModelSpec, NormForm};
 
 /// Llama-style pre-norm layer: `input_layernorm` before attention, `post_attention_layernorm`
@@ -143,7 +144,8 @@ pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<
         match (model_type, cfg.value.get(key)) {
             ("gemma2", None) => Ok(Some(gemma2_default as f32)),
             _ if v1 => Ok(None),
-            _ => Ok(cfg.opt_f64(key)?.map(|c| c as f32)),
+            // tanh(x / cap) * cap: a cap <= 0 makes every logit NaN or flips its sign.
+            _ => Ok(cfg.opt_positive_f64(key)?.map(|c| c as f32)),
         }
     };
     spec.final_softcap = cap("final_logit_softcapping", 30.0)?;
@@ -152,7 +154,8 @@ pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<
         None
     } else {
         // Gemma2/3 config classes default query_pre_attn_scalar to 256.
-        Some(cfg.opt_f64("query_pre_attn_scalar")?.unwrap_or(256.0))
+        // The scale is query_pre_attn_scalar^-0.5: 0 or less gives inf or NaN.
+        Some(cfg.opt_positive_f64("query_pre_attn_scalar")?.unwrap_or(256.0))
     };
     for l in &mut spec.layers {
         if !v1 {
@@ -172,7 +175,9 @@ pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<
 pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     let hidden = cfg.positive("hidden_size")?;
     let n_layers = cfg.positive("num_hidden_layers")?;
+    limit(cfg, "num_hidden_layers", n_layers, MAX_LAYERS)?;
     let n_heads = cfg.positive("num_attention_heads")?;
+    limit(cfg, "num_attention_heads", n_heads, MAX_HEADS)?;
     let n_kv_heads = cfg.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
     if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
         return Err(cfg.refuse("num_key_value_heads", "must divide num_attention_heads"));
@@ -184,12 +189,25 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     if head_dim == 0 || head_dim % 2 != 0 {
         return Err(cfg.refuse("head_dim", "must be even and non-zero"));
     }
+    limit(cfg, "head_dim", head_dim, MAX_HEAD_DIM)?;
     let vocab = cfg.positive("vocab_size")?;
     let mlp_width = cfg.positive("intermediate_size")?;
+    // 0 is allowed (x / sqrt(mean(x^2) + 0)); a negative epsilon can make the root NaN.
     let eps = cfg.f64("rms_norm_eps")?;
+    if eps < 0.0 || !(eps as f32).is_finite() {
+        return Err(cfg.invalid("rms_norm_eps", "must be 0 or more (and within f32 range)"));
+    }
     let max_context = cfg.positive("max_position_embeddings")?;
+    // packlm_info.n_ctx and session options carry the context as a u32: a longer one is
+    // refused rather than truncated.
+    if u32::try_from(max_context).is_err() {
+        return Err(cfg.refuse("max_position_embeddings", "context lengths above 2^32 - 1 are not supported"));
+    }
     let kinds = layer_kinds(cfg, n_layers, &b.sliding)?;
-    let mut layers = Vec::with_capacity(n_layers);
+    let mut layers = Vec::new();
+    layers.try_reserve_exact(n_layers).map_err(|_| {
+        Error::new(Status::ErrOutOfMemory, format!("{}: no memory for {n_layers} layers", cfg.source))
+    })?;
     for kind in kinds {
         let (name, legacy) = match kind {
             AttentionKind::Full => ("full_attention", b.legacy_rope.0),
@@ -232,6 +250,18 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
         per_layer_input: None,
         layers,
     })
+}
+
+/// Refuses a count or size beyond a stated limit (see `semantics::MAX_LAYERS`...), so that
+/// nothing is allocated from it.
+pub(super) fn limit(cfg: Cfg, key: &str, value: usize, max: usize) -> Result<()> {
+    if value > max {
+        return Err(Error::new(
+            Status::ErrLimitExceeded,
+            format!("{}: \"{key}\" = {value} is above the limit of {max}", cfg.source),
+        ));
+    }
+    Ok(())
 }
 
 /// `layer_types` when stated (it wins over any pattern key); otherwise the family's rule.
@@ -323,6 +353,32 @@ mod tests {
         );
         let kinds: Vec<_> = s.layers.iter().map(|l| l.attention).collect();
         assert_eq!(kinds, vec![AttentionKind::Full, AttentionKind::Full, AttentionKind::Sliding { window: 8 }]);
+    }
+
+    /// The stated limits hold without any tensor table (the config -> LayerSpec path alone):
+    /// 1025 layers, 1025 heads or head_dim 8194 are refused before a table is built.
+    #[test]
+    fn counts_above_the_stated_limits_are_refused() {
+        for (key, value) in [("num_hidden_layers", 1025), ("num_attention_heads", 1025), ("head_dim", 8194)] {
+            let mut v = json!({
+                "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 10,
+                "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128
+            });
+            v[key] = json!(value);
+            let e = build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap_err();
+            assert_eq!(e.status, crate::Status::ErrLimitExceeded, "{key}: {e}");
+            assert!(e.message.contains(key), "{e}");
+        }
+        // Gemma4's full-layer head_dim is read per layer: the same limit applies there.
+        let v = json!({
+            "model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 10,
+            "intermediate_size": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
+            "sliding_window": 8, "global_head_dim": 8194
+        });
+        let e = build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap_err();
+        assert_eq!(e.status, crate::Status::ErrLimitExceeded, "{e}");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn gemma4(cfg: Cfg, container: Container) -> Result<ModelSpec> {
     spec.layers[n - 1].attention = AttentionKind::Full;
     spec.embed_scale = Some((spec.hidden_size as f64).sqrt() as f32);
     spec.norm_form = NormForm::Weight;
-    spec.final_softcap = cfg.opt_f64("final_logit_softcapping")?.map(|c| c as f32);
+    spec.final_softcap = cfg.opt_positive_f64("final_logit_softcapping")?.map(|c| c as f32);
     let k_eq_v = cfg.opt_bool("attention_k_eq_v")?.unwrap_or(false);
     let overrides = geometry_overrides(cfg, n, &spec)?;
     for (i, l) in spec.layers.iter_mut().enumerate() {

@@ -13,6 +13,13 @@ use crate::error::Result;
 pub use families::build_spec;
 pub use rope::RopeSpec;
 
+/// Stated limits on counts taken from a config, checked before anything is allocated from
+/// them (`ErrLimitExceeded`). Far above any released model (Llama 3.1 405B: 126 layers,
+/// 128 heads; Gemma4: head_dim 512), far below what could exhaust memory in a spec table.
+pub const MAX_LAYERS: usize = 1024;
+pub const MAX_HEADS: usize = 1024;
+pub const MAX_HEAD_DIM: usize = 8192;
+
 /// What kind of file the config and weights came from: a property of the container that some
 /// family rules depend on (Gemma's norm weights are stored as w in HF folders, as w + 1 in GGUF).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -44,8 +44,9 @@ impl LegacyRope {
 /// `rope_scaling` merged with a top-level base), read from `cfg`.
 /// `layer_type` selects the nested entry when `rope_parameters` is per layer type.
 pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: LegacyRope) -> Result<RopeSpec> {
+    super::families::limit(cfg, "head_dim", head_dim, super::MAX_HEAD_DIM)?;
     let max_pos = cfg.opt_usize("max_position_embeddings")?;
-    let top_theta = cfg.opt_f64(legacy.theta_key)?;
+    let top_theta = cfg.opt_positive_f64(legacy.theta_key)?;
     let top_partial = cfg.opt_f64("partial_rotary_factor")?;
     // transformers 5 writes `rope_parameters`; older writers `rope_theta` + `rope_scaling`.
     let params = match cfg.opt_obj("rope_parameters")? {
@@ -65,12 +66,22 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: Le
             None => Ok(None),
         }
     };
+    // Bases, factors and context lengths divide or are raised to powers: each must be > 0.
+    let get_pos = |k: &str| -> Result<Option<f64>> {
+        match params {
+            Some(p) => p.opt_positive_f64(k),
+            None => Ok(None),
+        }
+    };
     let kind = match params {
         Some(p) => p.opt_str("rope_type")?.or(p.opt_str("type")?).unwrap_or("default"),
         None => "default",
     };
-    let theta = get_f("rope_theta")?.or(top_theta).unwrap_or(legacy.default_theta);
+    let theta = get_pos("rope_theta")?.or(top_theta).unwrap_or(legacy.default_theta);
     let partial = get_f("partial_rotary_factor")?.or(top_partial).unwrap_or(1.0);
+    if !(partial > 0.0 && partial <= 1.0) {
+        return Err(cfg.invalid("partial_rotary_factor", "must be in (0, 1]"));
+    }
     let rotary_dims = if kind == "proportional" { head_dim } else { (head_dim as f64 * partial) as usize };
     if rotary_dims == 0 || rotary_dims % 2 != 0 || rotary_dims > head_dim {
         return Err(cfg.refuse("partial_rotary_factor", "rotary dims must be even and within head_dim"));
@@ -86,30 +97,38 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: Le
             let f = require(get_f("factor")?, cfg, "rope factor")?;
             let low = require(get_f("low_freq_factor")?, cfg, "low_freq_factor")?;
             let high = require(get_f("high_freq_factor")?, cfg, "high_freq_factor")?;
-            let orig = get_f("original_max_position_embeddings")?
+            // HF divides by (high_freq_factor - low_freq_factor).
+            if high == low {
+                return Err(cfg.invalid("rope_parameters", "high_freq_factor equals low_freq_factor"));
+            }
+            let orig = get_pos("original_max_position_embeddings")?
                 .or(max_pos.map(|x| x as f64))
                 .ok_or_else(|| cfg.missing("original_max_position_embeddings"))?;
             (llama3_inv_freq(&default, f, low, high, orig), Some(f), 1.0)
         }
         "yarn" => {
-            let orig = get_f("original_max_position_embeddings")?
+            let orig = get_pos("original_max_position_embeddings")?
                 .or(max_pos.map(|x| x as f64))
                 .ok_or_else(|| cfg.missing("original_max_position_embeddings"))?;
-            let f = match get_f("factor")? {
+            let f = match get_pos("factor")? {
                 Some(f) => f,
                 None => max_pos.map(|m| m as f64 / orig).ok_or_else(|| cfg.missing("factor"))?,
             };
+            // The correction range divides by ln(theta).
+            if theta <= 1.0 {
+                return Err(cfg.invalid("rope_theta", "yarn needs a rope base above 1"));
+            }
             let truncate = match params {
                 Some(p) => p.opt_bool("truncate")?.unwrap_or(true),
                 None => true,
             };
             let y = Yarn {
                 factor: f,
-                attention_factor: get_f("attention_factor")?,
+                attention_factor: get_pos("attention_factor")?,
                 mscale: get_f("mscale")?,
                 mscale_all_dim: get_f("mscale_all_dim")?,
-                beta_fast: get_f("beta_fast")?.filter(|&b| b != 0.0).unwrap_or(32.0),
-                beta_slow: get_f("beta_slow")?.filter(|&b| b != 0.0).unwrap_or(1.0),
+                beta_fast: get_pos("beta_fast")?.filter(|&b| b != 0.0).unwrap_or(32.0),
+                beta_slow: get_pos("beta_slow")?.filter(|&b| b != 0.0).unwrap_or(1.0),
                 original_max_positions: orig,
                 truncate,
             };
@@ -121,7 +140,7 @@ pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: Le
         // the other pairs get frequency 0 (pass through); all divided by `factor` (default 1).
         "proportional" => {
             let rotated = ((partial * head_dim as f64) / 2.0).floor() as usize;
-            let f = get_f("factor")?.unwrap_or(1.0);
+            let f = get_pos("factor")?.unwrap_or(1.0);
             let inv = (0..head_dim / 2)
                 .map(|j| {
                     let x = if j < rotated { 1.0f32 / (theta as f32).powf((2 * j) as f32 / head_dim as f32) } else { 0.0 };
