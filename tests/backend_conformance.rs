@@ -30,26 +30,6 @@ use packlm::quant::WeightType;
 use packlm::semantics::rope::RopeSpec;
 use packlm::semantics::{Activation, KvSource, LayerSpec};
 
-/// splitmix64: a fixed stream so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn sym(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.sym()).collect()
-    }
-}
-
 const ROWS: [usize; 4] = [1, 3, 8, 17];
 
 fn reference() -> Box<dyn Backend> {

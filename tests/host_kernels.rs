@@ -9,6 +9,9 @@
 //! rows of the real models when models/ holds them. Then the exactness rules of the backend:
 //! batch size and thread count never change a bit.
 
+mod common;
+use common::Rng;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -31,26 +34,6 @@ const ALL: [WeightType; 9] = [
     WeightType::Q4_K,
     WeightType::Q6_K,
 ];
-
-/// splitmix64: a fixed, dependency-free stream so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn sym(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
 
 fn put_f16(b: &mut [u8], at: usize, v: f32) {
     b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
