@@ -27,10 +27,72 @@ pub enum Want {
 /// caller that catches the panic (the C boundary does) keeps a usable session.
 pub fn forward(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let logits = run(model, &mut *pass.kv, tokens, want, abort)?;
-    pass.kv.advance(tokens.len());
+    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    let m = tokens.len();
+    let rows: Vec<usize> = match want {
+        Want::None => Vec::new(),
+        Want::Last => vec![m - 1],
+        Want::All => (0..m).collect(),
+    };
+    let logits = if rows.is_empty() { Vec::new() } else { OutputTile::new(model, rows.len()).project(model, &x, &rows, abort)? };
+    pass.kv.advance(m);
     pass.done = true;
     Ok(logits)
+}
+
+/// Runs `tokens` through every layer as `forward` does and returns the final residual stream
+/// (`tokens.len() x hidden`, before the final norm) instead of logits, for a caller that
+/// projects the rows itself in bounded tiles (`OutputTile`). Same rollback rules as `forward`.
+pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &AtomicBool) -> Result<Tensor> {
+    let mut pass = Rollback { start: kv.positions(), kv, done: false };
+    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    pass.kv.advance(tokens.len());
+    pass.done = true;
+    Ok(x)
+}
+
+/// Most rows `verify` projects to logits at once: it holds at most this many rows of n_vocab.
+pub const OUTPUT_TILE_ROWS: usize = 16;
+
+/// Buffers of the output projection (final norm, lm_head, final softcap) for up to `rows` rows
+/// at a time. A row's logits are the same bits whatever tile it is projected in (the backend's
+/// exactness rule: an output element does not depend on the row count).
+pub struct OutputTile {
+    rows: usize,
+    /// (rows, hidden)
+    h: Tensor,
+    /// (rows, hidden)
+    normed: Tensor,
+    /// (rows, vocab)
+    logits: Tensor,
+}
+
+impl OutputTile {
+    pub fn new(model: &Model, rows: usize) -> OutputTile {
+        let be = model.backend.as_ref();
+        let (hidden, vocab) = (model.spec.hidden_size, model.spec.vocab_size);
+        OutputTile { rows, h: be.tensor(rows * hidden), normed: be.tensor(rows * hidden), logits: be.tensor(rows * vocab) }
+    }
+
+    /// Logits (`rows.len() x vocab`, `rows.len() <= self.rows`) of the given rows of the
+    /// residual stream `x`. Checks `abort` first: on a 262k vocabulary this costs more than a
+    /// token's layers.
+    pub fn project(&mut self, model: &Model, x: &Tensor, rows: &[usize], abort: &AtomicBool) -> Result<Vec<f32>> {
+        debug_assert!(rows.len() <= self.rows);
+        if abort.load(Ordering::Relaxed) {
+            return Err(Error::new(Status::ErrAborted, "aborted before the output projection"));
+        }
+        let spec = &model.spec;
+        let be = model.backend.as_ref();
+        let (hidden, n) = (spec.hidden_size, rows.len());
+        be.gather_rows(x, rows, hidden, &mut self.h);
+        be.rms_norm(&self.h, &model.weights.final_norm, spec.norm_eps, n, hidden, &mut self.normed);
+        be.matmul(&model.weights.lm_head, &self.normed, n, &mut self.logits);
+        if let Some(cap) = spec.final_softcap {
+            be.softcap(&mut self.logits, cap, n * spec.vocab_size);
+        }
+        Ok(be.read(&self.logits, n * spec.vocab_size))
+    }
 }
 
 /// Until `done`, dropping it truncates the cache back to `start`: on `Err` and on unwind alike.
@@ -55,7 +117,9 @@ thread_local! {
     pub(crate) static PANIC_AFTER_LAYER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-fn run(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
+/// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
+/// freed before it returns, so the output projection runs beside x alone.
+fn layers(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &AtomicBool) -> Result<Tensor> {
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let hidden = spec.hidden_size;
@@ -77,20 +141,7 @@ fn run(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &
         }
         mlp_block(model, il, ls, lw, &mut x, m, ple.as_ref(), &mut s);
     }
-    let rows: Vec<usize> = match want {
-        Want::None => return Ok(Vec::new()),
-        Want::Last => vec![m - 1],
-        Want::All => (0..m).collect(),
-    };
-    let n = rows.len();
-    be.gather_rows(&x, &rows, hidden, &mut s.h);
-    be.rms_norm(&s.h, &model.weights.final_norm, spec.norm_eps, n, hidden, &mut s.proj);
-    let mut logits = be.tensor(n * spec.vocab_size);
-    be.matmul(&model.weights.lm_head, &s.proj, n, &mut logits);
-    if let Some(cap) = spec.final_softcap {
-        be.softcap(&mut logits, cap, n * spec.vocab_size);
-    }
-    Ok(be.read(&logits, n * spec.vocab_size))
+    Ok(x)
 }
 
 /// Activation buffers of one pass, each sized for the widest layer and reused by every layer.

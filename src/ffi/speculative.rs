@@ -117,18 +117,21 @@ pub struct packlm_verify_result {
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
         let s = &mut try_mut(session, "session")?.inner;
-        let draft = try_slice(draft, k, "draft")?;
         let p = try_ref(params, "params")?;
         let result = try_mut(result, "result")?;
         if p.size != std::mem::size_of::<packlm_verify_params>() || result.size != std::mem::size_of::<packlm_verify_result>() {
             return Err(Error::invalid("params.size or result.size does not match this library"));
         }
+        // k against the context, and k x n_vocab, before any caller buffer is read.
+        let with_probs = p.mode == PACKLM_VERIFY_SAMPLED && !p.draft_probs.is_null();
+        let n_probs = s.check_verify_lengths(k, with_probs)?;
+        let draft = try_slice(draft, k, "draft")?;
         let vocab = s.model().spec().vocab_size;
         let out = match p.mode {
             PACKLM_VERIFY_GREEDY => s.verify(pending, draft, Acceptance::Greedy)?,
             PACKLM_VERIFY_SAMPLED => {
                 let (sp, _) = read_sampler(&p.sampler)?;
-                let q = if p.draft_probs.is_null() { None } else { Some(try_slice(p.draft_probs, k * vocab, "draft_probs")?) };
+                let q = if p.draft_probs.is_null() { None } else { Some(try_slice(p.draft_probs, n_probs, "draft_probs")?) };
                 let rng = try_mut(p.rng_state, "rng_state")?;
                 let mut r = *rng;
                 let out = s.verify(pending, draft, Acceptance::Sampled { params: &sp, draft_probs: q, rng: &mut r })?;
