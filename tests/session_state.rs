@@ -199,6 +199,33 @@ fn prefix_cache_reuses_the_longest_shared_prefix() {
     assert_bits_equal(&got, &f.step_batch(&prompt, Want::Last).unwrap(), "prefix cache");
 }
 
+/// A stored state longer than a session's context is reused up to what fits there, exactly:
+/// the session then equals a fresh one that saw those tokens (snapshot bytes and next step).
+#[test]
+fn prefix_cache_reuses_what_fits_a_smaller_context() {
+    let m = open(&tiny("gemma3"));
+    let t = golden(&tiny("gemma3")).tokens;
+    let mut cache = PrefixCache::new(1 << 20);
+    let mut a = Session::new(m.clone(), 0).unwrap();
+    a.step_batch(&t[..12], Want::None).unwrap();
+    cache.store(&a);
+    // A prompt sharing 6 tokens, in a session of 10 positions: the 12-position state is reused.
+    let mut prompt = t[..6].to_vec();
+    prompt.extend_from_slice(&[7, 8]);
+    let mut s = Session::new(m.clone(), 10).unwrap();
+    assert_eq!(cache.restore_longest(&mut s, &prompt).unwrap(), 6);
+    let got = s.step_batch(&prompt[6..], Want::Last).unwrap();
+    let mut f = Session::new(m.clone(), 10).unwrap();
+    assert_bits_equal(&got, &f.step_batch(&prompt, Want::Last).unwrap(), "prefix cache into a smaller context");
+    // The whole stored prompt and more: as much as the context holds is reused.
+    let mut s = Session::new(m.clone(), 10).unwrap();
+    assert_eq!(cache.restore_longest(&mut s, &t[..14]).unwrap(), 10);
+    let mut f = Session::new(m.clone(), 10).unwrap();
+    f.step_batch(&t[..10], Want::None).unwrap();
+    assert!(s.snapshot() == f.snapshot(), "the reused 10 positions differ from a fresh session's");
+    assert_eq!(s.tokens(), &t[..10]);
+}
+
 /// Wilson-Hilferty approximation of the chi-square quantile at upper tail probability 0.001.
 fn chi2_critical_001(df: usize) -> f64 {
     let d = df as f64;

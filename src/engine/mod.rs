@@ -290,6 +290,31 @@ impl Session {
         self.last_logits.clear();
         Ok(())
     }
+
+    /// Restores the first `keep` positions of a snapshot (`keep` at most what it holds and at
+    /// most this session's context), also when the whole snapshot would not fit this session:
+    /// the same as restoring it into a large enough session and truncating to `keep`, which is
+    /// exact. Validated like `restore`; on failure the session is unchanged.
+    pub fn restore_prefix(&mut self, bytes: &[u8], keep: usize) -> Result<()> {
+        let m = &self.model;
+        if keep > self.n_ctx {
+            return Err(Error::new(Status::ErrContextOverflow, format!("cannot keep {keep} positions: the session's context is {}", self.n_ctx)));
+        }
+        let mut d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.fingerprint, m.spec.vocab_size, m.spec.max_context)?;
+        if keep > d.positions {
+            return Err(Error::invalid(format!("cannot keep {keep} positions: the snapshot holds {}", d.positions)));
+        }
+        for plane in d.planes.iter_mut().flatten() {
+            let width = plane.0.len() / d.positions.max(1);
+            plane.0.truncate(keep * width);
+            plane.1.truncate(keep * width);
+        }
+        d.tokens.truncate(keep);
+        self.kv.import(d.planes, keep)?;
+        self.tokens = d.tokens;
+        self.last_logits.clear();
+        Ok(())
+    }
 }
 
 /// The model's description (`packlm info --json`, `packlm_model_info_json`).
