@@ -211,8 +211,11 @@ typedef struct packlm_session packlm_session;
 typedef void (*packlm_log_fn)(int32_t level, const char *message, void *user_data);
 
 /**
- * Called during open with the fraction done (0..1); return false to cancel the open
- * (it then fails with PACKLM_ERR_ABORTED).
+ * Called during open, on the thread that called `packlm_model_open` and under no lock of the
+ * library, with the fraction done: 0 first, then after the pack's files are read and after
+ * each layer's weights are prepared, 1 last; the fractions never decrease. Return false to
+ * cancel: the open then stops, frees what it built, fails with PACKLM_ERR_ABORTED, and does
+ * not call the callback again.
  */
 typedef bool (*packlm_progress_fn)(float fraction, void *user_data);
 

@@ -91,14 +91,47 @@ impl Model {
     }
 
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
-        Model::open_on(path, backend::create(opts.backend, opts.threads)?)
+        Model::open_with_progress(path, opts, &mut |_| true)
+    }
+
+    /// As `open`, calling `progress(fraction)` on this thread as the open goes: 0 first, then
+    /// after the pack's files are read and after each layer's weights are prepared, 1 last;
+    /// the fractions never decrease. When it returns false the open stops there with
+    /// `ErrAborted`, everything built so far is freed, and it is not called again.
+    pub fn open_with_progress(path: &Path, opts: &OpenOptions, progress: &mut dyn FnMut(f32) -> bool) -> Result<Model> {
+        if opts.threads > backend::MAX_THREADS {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("threads {} is more than the maximum of {}", opts.threads, backend::MAX_THREADS),
+            ));
+        }
+        let mut report = |f: f32| -> Result<()> {
+            if progress(f) {
+                Ok(())
+            } else {
+                Err(Error::new(Status::ErrAborted, format!("open cancelled by the progress callback at {f}")))
+            }
+        };
+        report(0.0)?;
+        let backend = backend::create(opts.backend, opts.threads)?;
+        let model = Model::open_reporting(path, backend, &mut report)?;
+        report(1.0)?;
+        Ok(model)
     }
 
     /// Opens `path` on a backend built by the caller (any implementation of the op set, such as
     /// a test backend); the backend prepares the weights.
     pub fn open_on(path: &Path, backend: Box<dyn Backend>) -> Result<Model> {
+        Model::open_reporting(path, backend, &mut |_| Ok(()))
+    }
+
+    /// Reading the pack counts as the first tenth of an open, preparing the weights as the rest.
+    fn open_reporting(path: &Path, backend: Box<dyn Backend>, report: &mut dyn FnMut(f32) -> Result<()>) -> Result<Model> {
+        const READ_SHARE: f32 = 0.1;
         let pack = Pack::open(path)?;
-        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref())?;
+        report(READ_SHARE)?;
+        let mut step = |done: usize, total: usize| report(READ_SHARE + (1.0 - READ_SHARE) * done as f32 / total as f32);
+        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref(), &mut step)?;
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
             log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));
