@@ -398,8 +398,10 @@ extern "C" {
 
 /**
  * Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes
- * the session's current and later passes stop between layers with PACKLM_ERR_ABORTED, leaving
- * the session as it was before the call, until packlm_abort_clear.
+ * the session's current and later passes stop with PACKLM_ERR_ABORTED, leaving the session as
+ * it was before the call, until packlm_abort_clear. The host backend checks it inside long
+ * kernels (per task of a matmul or attention call, and in the output projection), the others
+ * between layers.
  */
 packlm_status packlm_session_abort_handle(const packlm_session *session, packlm_abort **out);
 
@@ -487,7 +489,8 @@ packlm_status packlm_prefix_cache_store(packlm_prefix_cache *cache, const packlm
 
 /**
  * Restores into `session` the stored state sharing the longest prefix with `tokens[0..n]`
- * (at most n - 1 positions, so the last prompt token is still to be fed). `*n_reused`
+ * (at most n - 1 positions, so the last prompt token is still to be fed, and at most the
+ * session's n_ctx: a state stored from a longer context is reused up to what fits). `*n_reused`
  * receives how many prompt tokens the session now holds; 0 means none was usable and the
  * session is untouched. Feed `tokens[*n_reused..]` next.
  */
@@ -540,8 +543,11 @@ packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sa
  * The speculative step as one call: `pending` is the token already chosen but not yet fed;
  * `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
  * longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
- * exactly as if those tokens had been stepped one by one. On failure (bad token, context
- * full, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written.
+ * exactly as if those tokens had been stepped one by one. k + 1 rows that do not fit the
+ * session's context return PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read.
+ * Logits are computed 16 rows at a time, not all k + 1 at once, so the memory a call needs
+ * beyond a step_batch of k + 1 rows does not grow with k. On failure (bad token, context full, PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC)
+ * the session is unchanged and `*result` is not written.
  */
 packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uint32_t *draft, size_t k, const packlm_verify_params *params, packlm_verify_result *result);
 

@@ -197,7 +197,8 @@ pub struct Session {
     last_logits: Vec<f32>,
     /// Most positions this session may hold.
     n_ctx: usize,
-    /// Set from any thread to stop a long pass between layers.
+    /// Set from any thread to stop a long pass (between layers, and inside kernels that check
+    /// the pass context: backend::pass).
     abort: Arc<AtomicBool>,
     counters: VerifyCounters,
 }
@@ -230,7 +231,7 @@ impl Session {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
-    /// The flag that stops a pass between layers when set (from any thread).
+    /// The flag that stops a pass when set (from any thread); see `abort` above.
     pub fn abort_flag(&self) -> &Arc<AtomicBool> {
         &self.abort
     }

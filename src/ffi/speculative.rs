@@ -111,8 +111,11 @@ pub struct packlm_verify_result {
 /// The speculative step as one call: `pending` is the token already chosen but not yet fed;
 /// `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
 /// longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
-/// exactly as if those tokens had been stepped one by one. On failure (bad token, context
-/// full, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written.
+/// exactly as if those tokens had been stepped one by one. k + 1 rows that do not fit the
+/// session's context return PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read.
+/// Logits are computed 16 rows at a time, not all k + 1 at once, so the memory a call needs
+/// beyond a step_batch of k + 1 rows does not grow with k. On failure (bad token, context full, PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC)
+/// the session is unchanged and `*result` is not written.
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
