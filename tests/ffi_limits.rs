@@ -90,16 +90,22 @@ fn verify_refuses_an_absurd_k_before_reading_or_allocating() {
 struct Progress {
     seen: Vec<f32>,
     stop_at: usize,
+    /// Reports that came from a thread other than the one that called open.
+    other_thread: usize,
+    caller: std::thread::ThreadId,
 }
 
 extern "C" fn record(fraction: f32, user: *mut c_void) -> bool {
     let p = unsafe { &mut *(user as *mut Progress) };
     p.seen.push(fraction);
+    if std::thread::current().id() != p.caller {
+        p.other_thread += 1;
+    }
     p.seen.len() != p.stop_at
 }
 
 fn open_reporting(path: &Path, stop_at: usize) -> (Status, Vec<f32>) {
-    let mut p = Progress { seen: Vec::new(), stop_at };
+    let mut p = Progress { seen: Vec::new(), stop_at, other_thread: 0, caller: std::thread::current().id() };
     let mut o = options();
     o.progress = Some(record);
     o.user_data = &mut p as *mut Progress as *mut c_void;
@@ -109,11 +115,12 @@ fn open_reporting(path: &Path, stop_at: usize) -> (Status, Vec<f32>) {
     } else {
         assert!(m.is_null());
     }
+    assert_eq!(p.other_thread, 0, "{}: progress reported from another thread", path.display());
     (st, p.seen)
 }
 
-/// Open reports progress per layer: from 0 to 1, never decreasing, with more than two distinct
-/// values; a callback that returns false at the 3rd report cancels the open with ABORTED and is
+/// Open reports progress per layer, on the thread that called open: from 0 to 1, never
+/// decreasing, with more than two distinct values; a callback that returns false at the 3rd report cancels the open with ABORTED and is
 /// not called again.
 #[test]
 fn open_reports_progress_and_can_be_cancelled_midway() {
