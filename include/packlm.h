@@ -164,8 +164,11 @@ typedef struct packlm_session packlm_session;
 typedef void (*packlm_log_fn)(int32_t level, const char *message, void *user_data);
 
 /**
- * Called during open with the fraction done (0..1); return false to cancel the open
- * (it then fails with PACKLM_ERR_ABORTED).
+ * Called during open, on the thread that called `packlm_model_open` and under no lock of the
+ * library, with the fraction done: 0 first, then after the pack's files are read and after
+ * each layer's weights are prepared, 1 last; the fractions never decrease. Return false to
+ * cancel: the open then stops, frees what it built, fails with PACKLM_ERR_ABORTED, and does
+ * not call the callback again.
  */
 typedef bool (*packlm_progress_fn)(float fraction, void *user_data);
 
@@ -494,8 +497,10 @@ extern "C" {
 
 /**
  * Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes
- * the session's current and later passes stop between layers with PACKLM_ERR_ABORTED, leaving
- * the session as it was before the call, until packlm_abort_clear.
+ * the session's current and later passes stop with PACKLM_ERR_ABORTED, leaving the session as
+ * it was before the call, until packlm_abort_clear. The host backend checks it inside long
+ * kernels (per task of a matmul or attention call, and in the output projection), the others
+ * between layers.
  */
 packlm_status packlm_session_abort_handle(const packlm_session *session, packlm_abort **out);
 
@@ -594,7 +599,8 @@ packlm_status packlm_prefix_cache_store(packlm_prefix_cache *cache, const packlm
 
 /**
  * Restores into `session` the stored state sharing the longest prefix with `tokens[0..n]`
- * (at most n - 1 positions, so the last prompt token is still to be fed). `*n_reused`
+ * (at most n - 1 positions, so the last prompt token is still to be fed, and at most the
+ * session's n_ctx: a state stored from a longer context is reused up to what fits). `*n_reused`
  * receives how many prompt tokens the session now holds; 0 means none was usable and the
  * session is untouched. Feed `tokens[*n_reused..]` next.
  */
@@ -670,9 +676,12 @@ packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sa
  * `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
  * longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
  * exactly as if those tokens had been stepped one by one. Only the first `result->size` bytes
- * of `*result` are written. On failure (bad token, context full, a buffer too small, PACKLM_ERR_PANIC) the
- * session is unchanged and `*result` is not written, except `n_logits` with
- * PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
+ * of `*result` are written. k + 1 rows that do not fit the session's context return
+ * PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read. Logits are computed 16
+ * rows at a time, not all k + 1 at once, so the memory a call needs beyond a step_batch of
+ * k + 1 rows does not grow with k. On failure (bad token, context full, a buffer too small,
+ * PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written,
+ * except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
  */
 packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uint32_t *draft, size_t k, const packlm_verify_params *params, packlm_verify_result *result);
 

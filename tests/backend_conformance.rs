@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use half::f16;
 use packlm::backend::{self, AttentionShape, Backend, BackendKind, KvStore, Tensor, Vector, Weight};
+use packlm::engine::speculative::Acceptance;
 use packlm::engine::{Model, Session, Want};
 use packlm::error::Result;
 use packlm::pack::tensor::{TensorBytes, WeightTensor};
@@ -398,6 +399,45 @@ fn only_the_wanted_logits_cross_to_the_host() {
     assert!(counters.ops.load(Ordering::SeqCst) > 0);
 }
 
+/// Memory of verify: k drafted rows peak at no more activation bytes than a step_batch of k + 1
+/// rows asking for the last row's logits, plus 16 rows of logits (the output tile), however
+/// large k is; the logits handed to the host never exceed 16 rows at a time either.
+#[test]
+fn verify_memory_is_bounded_by_the_output_tile() {
+    let dir = tiny("gemma4");
+    let tokens = golden(&dir).tokens;
+    let counting = Counting::new();
+    let counters = counting.counters.clone();
+    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let v = m.spec().vocab_size;
+    for k in [1, 15, 16, 40, 100] {
+        // Drafts that are all accepted are the worst case: every row is projected.
+        let mut g = Session::new(m.clone(), 0).unwrap();
+        g.step_batch(&tokens[..4], Want::Last).unwrap();
+        let mut rows = Vec::new();
+        for _ in 0..=k {
+            let next = packlm::sample::argmax(g.last_logits());
+            rows.push(next);
+            g.step(next).unwrap();
+        }
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens[..4], Want::Last).unwrap();
+        counters.reset_peak();
+        let base = counters.live.load(Ordering::SeqCst);
+        s.step_batch(&rows, Want::Last).unwrap();
+        let step_peak = counters.peak.load(Ordering::SeqCst) - base;
+        s.truncate(4).unwrap();
+        counters.reset_peak();
+        let read_before = counters.to_host.load(Ordering::SeqCst);
+        let r = s.verify(rows[0], &rows[1..], Acceptance::Greedy).unwrap();
+        let verify_peak = counters.peak.load(Ordering::SeqCst) - base;
+        let read = counters.to_host.load(Ordering::SeqCst) - read_before;
+        assert_eq!(r.n_accepted, k, "k = {k}: every draft is the greedy token");
+        assert!(verify_peak <= step_peak + 16 * v * 4, "k = {k}: verify peaked at {verify_peak} bytes; step_batch at {step_peak} + 16 x {v} x 4");
+        assert_eq!(read, (k + 1) * v * 4, "k = {k}: each row's logits are read once");
+    }
+}
+
 // ---- The counting backend -------------------------------------------------------------------
 
 #[derive(Default)]
@@ -408,6 +448,16 @@ struct Counters {
     from_host: AtomicUsize,
     /// Ops run.
     ops: AtomicUsize,
+    /// Bytes of activation tensors alive now, and the most alive at once since the last reset.
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Counters {
+    /// Starts a new peak from what is alive now.
+    fn reset_peak(&self) {
+        self.peak.store(self.live.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
 }
 
 type Arena = Arc<Mutex<Vec<Option<Tensor>>>>;
@@ -417,6 +467,8 @@ type Arena = Arc<Mutex<Vec<Option<Tensor>>>>;
 struct Slot {
     arena: Arena,
     index: usize,
+    bytes: usize,
+    counters: Arc<Counters>,
 }
 
 impl Drop for Slot {
@@ -424,6 +476,7 @@ impl Drop for Slot {
         if let Ok(mut a) = self.arena.lock() {
             a[self.index] = None;
         }
+        self.counters.live.fetch_sub(self.bytes, Ordering::SeqCst);
     }
 }
 
@@ -517,7 +570,10 @@ impl Backend for Counting {
     fn tensor(&self, len: usize) -> Tensor {
         let mut a = self.arena.lock().unwrap();
         a.push(Some(self.inner.tensor(len)));
-        Tensor::new(len, Slot { arena: self.arena.clone(), index: a.len() - 1 })
+        let bytes = len * 4;
+        let live = self.counters.live.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        self.counters.peak.fetch_max(live, Ordering::SeqCst);
+        Tensor::new(len, Slot { arena: self.arena.clone(), index: a.len() - 1, bytes, counters: self.counters.clone() })
     }
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
         self.counters.to_host.fetch_add(len * 4, Ordering::SeqCst);

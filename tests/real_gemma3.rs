@@ -93,3 +93,37 @@ fn last_logits_close_to_hf() {
     let (_, d) = last_row_vs_fixture(&m, &ids(&r["prompt"]["ids"]), "gemma3/last_logits.f32");
     assert!(d <= 2e-3, "max abs diff {d}");
 }
+
+/// An abort raised from another thread while a long prefill runs stops it inside its kernels:
+/// step_batch returns ErrAborted well before the pass could have finished (the bound is
+/// generous), the session equals a fresh one, and after clearing the flag the next pass gives
+/// a fresh session's bits.
+#[test]
+fn abort_from_another_thread_stops_a_long_prefill() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let Some(p) = gemma3_270m() else { return };
+    let m = open_with(&p, packlm::backend::BackendKind::Host, 2);
+    let prompt: Vec<u32> = (0..1024u32).map(|i| 2 + (i * 7919) % 200_000).collect();
+    let mut s = Session::new(m.clone(), 0).unwrap();
+    let flag = s.abort_flag().clone();
+    let raiser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        flag.store(true, Ordering::SeqCst);
+        Instant::now()
+    });
+    let r = s.step_batch(&prompt, Want::Last);
+    let returned = Instant::now();
+    let raised = raiser.join().unwrap();
+    let latency = returned.saturating_duration_since(raised);
+    eprintln!("abort latency: {latency:?}");
+    assert_eq!(r.unwrap_err().status, packlm::Status::ErrAborted);
+    assert!(latency < Duration::from_secs(5), "abort took {latency:?}");
+    assert_eq!(s.n_past(), 0);
+    let fresh = Session::new(m.clone(), 0).unwrap();
+    assert!(s.snapshot() == fresh.snapshot(), "the aborted session differs from a fresh one");
+    s.abort_flag().store(false, Ordering::SeqCst);
+    let got = s.step_batch(&prompt[..8], Want::Last).unwrap();
+    let mut fresh = Session::new(m.clone(), 0).unwrap();
+    assert_bits_equal(&got, &fresh.step_batch(&prompt[..8], Want::Last).unwrap(), "after clearing the abort");
+}

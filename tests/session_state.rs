@@ -199,6 +199,33 @@ fn prefix_cache_reuses_the_longest_shared_prefix() {
     assert_bits_equal(&got, &f.step_batch(&prompt, Want::Last).unwrap(), "prefix cache");
 }
 
+/// A stored state longer than a session's context is reused up to what fits there, exactly:
+/// the session then equals a fresh one that saw those tokens (snapshot bytes and next step).
+#[test]
+fn prefix_cache_reuses_what_fits_a_smaller_context() {
+    let m = open(&tiny("gemma3"));
+    let t = golden(&tiny("gemma3")).tokens;
+    let mut cache = PrefixCache::new(1 << 20);
+    let mut a = Session::new(m.clone(), 0).unwrap();
+    a.step_batch(&t[..12], Want::None).unwrap();
+    cache.store(&a);
+    // A prompt sharing 6 tokens, in a session of 10 positions: the 12-position state is reused.
+    let mut prompt = t[..6].to_vec();
+    prompt.extend_from_slice(&[7, 8]);
+    let mut s = Session::new(m.clone(), 10).unwrap();
+    assert_eq!(cache.restore_longest(&mut s, &prompt).unwrap(), 6);
+    let got = s.step_batch(&prompt[6..], Want::Last).unwrap();
+    let mut f = Session::new(m.clone(), 10).unwrap();
+    assert_bits_equal(&got, &f.step_batch(&prompt, Want::Last).unwrap(), "prefix cache into a smaller context");
+    // The whole stored prompt and more: as much as the context holds is reused.
+    let mut s = Session::new(m.clone(), 10).unwrap();
+    assert_eq!(cache.restore_longest(&mut s, &t[..14]).unwrap(), 10);
+    let mut f = Session::new(m.clone(), 10).unwrap();
+    f.step_batch(&t[..10], Want::None).unwrap();
+    assert!(s.snapshot() == f.snapshot(), "the reused 10 positions differ from a fresh session's");
+    assert_eq!(s.tokens(), &t[..10]);
+}
+
 /// Wilson-Hilferty approximation of the chi-square quantile at upper tail probability 0.001.
 fn chi2_critical_001(df: usize) -> f64 {
     let d = df as f64;
@@ -313,4 +340,128 @@ fn sessions_of_one_model_run_in_parallel_threads() {
     for h in handles {
         assert_bits_equal(&h.join().unwrap(), &want, "parallel session");
     }
+}
+
+/// Greedy drafts of plain greedy stepping, checked across several output tiles (verify projects
+/// at most 16 rows at a time): with every draft right, or one wrong in the second or third tile,
+/// verify accepts exactly the right prefix, chooses the token plain stepping chooses, and keeps
+/// the bits a fresh session gives for that row.
+#[test]
+fn verify_across_output_tiles_equals_stepping() {
+    for f in ["llama", "gemma2", "gemma4"] {
+        let m = open(&tiny(f));
+        let t = golden(&tiny(f)).tokens;
+        let prefix = &t[..4];
+        // 42 greedy tokens after the prefix, by plain stepping.
+        let mut g = Session::new(m.clone(), 0).unwrap();
+        g.step_batch(prefix, Want::Last).unwrap();
+        let mut greedy = Vec::new();
+        for _ in 0..42 {
+            let next = packlm::sample::argmax(g.last_logits());
+            greedy.push(next);
+            g.step(next).unwrap();
+        }
+        let v = m.spec().vocab_size as u32;
+        for wrong_at in [None, Some(20), Some(37)] {
+            let mut draft = greedy[1..41].to_vec();
+            if let Some(w) = wrong_at {
+                draft[w] = (draft[w] + 1) % v;
+            }
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            s.step_batch(prefix, Want::Last).unwrap();
+            let r = s.verify(greedy[0], &draft, Acceptance::Greedy).unwrap();
+            let n = wrong_at.unwrap_or(40);
+            assert_eq!(r.n_accepted, n, "{f} wrong at {wrong_at:?}");
+            assert_eq!(r.next, greedy[n + 1], "{f} wrong at {wrong_at:?}");
+            assert_eq!(s.n_past(), prefix.len() + 1 + n);
+            let held = [prefix, &greedy[..=n]].concat();
+            let want = fresh_next(&m, &held[..held.len() - 1], held[held.len() - 1]);
+            assert_bits_equal(s.last_logits(), &want, &format!("{f}: kept logits, wrong at {wrong_at:?}"));
+        }
+    }
+}
+
+/// Sampled verify over 40 drafts (three output tiles) with a drafter distribution: for many
+/// seeds the outcome, the random state after the call and the kept logits equal those of the
+/// rule applied to one full projection of all rows (step_batch with every row's logits).
+#[test]
+fn sampled_verify_across_output_tiles_equals_a_full_projection() {
+    use packlm::sample::{draw, next_f64, sample};
+    let m = open(&tiny("llama"));
+    let t = golden(&tiny("llama")).tokens;
+    let v = m.spec().vocab_size;
+    let params = SamplerParams { temperature: 0.7, top_k: 50, ..Default::default() };
+    let prefix = &t[..4];
+    let pending = t[4];
+    let k = 40;
+    // Drafts: the greedy continuation, so that most are likely under the target.
+    let mut g = Session::new(m.clone(), 0).unwrap();
+    g.step_batch(&t[..5], Want::Last).unwrap();
+    let mut draft = Vec::new();
+    for _ in 0..k {
+        let next = packlm::sample::argmax(g.last_logits());
+        draft.push(next);
+        g.step(next).unwrap();
+    }
+    let rows = [&[pending][..], &draft].concat();
+    let mut full = Session::new(m.clone(), 0).unwrap();
+    full.step_batch(prefix, Want::None).unwrap();
+    let all = full.step_batch(&rows, Want::All).unwrap();
+    let hist = [prefix, &rows[..]].concat();
+    // A drafter distribution close to the target's: the draft token a little more likely than
+    // the target says (accepted with probability 0.93), the other tokens reweighted so that the
+    // residual max(0, p - q) is not empty.
+    let mut q = vec![0f32; k * v];
+    for (i, &d) in draft.iter().enumerate() {
+        let p = probabilities(&all[i * v..(i + 1) * v], &params, &hist[..prefix.len() + 1 + i]);
+        for x in 0..v {
+            q[i * v + x] = (p[x] * if x % 2 == 0 { 0.5 } else { 1.2 }) as f32;
+        }
+        q[i * v + d as usize] = (p[d as usize] / 0.93) as f32;
+    }
+    let mut accepted_counts = std::collections::BTreeSet::new();
+    for seed in 0..200u64 {
+        // The rule over the full projection.
+        let mut rng = seed * 0x9E37_79B9 + 1;
+        let (mut n, mut next) = (0, None);
+        for (i, &d) in draft.iter().enumerate() {
+            let p = probabilities(&all[i * v..(i + 1) * v], &params, &hist[..prefix.len() + 1 + i]);
+            let qd = q[i * v + d as usize] as f64;
+            if !(qd > 0.0 && next_f64(&mut rng) < (p[d as usize] / qd).min(1.0)) {
+                let residual: Vec<f64> = (0..v).map(|x| (p[x] - q[i * v + x] as f64).max(0.0)).collect();
+                next = Some(if residual.iter().sum::<f64>() > 0.0 { draw(&residual, &mut rng) } else { draw(&p, &mut rng) });
+                break;
+            }
+            n += 1;
+        }
+        let next = next.unwrap_or_else(|| sample(&all[k * v..], &params, &hist, &mut rng));
+        // verify, tiled.
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(prefix, Want::None).unwrap();
+        let mut got_rng = seed * 0x9E37_79B9 + 1;
+        let r = s.verify(pending, &draft, Acceptance::Sampled { params: &params, draft_probs: Some(&q), rng: &mut got_rng }).unwrap();
+        assert_eq!((r.n_accepted, r.next, got_rng), (n, next, rng), "seed {seed}");
+        assert_bits_equal(s.last_logits(), &all[n * v..(n + 1) * v], &format!("seed {seed}: kept logits"));
+        accepted_counts.insert(n);
+    }
+    assert!(accepted_counts.iter().any(|&n| (16..k).contains(&n)), "no seed rejected past the first tile: {accepted_counts:?}");
+}
+
+/// A verify whose rows do not fit the context is refused before anything is allocated, with
+/// the session unchanged; also when k is absurd (2^40) or k x n_vocab overflows.
+#[test]
+fn verify_lengths_are_checked_before_allocating() {
+    let m = open(&tiny("llama"));
+    let mut s = Session::new(m.clone(), 16).unwrap();
+    s.step_batch(&[1, 2, 3], Want::Last).unwrap();
+    let last = s.last_logits().to_vec();
+    for (k, probs) in [(13, false), (1 << 40, false), (usize::MAX, false), (usize::MAX / 2, true)] {
+        let e = s.check_verify_lengths(k, probs).unwrap_err();
+        assert_eq!(e.status, Status::ErrContextOverflow, "k = {k}");
+    }
+    assert_eq!(s.check_verify_lengths(12, true).unwrap(), 12 * m.spec().vocab_size);
+    let e = s.verify(4, &[5; 13], Acceptance::Greedy).unwrap_err();
+    assert_eq!(e.status, Status::ErrContextOverflow);
+    assert_eq!(s.n_past(), 3);
+    assert_bits_equal(s.last_logits(), &last, "a refused verify keeps the last logits");
 }

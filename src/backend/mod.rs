@@ -28,6 +28,10 @@
 //! (and a [`KvStore`] for it), and run tests/backend_conformance.rs against it: every op against
 //! the reference on odd sizes, batched == sequential, truncate/restore == fresh, threads 1 == N.
 //!
+//! Cancellation: a long kernel may stop early when the session's abort flag is set; the flag
+//! reaches the backend through the per-pass context in [`pass`], and the engine then refuses
+//! the pass, so skipped work never shows in a result.
+//!
 //! Exactness rule for every backend: an output element is computed by the same sequence of
 //! floating-point operations whatever the number of rows in the batch and whatever the thread
 //! count. Work is split over output columns and rows, never over the reduction dimension.
@@ -35,6 +39,7 @@
 pub mod attention;
 pub mod cpu;
 pub mod host;
+pub mod pass;
 pub mod reference;
 
 use std::any::Any;

@@ -5,8 +5,9 @@
 //! or KV memory: the wanted rows' logits are the only values brought back to the host.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use crate::backend::{AttentionShape, Backend, Tensor};
+use crate::backend::{pass, AttentionShape, Backend, Tensor};
 use crate::engine::weights::LayerWeights;
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
@@ -25,12 +26,80 @@ pub enum Want {
 /// logits of the wanted rows (`rows x vocab`). On failure (abort), and also when the pass
 /// panics, the cache is as before: the rows a pass appended are dropped while unwinding, so a
 /// caller that catches the panic (the C boundary does) keeps a usable session.
-pub fn forward(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
+pub fn forward(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let logits = run(model, &mut *pass.kv, tokens, want, abort)?;
-    pass.kv.advance(tokens.len());
+    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    let m = tokens.len();
+    let rows: Vec<usize> = match want {
+        Want::None => Vec::new(),
+        Want::Last => vec![m - 1],
+        Want::All => (0..m).collect(),
+    };
+    let logits = if rows.is_empty() { Vec::new() } else { OutputTile::new(model, rows.len()).project(model, &x, &rows, abort)? };
+    pass.kv.advance(m);
     pass.done = true;
     Ok(logits)
+}
+
+/// Runs `tokens` through every layer as `forward` does and returns the final residual stream
+/// (`tokens.len() x hidden`, before the final norm) instead of logits, for a caller that
+/// projects the rows itself in bounded tiles (`OutputTile`). Same rollback rules as `forward`.
+pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+    let mut pass = Rollback { start: kv.positions(), kv, done: false };
+    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    pass.kv.advance(tokens.len());
+    pass.done = true;
+    Ok(x)
+}
+
+/// Most rows `verify` projects to logits at once: it holds at most this many rows of n_vocab.
+pub const OUTPUT_TILE_ROWS: usize = 16;
+
+/// Buffers of the output projection (final norm, lm_head, final softcap) for up to `rows` rows
+/// at a time. A row's logits are the same bits whatever tile it is projected in (the backend's
+/// exactness rule: an output element does not depend on the row count).
+pub struct OutputTile {
+    rows: usize,
+    /// (rows, hidden)
+    h: Tensor,
+    /// (rows, hidden)
+    normed: Tensor,
+    /// (rows, vocab)
+    logits: Tensor,
+}
+
+impl OutputTile {
+    pub fn new(model: &Model, rows: usize) -> OutputTile {
+        let be = model.backend.as_ref();
+        let (hidden, vocab) = (model.spec.hidden_size, model.spec.vocab_size);
+        OutputTile { rows, h: be.tensor(rows * hidden), normed: be.tensor(rows * hidden), logits: be.tensor(rows * vocab) }
+    }
+
+    /// Logits (`rows.len() x vocab`, `rows.len() <= self.rows`) of the given rows of the
+    /// residual stream `x`. Checks `abort` before, and inside the matmul when the backend does
+    /// (backend::pass): on a 262k vocabulary this costs more than a token's layers.
+    pub fn project(&mut self, model: &Model, x: &Tensor, rows: &[usize], abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
+        debug_assert!(rows.len() <= self.rows);
+        let _pass = pass::enter(abort);
+        check_abort(abort, || "before the output projection".into())?;
+        #[cfg(test)]
+        if ABORT_IN_PROJECTION.with(|p| p.get()) {
+            abort.store(true, Ordering::Relaxed);
+        }
+        let spec = &model.spec;
+        let be = model.backend.as_ref();
+        let (hidden, n) = (spec.hidden_size, rows.len());
+        be.gather_rows(x, rows, hidden, &mut self.h);
+        be.rms_norm(&self.h, &model.weights.final_norm, spec.norm_eps, n, hidden, &mut self.normed);
+        be.matmul(&model.weights.lm_head, &self.normed, n, &mut self.logits);
+        if let Some(cap) = spec.final_softcap {
+            be.softcap(&mut self.logits, cap, n * spec.vocab_size);
+        }
+        if pass::cut_short() {
+            return Err(Error::new(Status::ErrAborted, "aborted during the output projection"));
+        }
+        Ok(be.read(&self.logits, n * spec.vocab_size))
+    }
 }
 
 /// Until `done`, dropping it truncates the cache back to `start`: on `Err` and on unwind alike.
@@ -53,9 +122,15 @@ thread_local! {
     /// Test-only fault injection: a pass on this thread panics after this layer's attention
     /// block (its keys and values already appended). Not compiled into the library.
     pub(crate) static PANIC_AFTER_LAYER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Test-only: the output projection on this thread raises its own abort flag after its
+    /// first check, so that only a check inside the lm_head matmul can notice it.
+    pub(crate) static ABORT_IN_PROJECTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn run(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &AtomicBool) -> Result<Vec<f32>> {
+/// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
+/// freed before it returns, so the output projection runs beside x alone.
+fn layers(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+    let _pass = pass::enter(abort);
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let hidden = spec.hidden_size;
@@ -67,9 +142,7 @@ fn run(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &
     be.embed(&model.weights.embed, tokens, spec.embed_scale, &mut x);
     let ple = per_layer_inputs(model, tokens, &x);
     for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
-        if abort.load(Ordering::Relaxed) {
-            return Err(Error::new(Status::ErrAborted, format!("aborted before layer {il}")));
-        }
+        check_abort(abort, || format!("before layer {il}"))?;
         attention_block(model, kv, il, ls, lw, &mut x, m, start, &mut s);
         #[cfg(test)]
         if PANIC_AFTER_LAYER.with(|p| p.get()) == Some(il) {
@@ -77,20 +150,18 @@ fn run(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &
         }
         mlp_block(model, il, ls, lw, &mut x, m, ple.as_ref(), &mut s);
     }
-    let rows: Vec<usize> = match want {
-        Want::None => return Ok(Vec::new()),
-        Want::Last => vec![m - 1],
-        Want::All => (0..m).collect(),
-    };
-    let n = rows.len();
-    be.gather_rows(&x, &rows, hidden, &mut s.h);
-    be.rms_norm(&s.h, &model.weights.final_norm, spec.norm_eps, n, hidden, &mut s.proj);
-    let mut logits = be.tensor(n * spec.vocab_size);
-    be.matmul(&model.weights.lm_head, &s.proj, n, &mut logits);
-    if let Some(cap) = spec.final_softcap {
-        be.softcap(&mut logits, cap, n * spec.vocab_size);
+    // A kernel of the last layer may have stopped early.
+    check_abort(abort, || "after the last layer".into())?;
+    Ok(x)
+}
+
+/// `ErrAborted` when the flag is set, or when a kernel of this pass skipped work because it was
+/// (even if the host has cleared the flag since): a cut-short kernel never yields a result.
+fn check_abort(abort: &AtomicBool, at: impl FnOnce() -> String) -> Result<()> {
+    if abort.load(Ordering::Relaxed) || pass::cut_short() {
+        return Err(Error::new(Status::ErrAborted, format!("aborted {}", at())));
     }
-    Ok(be.read(&logits, n * spec.vocab_size))
+    Ok(())
 }
 
 /// Activation buffers of one pass, each sized for the widest layer and reused by every layer.
@@ -267,7 +338,7 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
-    use super::{Want, PANIC_AFTER_LAYER};
+    use super::{Want, ABORT_IN_PROJECTION, PANIC_AFTER_LAYER};
     use crate::backend::BackendKind;
     use crate::engine::{Model, OpenOptions, Session};
 
@@ -321,5 +392,40 @@ mod tests {
         // And a verify that fails with Err (a draft out of range) also keeps the last logits.
         assert!(s.verify(7, &[u32::MAX], Acceptance::Greedy).is_err());
         assert_eq!(s.last_logits().len(), last.len(), "a refused verify dropped the last logits");
+    }
+
+    /// An abort raised while the output projection runs stops its matmul (host backend, one
+    /// thread and several): the pass returns ErrAborted, also for verify, the session is as
+    /// before, and after clearing the flag the next step is bit-identical to a fresh session's.
+    #[test]
+    fn an_abort_inside_the_output_projection_stops_the_pass() {
+        use crate::engine::speculative::Acceptance;
+        use crate::error::Status;
+        use std::sync::atomic::Ordering;
+        for threads in [1, 3] {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/gemma3");
+            let m = Arc::new(Model::open(&dir, &OpenOptions { backend: BackendKind::Host, threads }).unwrap());
+            let prefix = [0u32, 17, 42, 99, 5];
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            s.step_batch(&prefix, Want::Last).unwrap();
+            let (before, last) = (s.snapshot(), s.last_logits().to_vec());
+            ABORT_IN_PROJECTION.with(|p| p.set(true));
+            let stepped = s.step_batch(&[7, 8, 9], Want::All).map(|_| ());
+            let flag_raised = s.abort_flag().swap(false, Ordering::SeqCst);
+            let verified = s.verify(7, &[8, 9], Acceptance::Greedy).map(|_| ());
+            s.abort_flag().store(false, Ordering::SeqCst);
+            ABORT_IN_PROJECTION.with(|p| p.set(false));
+            assert!(flag_raised, "the hook did not raise the flag");
+            assert_eq!(stepped.unwrap_err().status, Status::ErrAborted, "{threads} threads: step_batch");
+            assert_eq!(verified.unwrap_err().status, Status::ErrAborted, "{threads} threads: verify");
+            assert_eq!(s.n_past(), prefix.len());
+            assert!(s.snapshot() == before, "{threads} threads: the session state changed");
+            assert!(s.last_logits().len() == last.len() && s.last_logits().iter().zip(&last).all(|(a, b)| a.to_bits() == b.to_bits()));
+            let next = s.step(11).unwrap();
+            let mut fresh = Session::new(m.clone(), 0).unwrap();
+            fresh.step_batch(&prefix, Want::Last).unwrap();
+            let want = fresh.step(11).unwrap();
+            assert!(next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{threads} threads: next step differs");
+        }
     }
 }

@@ -98,14 +98,47 @@ impl Model {
     }
 
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Model> {
-        Model::open_on(path, backend::create(opts.backend, opts.threads)?)
+        Model::open_with_progress(path, opts, &mut |_| true)
+    }
+
+    /// As `open`, calling `progress(fraction)` on this thread as the open goes: 0 first, then
+    /// after the pack's files are read and after each layer's weights are prepared, 1 last;
+    /// the fractions never decrease. When it returns false the open stops there with
+    /// `ErrAborted`, everything built so far is freed, and it is not called again.
+    pub fn open_with_progress(path: &Path, opts: &OpenOptions, progress: &mut dyn FnMut(f32) -> bool) -> Result<Model> {
+        if opts.threads > backend::MAX_THREADS {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("threads {} is more than the maximum of {}", opts.threads, backend::MAX_THREADS),
+            ));
+        }
+        let mut report = |f: f32| -> Result<()> {
+            if progress(f) {
+                Ok(())
+            } else {
+                Err(Error::new(Status::ErrAborted, format!("open cancelled by the progress callback at {f}")))
+            }
+        };
+        report(0.0)?;
+        let backend = backend::create(opts.backend, opts.threads)?;
+        let model = Model::open_reporting(path, backend, &mut report)?;
+        report(1.0)?;
+        Ok(model)
     }
 
     /// Opens `path` on a backend built by the caller (any implementation of the op set, such as
     /// a test backend); the backend prepares the weights.
     pub fn open_on(path: &Path, backend: Box<dyn Backend>) -> Result<Model> {
+        Model::open_reporting(path, backend, &mut |_| Ok(()))
+    }
+
+    /// Reading the pack counts as the first tenth of an open, preparing the weights as the rest.
+    fn open_reporting(path: &Path, backend: Box<dyn Backend>, report: &mut dyn FnMut(f32) -> Result<()>) -> Result<Model> {
+        const READ_SHARE: f32 = 0.1;
         let pack = Pack::open(path)?;
-        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref())?;
+        report(READ_SHARE)?;
+        let mut step = |done: usize, total: usize| report(READ_SHARE + (1.0 - READ_SHARE) * done as f32 / total as f32);
+        let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref(), &mut step)?;
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
             log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));
@@ -181,7 +214,8 @@ pub struct Session {
     last_logits: Vec<f32>,
     /// Most positions this session may hold.
     n_ctx: usize,
-    /// Set from any thread to stop a long pass between layers.
+    /// Set from any thread to stop a long pass (between layers, and inside kernels that check
+    /// the pass context: backend::pass).
     abort: Arc<AtomicBool>,
     counters: VerifyCounters,
 }
@@ -214,7 +248,7 @@ impl Session {
     pub fn n_ctx(&self) -> usize {
         self.n_ctx
     }
-    /// The flag that stops a pass between layers when set (from any thread).
+    /// The flag that stops a pass when set (from any thread); see `abort` above.
     pub fn abort_flag(&self) -> &Arc<AtomicBool> {
         &self.abort
     }
@@ -304,6 +338,31 @@ impl Session {
         let m = &self.model;
         let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
         self.kv.import(d.planes, d.positions)?;
+        self.tokens = d.tokens;
+        self.last_logits.clear();
+        Ok(())
+    }
+
+    /// Restores the first `keep` positions of a snapshot (`keep` at most what it holds and at
+    /// most this session's context), also when the whole snapshot would not fit this session:
+    /// the same as restoring it into a large enough session and truncating to `keep`, which is
+    /// exact. Validated like `restore`; on failure the session is unchanged.
+    pub fn restore_prefix(&mut self, bytes: &[u8], keep: usize) -> Result<()> {
+        let m = &self.model;
+        if keep > self.n_ctx {
+            return Err(Error::new(Status::ErrContextOverflow, format!("cannot keep {keep} positions: the session's context is {}", self.n_ctx)));
+        }
+        let mut d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, m.spec.max_context)?;
+        if keep > d.positions {
+            return Err(Error::invalid(format!("cannot keep {keep} positions: the snapshot holds {}", d.positions)));
+        }
+        for plane in d.planes.iter_mut().flatten() {
+            let width = plane.0.len() / d.positions.max(1);
+            plane.0.truncate(keep * width);
+            plane.1.truncate(keep * width);
+        }
+        d.tokens.truncate(keep);
+        self.kv.import(d.planes, keep)?;
         self.tokens = d.tokens;
         self.last_logits.clear();
         Ok(())

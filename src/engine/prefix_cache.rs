@@ -36,18 +36,19 @@ impl PrefixCache {
 
     /// Puts into `s` the stored state sharing the longest prefix with `prompt` (keeping at
     /// most `prompt.len() - 1` positions, so that the prompt's last token is still fed and
-    /// gives logits). Returns how many prompt tokens the session now holds (0: nothing reused,
-    /// session untouched).
+    /// gives logits, and at most the session's context: a snapshot longer than that is reused
+    /// up to what fits). Returns how many prompt tokens the session now holds (0: nothing
+    /// reused, session untouched).
     pub fn restore_longest(&self, s: &mut Session, prompt: &[u32]) -> Result<usize> {
+        let limit = prompt.len().saturating_sub(1).min(s.n_ctx());
         let best = self
             .entries
             .iter()
-            .map(|(t, b)| (t.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len().saturating_sub(1)), b))
+            .map(|(t, b)| (t.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(limit), b))
             .max_by_key(|(n, _)| *n);
         match best {
             Some((n, bytes)) if n > 0 => {
-                s.restore(bytes)?;
-                s.truncate(n)?;
+                s.restore_prefix(bytes, n)?;
                 Ok(n)
             }
             _ => Ok(0),

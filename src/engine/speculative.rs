@@ -10,8 +10,9 @@
 //! tokens had been stepped one by one.
 
 use crate::engine::draft::Drafter;
+use crate::engine::forward::{self, OutputTile, OUTPUT_TILE_ROWS};
 use crate::engine::{Session, Want};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::sample::{argmax, draw, next_f64, probabilities, sample, SamplerParams};
 
 /// How drafted tokens are judged.
@@ -57,66 +58,107 @@ impl Session {
         }
     }
 
+    /// Refuses a verify of `k` drafts before anything is read or allocated: the k + 1 rows
+    /// must fit the context, and with a drafter's distribution, `k x n_vocab` values must be a
+    /// representable length. Returns that length (0 without `with_probs`).
+    pub fn check_verify_lengths(&self, k: usize, with_probs: bool) -> Result<usize> {
+        let held = self.n_past();
+        let fits = k.checked_add(1).and_then(|rows| rows.checked_add(held)).is_some_and(|end| end <= self.n_ctx);
+        if !fits {
+            return Err(Error::new(
+                Status::ErrContextOverflow,
+                format!("{held} held + 1 pending + {k} drafted positions exceed the context of {}", self.n_ctx),
+            ));
+        }
+        let vocab = self.model.spec.vocab_size;
+        match (with_probs, k.checked_mul(vocab)) {
+            (false, _) => Ok(0),
+            (true, Some(n)) if n.checked_mul(std::mem::size_of::<f32>()).is_some_and(|b| b <= isize::MAX as usize) => Ok(n),
+            (true, _) => Err(Error::new(Status::ErrLimitExceeded, format!("draft_probs of {k} drafts x {vocab} values is too large"))),
+        }
+    }
+
+    /// One pass over [pending, draft..] that keeps the final residual stream, then the output
+    /// projection over tiles of at most `OUTPUT_TILE_ROWS` rows, each row judged as soon as its
+    /// logits exist; projection stops at the row the new pending token is chosen from, and only
+    /// that row's logits are kept. Row i's logits are the bits a projection of all rows at once
+    /// gives (backend exactness rule), and the random draws happen in the same order, so the
+    /// outcome is that of judging all rows after one full projection.
     fn verify_pass(&mut self, pending: u32, draft: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
         let vocab = self.model.spec.vocab_size;
+        let want_probs = self.check_verify_lengths(draft.len(), matches!(acc, Acceptance::Sampled { draft_probs: Some(_), .. }))?;
         if let Acceptance::Sampled { draft_probs: Some(q), .. } = &acc {
-            if q.len() != draft.len() * vocab {
+            if q.len() != want_probs {
                 return Err(Error::invalid(format!("draft_probs has {} values; {} drafts x {vocab} needed", q.len(), draft.len())));
             }
         }
         let base = self.n_past();
-        let mut rows = Vec::with_capacity(draft.len() + 1);
+        let mut rows = Vec::new();
+        rows.try_reserve_exact(draft.len() + 1).map_err(|_| Error::new(Status::ErrLimitExceeded, format!("{} drafts cannot be held", draft.len())))?;
         rows.push(pending);
         rows.extend_from_slice(draft);
-        let logits = self.step_batch(&rows, Want::All)?;
-        let row = |i: usize| &logits[i * vocab..(i + 1) * vocab];
-        #[cfg(test)]
-        if PANIC_IN_ACCEPTANCE.with(|p| p.get()) {
-            panic!("injected panic while judging the drafts");
-        }
+        self.check(&rows)?;
+        let model = self.model.clone();
+        let x = forward::forward_hidden(&model, self.kv.as_mut(), &rows, &self.abort)?;
+        self.tokens.extend_from_slice(&rows);
+        let mut tile = OutputTile::new(&model, rows.len().min(OUTPUT_TILE_ROWS));
         let mut n_accepted = 0;
-        let mut next = None;
-        for (i, &d) in draft.iter().enumerate() {
-            match &mut acc {
-                Acceptance::Greedy => {
-                    let best = argmax(row(i));
-                    if best != d {
-                        next = Some(best);
-                        break;
-                    }
-                }
-                Acceptance::Sampled { params, draft_probs, rng } => {
-                    let p = probabilities(row(i), params, &self.tokens[..base + 1 + i]);
-                    let q_rows: Option<&[f32]> = *draft_probs;
-                    let q_of = |t: usize| -> f64 {
-                        match q_rows {
-                            Some(q) => q[i * vocab + t] as f64,
-                            None => (t == d as usize) as u8 as f64,
-                        }
-                    };
-                    let (pd, qd) = (p[d as usize], q_of(d as usize));
-                    let accept = qd > 0.0 && next_f64(rng) < (pd / qd).min(1.0);
-                    if !accept {
-                        let residual: Vec<f64> = (0..vocab).map(|t| (p[t] - q_of(t)).max(0.0)).collect();
-                        let total: f64 = residual.iter().sum();
-                        next = Some(if total > 0.0 { draw(&residual, rng) } else { draw(&p, rng) });
-                        break;
-                    }
-                }
+        let mut chosen: Option<(u32, Vec<f32>)> = None;
+        'tiles: for first in (0..rows.len()).step_by(OUTPUT_TILE_ROWS) {
+            let ids: Vec<usize> = (first..rows.len().min(first + OUTPUT_TILE_ROWS)).collect();
+            let logits = tile.project(&model, &x, &ids, &self.abort)?;
+            #[cfg(test)]
+            if PANIC_IN_ACCEPTANCE.with(|p| p.get()) {
+                panic!("injected panic while judging the drafts");
             }
-            n_accepted += 1;
+            for (j, &i) in ids.iter().enumerate() {
+                let row = &logits[j * vocab..(j + 1) * vocab];
+                let recent = &self.tokens[..base + 1 + i];
+                let Some(&d) = draft.get(i) else {
+                    // Every draft was accepted: the bonus token comes from the last row.
+                    let next = match &mut acc {
+                        Acceptance::Greedy => argmax(row),
+                        Acceptance::Sampled { params, rng, .. } => sample(row, params, recent, rng),
+                    };
+                    chosen = Some((next, row.to_vec()));
+                    break 'tiles;
+                };
+                let rejected = match &mut acc {
+                    Acceptance::Greedy => Some(argmax(row)).filter(|&best| best != d),
+                    Acceptance::Sampled { params, draft_probs, rng } => {
+                        let p = probabilities(row, params, recent);
+                        let q_rows: Option<&[f32]> = *draft_probs;
+                        let q_of = |t: usize| -> f64 {
+                            match q_rows {
+                                Some(q) => q[i * vocab + t] as f64,
+                                None => (t == d as usize) as u8 as f64,
+                            }
+                        };
+                        let (pd, qd) = (p[d as usize], q_of(d as usize));
+                        let accept = qd > 0.0 && next_f64(rng) < (pd / qd).min(1.0);
+                        if accept {
+                            None
+                        } else {
+                            // The residual distribution, at the first rejection only.
+                            let residual: Vec<f64> = (0..vocab).map(|t| (p[t] - q_of(t)).max(0.0)).collect();
+                            let total: f64 = residual.iter().sum();
+                            Some(if total > 0.0 { draw(&residual, rng) } else { draw(&p, rng) })
+                        }
+                    }
+                };
+                if let Some(next) = rejected {
+                    chosen = Some((next, row.to_vec()));
+                    break 'tiles;
+                }
+                n_accepted += 1;
+            }
         }
-        let next = match next {
-            Some(t) => t,
-            None => match &mut acc {
-                Acceptance::Greedy => argmax(row(draft.len())),
-                Acceptance::Sampled { params, rng, .. } => sample(row(draft.len()), params, &self.tokens[..base + 1 + draft.len()], rng),
-            },
+        let Some((next, kept_logits)) = chosen else {
+            // The last row always decides (it has no draft to judge), so this cannot be reached.
+            return Err(Error::new(Status::ErrPanic, "verify ended without choosing a token"));
         };
-        // Keep pending and the accepted drafts; the last kept row's logits become last_logits.
-        let kept = base + 1 + n_accepted;
-        let kept_logits = row(n_accepted).to_vec();
-        self.truncate(kept)?;
+        // Keep pending and the accepted drafts; the row the next token came from gives last_logits.
+        self.truncate(base + 1 + n_accepted)?;
         self.last_logits = kept_logits;
         self.counters.rounds += 1;
         self.counters.drafted += draft.len() as u64;

@@ -111,8 +111,12 @@ impl Lookup<'_> {
 }
 
 impl Weights {
-    pub fn resolve(spec: &ModelSpec, tensors: &BTreeMap<String, WeightTensor>, backend: &dyn Backend) -> Result<Weights> {
+    /// Finds, checks and prepares every weight. `progress(done, total)` is called after each
+    /// of `total` steps (the model-level tensors, then each layer); an error it returns stops
+    /// the resolve, and everything prepared so far is dropped.
+    pub fn resolve(spec: &ModelSpec, tensors: &BTreeMap<String, WeightTensor>, backend: &dyn Backend, progress: &mut dyn FnMut(usize, usize) -> Result<()>) -> Result<Weights> {
         let lk = Lookup { tensors, backend };
+        let total = spec.layers.len() + 1;
         let (hidden, vocab) = (spec.hidden_size, spec.vocab_size);
         let embed = lk.get("model.embed_tokens.weight", &[vocab, hidden])?;
         // Tied: the embedding table prepared a second time, as the output projection (the host
@@ -120,12 +124,11 @@ impl Weights {
         let lm_head_name = if spec.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
         let lm_head = lk.get(lm_head_name, &[vocab, hidden])?;
         let final_norm = lk.norm("model.norm.weight", hidden, spec.norm_form)?;
-        let layers = spec
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| layer(&lk, spec, i, l))
-            .collect::<Result<Vec<_>>>()?;
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (i, l) in spec.layers.iter().enumerate() {
+            layers.push(layer(&lk, spec, i, l)?);
+            progress(i + 1, total)?;
+        }
         let per_layer_input = match spec.per_layer_input {
             None => None,
             Some(p) => {
@@ -137,6 +140,7 @@ impl Weights {
                 })
             }
         };
+        progress(total, total)?;
         Ok(Weights { embed, per_layer_input, layers, final_norm, lm_head })
     }
 }

@@ -17,8 +17,10 @@ pub struct packlm_abort {
 }
 
 /// Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes
-/// the session's current and later passes stop between layers with PACKLM_ERR_ABORTED, leaving
-/// the session as it was before the call, until packlm_abort_clear.
+/// the session's current and later passes stop with PACKLM_ERR_ABORTED, leaving the session as
+/// it was before the call, until packlm_abort_clear. The host backend checks it inside long
+/// kernels (per task of a matmul or attention call, and in the output projection), the others
+/// between layers.
 #[no_mangle]
 pub extern "C" fn packlm_session_abort_handle(session: *const packlm_session, out: *mut *mut packlm_abort) -> Status {
     ffi_boundary!("packlm_session_abort_handle", {

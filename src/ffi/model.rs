@@ -28,8 +28,11 @@ pub const PACKLM_BACKEND_HOST: u32 = 0;
 pub const PACKLM_BACKEND_REFERENCE: u32 = 1;
 pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
 
-/// Called during open with the fraction done (0..1); return false to cancel the open
-/// (it then fails with PACKLM_ERR_ABORTED).
+/// Called during open, on the thread that called `packlm_model_open` and under no lock of the
+/// library, with the fraction done: 0 first, then after the pack's files are read and after
+/// each layer's weights are prepared, 1 last; the fractions never decrease. Return false to
+/// cancel: the open then stops, frees what it built, fails with PACKLM_ERR_ABORTED, and does
+/// not call the callback again.
 pub type packlm_progress_fn = Option<extern "C" fn(fraction: f32, user_data: *mut c_void) -> bool>;
 
 /// Options of `packlm_model_open`. Fill with `packlm_open_options_init(&o, sizeof o)` (or
@@ -120,15 +123,9 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
         let path = try_cstr(path, "path")?;
         let out = try_mut(out, "out")?;
         let (opts, progress, user) = read_options(options)?;
-        let report = |f: f32| -> Result<()> {
-            match progress {
-                Some(cb) if !cb(f, user) => Err(Error::new(Status::ErrAborted, "open cancelled by the progress callback")),
-                _ => Ok(()),
-            }
-        };
-        report(0.0)?;
-        let model = Model::open(Path::new(path), &opts)?;
-        report(1.0)?;
+        // The callback runs on this thread, under no lock of the library.
+        let mut report = |f: f32| progress.is_none_or(|cb| cb(f, user));
+        let model = Model::open_with_progress(Path::new(path), &opts, &mut report)?;
         *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model), tokenize: Default::default() }));
         Ok(())
     })

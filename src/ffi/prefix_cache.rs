@@ -33,7 +33,8 @@ pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, ses
 }
 
 /// Restores into `session` the stored state sharing the longest prefix with `tokens[0..n]`
-/// (at most n - 1 positions, so the last prompt token is still to be fed). `*n_reused`
+/// (at most n - 1 positions, so the last prompt token is still to be fed, and at most the
+/// session's n_ctx: a state stored from a longer context is reused up to what fits). `*n_reused`
 /// receives how many prompt tokens the session now holds; 0 means none was usable and the
 /// session is untouched. Feed `tokens[*n_reused..]` next.
 #[no_mangle]

@@ -4,7 +4,7 @@ use crate::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
 use crate::engine::speculative::Acceptance;
 use crate::error::{Error, Status};
 use crate::ffi::guard::{
-    checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
+    ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
 };
 use crate::ffi::model::packlm_model;
 use crate::ffi::session::{packlm_session, session_in_use};
@@ -226,16 +226,22 @@ unsafe impl AbiStruct for packlm_verify_result {
 /// `draft` holds `k` proposed tokens after it. One batched pass over [pending, d1..dk]; the
 /// longest valid prefix is accepted; the session then holds n_past + 1 + n_accepted positions,
 /// exactly as if those tokens had been stepped one by one. Only the first `result->size` bytes
-/// of `*result` are written. On failure (bad token, context full, a buffer too small, PACKLM_ERR_PANIC) the
-/// session is unchanged and `*result` is not written, except `n_logits` with
-/// PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
+/// of `*result` are written. k + 1 rows that do not fit the session's context return
+/// PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read. Logits are computed 16
+/// rows at a time, not all k + 1 at once, so the memory a call needs beyond a step_batch of
+/// k + 1 rows does not grow with k. On failure (bad token, context full, a buffer too small,
+/// PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written,
+/// except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
 #[no_mangle]
 pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
         let mut s = session_in_use(session)?;
-        let draft = try_slice(draft, k, "draft")?;
         let p = read_verify_params(params)?;
         let mut r = read_prefix(result, "result")?;
+        // k against the context, and k x n_vocab, before any caller buffer is read.
+        let with_probs = p.mode == PACKLM_VERIFY_SAMPLED && !p.draft_probs.is_null();
+        let n_probs = s.check_verify_lengths(k, with_probs)?;
+        let draft = try_slice(draft, k, "draft")?;
         let vocab = s.model().spec().vocab_size;
         // Every buffer is checked before the pass, so that a refusal leaves the session as it was.
         let n_logits = if r.logits_out.is_null() { 0 } else { vocab };
@@ -254,14 +260,13 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
                 let q = if p.draft_probs.is_null() {
                     None
                 } else {
-                    let need = checked_len(k, vocab, "draft_probs: k x n_vocab")?;
-                    if let Some(have) = p.n_draft_probs.filter(|&have| have < need) {
+                    if let Some(have) = p.n_draft_probs.filter(|&have| have < n_probs) {
                         return Err(Error::new(
                             Status::ErrBufferTooSmall,
-                            format!("params.draft_probs needs k x n_vocab = {k} x {vocab} = {need} floats, params.n_draft_probs is {have}"),
+                            format!("params.draft_probs needs k x n_vocab = {k} x {vocab} = {n_probs} floats, params.n_draft_probs is {have}"),
                         ));
                     }
-                    Some(try_slice(p.draft_probs, need, "draft_probs")?)
+                    Some(try_slice(p.draft_probs, n_probs, "draft_probs")?)
                 };
                 let rng = try_mut(p.rng_state, "rng_state")?;
                 let mut state = *rng;

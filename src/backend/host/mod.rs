@@ -17,6 +17,7 @@ mod portable;
 use parking_lot::Mutex;
 
 use crate::backend::attention::{self, AttentionArgs};
+use crate::backend::pass;
 use crate::backend::cpu::Kernels;
 use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
@@ -68,7 +69,16 @@ impl HostBackend {
     /// on this thread alone when `serial`).
     fn for_chunks(&self, buf: &mut [f32], chunk: usize, serial: bool, task: impl Fn(usize, &mut [f32]) + Sync) {
         if serial || self.threads() == 1 {
-            buf.chunks_mut(chunk).enumerate().for_each(|(i, c)| task(i, c));
+            // One relaxed load per piece, as on the team (team.rs): a long call stops early
+            // when the pass is aborted.
+            let stop = pass::current();
+            for (i, c) in buf.chunks_mut(chunk).enumerate() {
+                if stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+                    pass::note_cut_short();
+                    return;
+                }
+                task(i, c);
+            }
             return;
         }
         // Each piece behind its own (never contended) lock: tasks take them by index.

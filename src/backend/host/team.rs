@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::backend::MAX_THREADS;
+use crate::backend::{pass, MAX_THREADS};
 use crate::error::{Error, Result, Status};
 
 /// The process's helper threads.
@@ -81,6 +81,10 @@ struct Job {
     active: AtomicUsize,
     /// A task panicked on a helper.
     panicked: AtomicBool,
+    /// The pass's abort flag: once set, no further task starts.
+    stop: Option<Arc<AtomicBool>>,
+    /// A task was skipped because of `stop`.
+    skipped: AtomicBool,
 }
 
 // SAFETY: `task` points to a `Fn + Sync`, so calling it from several threads at once is allowed;
@@ -95,6 +99,12 @@ impl Job {
         loop {
             let i = self.next.fetch_add(1, SeqCst);
             if i >= self.n {
+                return;
+            }
+            if self.stop.as_ref().is_some_and(|s| s.load(Relaxed)) {
+                // Hand out the rest as skipped, so every thread stops at its next task.
+                self.next.store(self.n, SeqCst);
+                self.skipped.store(true, SeqCst);
                 return;
             }
             // SAFETY: the caller of `Team::run` is still inside `run` (it cannot return before
@@ -137,7 +147,9 @@ impl Team {
     }
 
     /// Runs `task(i)` once for every `i < n` and returns when all have finished; `task` must
-    /// not depend on which thread runs it. A panic in a task is raised again here.
+    /// not depend on which thread runs it. A panic in a task is raised again here. When the
+    /// current pass's abort flag (backend::pass) is set, the tasks not yet started are skipped
+    /// and `pass::note_cut_short` records it.
     ///
     /// Soundness of the lifetime erasure: helpers receive a raw pointer to `task`, which lives
     /// on the caller's stack. A helper increments `active`, then reads `closed`; it calls `task`
@@ -148,8 +160,15 @@ impl Team {
     pub(super) fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         let helpers = (self.threads() - 1).min(n.saturating_sub(1));
         let shared = if helpers > 0 { SHARED.lock().clone() } else { None };
+        let stop = pass::current();
         let Some(shared) = shared else {
-            (0..n).for_each(task);
+            for i in 0..n {
+                if stop.as_ref().is_some_and(|s| s.load(Relaxed)) {
+                    pass::note_cut_short();
+                    return;
+                }
+                task(i);
+            }
             return;
         };
         let (pool, helpers) = (&shared.pool, helpers.min(shared.helpers));
@@ -163,6 +182,8 @@ impl Team {
             closed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
+            stop,
+            skipped: AtomicBool::new(false),
         });
         for _ in 0..helpers {
             let job = job.clone();
@@ -185,6 +206,9 @@ impl Team {
         }
         if job.panicked.load(SeqCst) {
             panic!("a host backend task panicked on a helper thread");
+        }
+        if job.skipped.load(SeqCst) {
+            pass::note_cut_short();
         }
     }
 }
