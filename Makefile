@@ -91,4 +91,4 @@ go-swift-hosts: build
 header-check: build
 	git diff --exit-code -- include/packlm.h
 
-test: header-check rust-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test
+test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test
