@@ -10,6 +10,9 @@ cd "$root"
 cache=$("$root/tests/llama/fetch.sh")
 lib=$root/target/release/llama-lib
 [ -f "$lib/libllama.so" ] || { echo "FAIL: $lib/libllama.so is missing: run make llama" >&2; exit 1; }
+soname=$(objdump -p "$lib/libllama.so" | sed -n 's/^ *SONAME *//p')
+[ "$soname" = libllama.so.0 ] || { echo "FAIL: $lib/libllama.so has SONAME '$soname', not libllama.so.0" >&2; exit 1; }
+echo "soname: libllama.so.0"
 LLAMA_CPP_LIB_PATH=$lib \
 PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
 PACKLM_BIN=$root/target/release/packlm \

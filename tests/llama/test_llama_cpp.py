@@ -55,6 +55,20 @@ def text_of(out):
     return out["choices"][0]["text"]
 
 
+def greedy_steps(llm, n):
+    """n tokens by sample(temp=0) + eval, from the context's current logits; the exception's
+    text instead when a call fails."""
+    out = []
+    try:
+        for _ in range(n):
+            t = llm.sample(temp=0)
+            out.append(t)
+            llm.eval([t])
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return out
+
+
 def run_model(name, path, chat_word, marker):
     print(f"== {name}")
     llm = Llama(model_path=path, n_ctx=512, verbose=False, seed=7)
@@ -122,26 +136,14 @@ def run_model(name, path, chat_word, marker):
     llm.reset()
     llm.eval(toks)
     state = llm.save_state()
-    cont = []
-    for _ in range(6):
-        t = llm.sample(temp=0)
-        cont.append(t)
-        llm.eval([t])
+    cont = greedy_steps(llm, 6)
     llm.reset()
     llm.eval(llm.tokenize(b"Something else entirely."))
     llm.load_state(state)
-    again = []
-    for _ in range(6):
-        t = llm.sample(temp=0)
-        again.append(t)
-        llm.eval([t])
+    again = greedy_steps(llm, 6)
     fresh = Llama(model_path=path, n_ctx=512, verbose=False)
     fresh.eval(toks)
-    ref = []
-    for _ in range(6):
-        t = fresh.sample(temp=0)
-        ref.append(t)
-        fresh.eval([t])
+    ref = greedy_steps(fresh, 6)
     check(cont == ref, f"{name}: eval/sample continuation {cont} == a fresh context's {ref}")
     check(again == ref, f"{name}: after load_state {again} == fresh {ref}")
 
@@ -158,6 +160,21 @@ def run_model(name, path, chat_word, marker):
     banned = llm.create_completion(PROMPT, max_tokens=1, temperature=0, logit_bias={first: -1e9})
     got = llm.tokenize(text_of(banned).encode(), add_bos=False)
     check(got[:1] != [first], f"{name}: logit_bias bans token {first} (got {got})")
+
+    # A caller-defined sampler through the llama_sampler_i vtable (logits_processor) runs
+    # in the chain before the selection: pushing the greedy token down changes the choice.
+    def push_down(input_ids, scores):
+        scores[first] = -1e9
+        return scores
+    processed = llm.create_completion(PROMPT, max_tokens=1, temperature=0, logits_processor=llama_cpp.LogitsProcessorList([push_down]))
+    got = llm.tokenize(text_of(processed).encode(), add_bos=False)
+    check(got[:1] != [first], f"{name}: logits_processor through the sampler vtable (got {got})")
+
+    # A grammar sampler cannot be built here: the chain refuses to sample rather than
+    # generate unconstrained text.
+    grammar = llama_cpp.LlamaGrammar.from_string('root ::= "yes" | "no"')
+    check(raises(lambda: llm.create_completion(PROMPT, max_tokens=4, temperature=0, grammar=grammar), RuntimeError),
+          f"{name}: a grammar that cannot be applied makes sampling fail")
 
     # logprobs with logits_all: each greedy token is the top-1 entry, with log-softmax of the logits.
     la = Llama(model_path=path, n_ctx=512, verbose=False, logits_all=True)
