@@ -33,6 +33,9 @@ impl Engine {
     pub fn n_layer(&self) -> usize {
         self.model.spec.layers.len()
     }
+    pub fn metadata(&self) -> &[(String, String)] {
+        self.model.metadata()
+    }
     pub fn family(&self) -> String {
         self.model.spec.family.to_string()
     }

@@ -12,7 +12,7 @@ use crate::log::{self, error, guard};
 /// `struct llama_model` (and `struct llama_vocab`, which points at the same object).
 pub struct LlamaModel {
     pub engine: Engine,
-    /// Metadata as (key, value) strings, in a fixed order.
+    /// The pack's metadata as (key, value) strings (packlm's `Model::metadata`).
     pub meta: Vec<(String, String)>,
     pub desc: CString,
     /// Each token's text, NUL-terminated, made on first use (`llama_vocab_get_text`).
@@ -23,22 +23,8 @@ pub struct LlamaModel {
 
 impl LlamaModel {
     fn new(engine: Engine) -> LlamaModel {
-        let arch = engine.family().trim_end_matches("_text").to_string();
-        let mut meta = vec![
-            ("general.architecture".to_string(), arch.clone()),
-            (format!("{arch}.context_length"), engine.n_ctx_train().to_string()),
-            (format!("{arch}.embedding_length"), engine.n_embd().to_string()),
-            (format!("{arch}.block_count"), engine.n_layer().to_string()),
-        ];
-        if let Some(b) = engine.bos() {
-            meta.push(("tokenizer.ggml.bos_token_id".into(), b.to_string()));
-        }
-        if let Some(e) = engine.eos() {
-            meta.push(("tokenizer.ggml.eos_token_id".into(), e.to_string()));
-        }
-        if let Some(t) = engine.chat_template() {
-            meta.push(("tokenizer.chat_template".into(), t));
-        }
+        let meta = engine.metadata().to_vec();
+        let arch = meta.iter().find(|kv| kv.0 == "general.architecture").map(|kv| kv.1.clone()).unwrap_or_else(|| engine.family());
         let desc = CString::new(format!("{arch} {} layers (packlm)", engine.n_layer())).unwrap_or_default();
         let template = engine.chat_template().and_then(|t| CString::new(t).ok());
         LlamaModel { engine, meta, desc, texts: OnceLock::new(), template }

@@ -69,10 +69,14 @@ def greedy_steps(llm, n):
     return out
 
 
-def run_model(name, path, chat_word, marker):
+def run_model(name, path, chat_word, marker, expected_meta):
     print(f"== {name}")
     llm = Llama(model_path=path, n_ctx=512, verbose=False, seed=7)
     check(llm.n_vocab() > 0 and llm.n_ctx() == 512, f"{name}: construction (n_vocab, n_ctx)")
+    # The GGUF's own metadata, as llama.cpp reports it (the values are the HF configs':
+    # architecture, max_position_embeddings, the tokenizer kind).
+    for key, want in expected_meta.items():
+        check(llm.metadata.get(key) == want, f"{name}: metadata {key} = {llm.metadata.get(key)!r}, expected {want!r}")
 
     # Tokenize: ids equal packlm's tokenizer (tied to HF's by the golden tests), with and
     # without special tokens; detokenize gives the bytes back, multi-byte characters whole.
@@ -210,9 +214,11 @@ def run_model(name, path, chat_word, marker):
 check(raises(lambda: Llama(model_path=os.path.join(models, "missing.gguf"), verbose=False), ValueError), "missing file raises ValueError")
 smol = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
 gemma = os.path.join(models, "gemma3-270m-Q4_K_M.gguf")
-for name, path, word, marker in [("SmolLM2", smol, "Paris", "<|im_start|>"), ("Gemma3", gemma, None, "<start_of_turn>")]:
+SMOL_META = {"general.architecture": "llama", "llama.context_length": "8192", "tokenizer.ggml.model": "gpt2"}
+GEMMA_META = {"general.architecture": "gemma3", "gemma3.context_length": "32768", "gemma3.attention.sliding_window": "512", "tokenizer.ggml.model": "llama"}
+for name, path, word, marker, meta in [("SmolLM2", smol, "Paris", "<|im_start|>", SMOL_META), ("Gemma3", gemma, None, "<start_of_turn>", GEMMA_META)]:
     if os.path.exists(path):
-        run_model(name, path, word, marker)
+        run_model(name, path, word, marker, meta)
     elif os.environ.get("PACKLM_REQUIRE_MODELS"):
         check(False, f"{path} is missing and PACKLM_REQUIRE_MODELS is set")
     else:
