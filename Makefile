@@ -33,8 +33,10 @@ llama: build
 	python3 scripts/set_soname.py $(LLAMA_LIB)/libllama.so libllama.so.0
 	ln -sf libllama.so $(LLAMA_LIB)/libllama.so.0
 
-# llama-cpp-python 0.3.36 (its Python sources, no llama.cpp build) against libllama.so.
+# The facade's unit tests, then llama-cpp-python 0.3.36 (its Python sources, no llama.cpp
+# build) against libllama.so (tests/llama/run.sh).
 llama-test: models llama
+	$(CARGO) test --release -p llama
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/run.sh
 
 demo: models build

@@ -676,3 +676,145 @@ no_sampler!(llama_sampler_init_grammar_lazy_patterns(vocab: *const c_void, gramm
 no_sampler!(llama_sampler_init_dry(vocab: *const c_void, multiplier: f32, base: f32, allowed_length: i32, penalty_last_n: i32, seq_breakers: *const *const c_char, num_breakers: usize));
 no_sampler!(llama_sampler_init_adaptive_p(a: f32, b: f32, seed: u32));
 no_sampler!(llama_sampler_init_infill(vocab: *const c_void));
+
+#[cfg(test)]
+mod tests {
+    //! Each sampler against values worked out by hand from llama.cpp's definitions
+    //! (src/llama-sampling.cpp), on the logits [1, 2, 3, 4] of tokens 0..3.
+    use super::*;
+
+    fn run(samplers: Vec<*mut Sampler>, logits: &[f32]) -> (Vec<TokenData>, i64) {
+        let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+        for s in samplers {
+            unsafe { llama_sampler_chain_add(chain, s) };
+        }
+        let mut data: Vec<TokenData> = logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+        let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
+        unsafe { llama_sampler_apply(chain, &mut cur) };
+        let (size, selected) = (cur.size, cur.selected);
+        unsafe { llama_sampler_free(chain) };
+        data.truncate(size);
+        (data, selected)
+    }
+
+    fn ids(v: &[TokenData]) -> Vec<Token> {
+        v.iter().map(|d| d.id).collect()
+    }
+
+    const L: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+
+    #[test]
+    fn top_k_keeps_the_k_largest_sorted() {
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(2)], &L).0), vec![3, 2]);
+        // k <= 0 leaves the array as it is.
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(0)], &L).0), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_prefix_reaching_p() {
+        // softmax([4, 3, 2, 1]) = 0.6439, 0.2369, 0.0871, 0.0321.
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 1)], &L).0), vec![3]);
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.7, 1)], &L).0), vec![3, 2]);
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 3)], &L).0), vec![3, 2, 1]);
+    }
+
+    #[test]
+    fn min_p_keeps_logits_within_log_p_of_the_max() {
+        // 4 + ln 0.3 = 2.796: tokens 2 and 3 stay, in their order.
+        assert_eq!(ids(&run(vec![llama_sampler_init_min_p(0.3, 1)], &L).0), vec![2, 3]);
+    }
+
+    #[test]
+    fn temperature_is_its_own_step_wherever_it_stands() {
+        let (v, _) = run(vec![llama_sampler_init_temp(0.5)], &L);
+        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![2.0, 4.0, 6.0, 8.0]);
+        // After top-p (which saw the unscaled logits) temperature changes no membership.
+        let (v, _) = run(vec![llama_sampler_init_top_p(0.7, 1), llama_sampler_init_temp(0.5)], &L);
+        assert_eq!(ids(&v), vec![3, 2]);
+        // Before it, the sharper distribution (softmax([8, 6, 4, 2]) = 0.8668, 0.1173, ...)
+        // reaches 0.7 with one token.
+        let (v, _) = run(vec![llama_sampler_init_temp(0.5), llama_sampler_init_top_p(0.7, 1)], &L);
+        assert_eq!(ids(&v), vec![3]);
+        // Temperature 0 leaves only the largest logit finite.
+        let (v, _) = run(vec![llama_sampler_init_temp(0.0)], &L);
+        assert_eq!(v.iter().filter(|d| d.logit.is_finite()).map(|d| d.id).collect::<Vec<_>>(), vec![3]);
+    }
+
+    #[test]
+    fn penalties_divide_positive_logits_multiply_negative_and_subtract_counts() {
+        let pen = llama_sampler_init_penalties(4, 8, 2.0, 0.5, 0.25);
+        unsafe {
+            llama_sampler_accept(pen, 3);
+            llama_sampler_accept(pen, 3);
+            llama_sampler_accept(pen, 0);
+        }
+        let (v, _) = run(vec![pen], &[-1.0, 2.0, 3.0, 4.0]);
+        // token 3: 4 / 2 - 2 * 0.5 - 0.25 = 0.75; token 0: -1 * 2 - 0.5 - 0.25 = -2.75.
+        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![-2.75, 2.0, 3.0, 0.75]);
+    }
+
+    #[test]
+    fn logit_bias_then_greedy_selects_the_new_maximum() {
+        let bias = [LogitBias { token: 3, bias: -10.0 }];
+        let b = unsafe { llama_sampler_init_logit_bias(4, 1, bias.as_ptr()) };
+        let (v, selected) = run(vec![b, llama_sampler_init_greedy()], &L);
+        assert_eq!(v[selected as usize].id, 2);
+        // A token outside the vocabulary is refused.
+        let bad = [LogitBias { token: 4, bias: 1.0 }];
+        assert!(unsafe { llama_sampler_init_logit_bias(4, 1, bad.as_ptr()) }.is_null());
+    }
+
+    #[test]
+    fn dist_is_reproducible_per_seed_and_follows_the_distribution() {
+        let draw = |seed| {
+            let s = llama_sampler_init_dist(seed);
+            let mut counts = [0usize; 4];
+            for _ in 0..4000 {
+                let (v, sel) = run(vec![unsafe { llama_sampler_clone(s) }], &L);
+                counts[v[sel as usize].id as usize] += 1;
+                // Advance the original's state as a real chain would.
+                let mut data: Vec<TokenData> = L.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+                let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: 4, selected: -1, sorted: false };
+                unsafe { llama_sampler_apply(s, &mut cur) };
+            }
+            unsafe { llama_sampler_free(s) };
+            counts
+        };
+        let a = draw(42);
+        assert_eq!(a, draw(42));
+        // Expected 0.6439 * 4000 = 2576 for token 3; 0.0321 * 4000 = 128 for token 0.
+        assert!((2400..2750).contains(&a[3]), "{a:?}");
+        assert!((70..200).contains(&a[0]), "{a:?}");
+    }
+
+    #[test]
+    fn a_chain_given_null_refuses_to_sample() {
+        // A real context (the tiny llama fixture) with logits to sample from.
+        let path = std::ffi::CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap();
+        unsafe {
+            let model = crate::model::llama_model_load_from_file(path.as_ptr(), crate::model::llama_model_default_params());
+            assert!(!model.is_null());
+            // n_ctx 0: the fixture's own 128 positions (more than a model's length is refused).
+            let params = crate::abi::ContextParams { n_ctx: 0, ..crate::context::llama_context_default_params() };
+            let ctx = crate::context::llama_init_from_model(model, params);
+            assert!(!ctx.is_null());
+            let mut toks = [0 as Token, 5, 7];
+            assert_eq!(crate::context::llama_decode(ctx, crate::context::llama_batch_get_one(toks.as_mut_ptr(), 3)), 0);
+
+            let plain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+            llama_sampler_chain_add(plain, llama_sampler_init_greedy());
+            let t = llama_sampler_sample(plain, ctx, -1);
+            assert!(t >= 0, "greedy alone samples");
+
+            let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+            llama_sampler_chain_add(chain, llama_sampler_init_grammar(ptr::null(), c"root ::= \"a\"".as_ptr(), c"root".as_ptr()));
+            llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+            assert_eq!(llama_sampler_sample(chain, ctx, -1), -1, "the chain must refuse");
+
+            llama_sampler_free(plain);
+            llama_sampler_free(chain);
+            crate::context::llama_free(ctx);
+            crate::model::llama_model_free(model);
+        }
+    }
+}
