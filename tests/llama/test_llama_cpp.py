@@ -7,6 +7,7 @@ multi-byte text, special tokens), greedy completion (deterministic, streamed == 
 sample / save_state / load_state, prefix reuse, logit_bias, logprobs; then bad input (a missing
 file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
 Prints 'N passed, M failed'."""
+import ctypes
 import json
 import os
 import subprocess
@@ -209,6 +210,37 @@ def run_model(name, path, chat_word, marker, expected_meta):
         llama_state=bytes(flipped[:-7]), llama_state_size=state.llama_state_size - 7, seed=state.seed)
     check(raises(lambda: llm.load_state(bad2), RuntimeError), f"{name}: truncated state raises")
     check(text_of(llm.create_completion(PROMPT, max_tokens=16, temperature=0)) == text_of(a), f"{name}: still works after bad input")
+
+    # The C calls' own failure values, through the client's ctypes declarations.
+    ctx, vocab = llm.ctx, llm._model.vocab
+    llm.reset()
+    llm.eval(toks)
+    n_past = len(toks)
+    batch = llama_cpp.llama_batch_init(4, 0, 1)
+    batch.n_tokens = 1
+    batch.token[0] = toks[0]
+    batch.pos[0] = n_past + 3  # not the next position
+    batch.n_seq_id[0] = 1
+    batch.seq_id[0][0] = 0
+    batch.logits[0] = 1
+    check(llama_cpp.llama_decode(ctx, batch) == -1, f"{name}: llama_decode at a gap in positions gives -1")
+    batch.pos[0] = n_past
+    batch.seq_id[0][0] = 1
+    check(llama_cpp.llama_decode(ctx, batch) == -1, f"{name}: llama_decode for sequence 1 gives -1")
+    batch.seq_id[0][0] = 0
+    check(llama_cpp.llama_decode(ctx, batch) == 0, f"{name}: llama_decode at the next position of sequence 0 gives 0")
+    check(not llama_cpp.llama_get_logits_ith(ctx, 5), f"{name}: logits of an index the batch did not have are NULL")
+    check(bool(llama_cpp.llama_get_logits_ith(ctx, 0)), f"{name}: logits of index 0 of the last batch")
+    llama_cpp.llama_batch_free(batch)
+    mem = llama_cpp.llama_get_memory(ctx)
+    check(not llama_cpp.llama_memory_seq_rm(mem, 0, 1, 2), f"{name}: removing positions from the middle is refused")
+    check(llama_cpp.llama_memory_seq_pos_max(mem, 0) == n_past, f"{name}: a refused removal changes nothing")
+    check(llama_cpp.llama_memory_seq_rm(mem, 0, 2, -1) and llama_cpp.llama_memory_seq_pos_max(mem, 0) == 1, f"{name}: removing the tail keeps positions 0 and 1")
+    buf = (ctypes.c_char * 8)()
+    check(llama_cpp.llama_token_to_piece(vocab, llm.n_vocab() + 1, buf, 8, 0, False) == 0, f"{name}: piece of an out-of-range token is empty")
+    out = (llama_cpp.llama_token * 2)()
+    check(llama_cpp.llama_tokenize(vocab, MULTI.encode(), len(MULTI.encode()), out, 2, False, False) == -len(ids), f"{name}: tokenize into a short buffer gives minus the count")
+    check(not llama_cpp.llama_sampler_init_mirostat_v2(1, 5.0, 0.1), f"{name}: an unsupported sampler is NULL")
 
 
 check(raises(lambda: Llama(model_path=os.path.join(models, "missing.gguf"), verbose=False), ValueError), "missing file raises ValueError")
