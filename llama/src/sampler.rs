@@ -541,33 +541,39 @@ pub unsafe extern "C" fn llama_sampler_name(s: *const Sampler) -> *const c_char 
 
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_accept(s: *mut Sampler, token: Token) {
-    if s.is_null() || (*s).iface.is_null() {
-        return;
-    }
-    if let Some(f) = (*(*s).iface).accept {
-        f(s, token)
-    }
+    guard("llama_sampler_accept", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            return;
+        }
+        if let Some(f) = (*(*s).iface).accept {
+            f(s, token)
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
-    if s.is_null() || (*s).iface.is_null() {
-        error("llama_sampler_apply", "sampler is NULL");
-        return;
-    }
-    if let Some(f) = (*(*s).iface).apply {
-        f(s, cur)
-    }
+    guard("llama_sampler_apply", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            error("llama_sampler_apply", "sampler is NULL");
+            return;
+        }
+        if let Some(f) = (*(*s).iface).apply {
+            f(s, cur)
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_reset(s: *mut Sampler) {
-    if s.is_null() || (*s).iface.is_null() {
-        return;
-    }
-    if let Some(f) = (*(*s).iface).reset {
-        f(s)
-    }
+    guard("llama_sampler_reset", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            return;
+        }
+        if let Some(f) = (*(*s).iface).reset {
+            f(s)
+        }
+    })
 }
 
 #[no_mangle]
