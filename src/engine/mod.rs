@@ -51,6 +51,8 @@ pub struct Model {
     source: String,
     /// Hash of the config and the tensor table (names, types, shapes).
     fingerprint: u64,
+    /// The pack's metadata as (key, text) pairs (see `Pack::metadata`).
+    metadata: Vec<(String, String)>,
     /// Every tensor of the pack, as mapped (kept for `content_hash`).
     tensors: BTreeMap<String, WeightTensor>,
     /// Hash of every tensor's bytes: computed at the first snapshot or restore, not at open.
@@ -155,6 +157,7 @@ impl Model {
             backend,
             source: path.display().to_string(),
             fingerprint,
+            metadata: pack.metadata,
             tensors: pack.tensors,
             content_hash: OnceLock::new(),
         })
@@ -166,6 +169,12 @@ impl Model {
     pub fn snapshot_fingerprint(&self) -> u64 {
         let content = *self.content_hash.get_or_init(|| content_hash::tensors_hash(&self.tensors));
         content_hash::hash_bytes(&content.to_le_bytes(), self.fingerprint)
+    }
+
+    /// The pack's metadata: a GGUF's non-array key/values as text, or for an HF folder its
+    /// architecture, context length, sizes and chat template under GGUF's key names.
+    pub fn metadata(&self) -> &[(String, String)] {
+        &self.metadata
     }
 
     /// The pack's chat template rendered over `msgs`.

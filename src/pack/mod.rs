@@ -32,6 +32,10 @@ pub struct Pack {
     pub spec: ModelSpec,
     pub tensors: BTreeMap<String, WeightTensor>,
     pub vocab: Vocab,
+    /// Metadata as (key, text) pairs: a GGUF's own key/values (arrays left out, as llama.cpp's
+    /// `llama_model_meta_*` does), or for an HF folder the facts a llama.cpp-style client asks
+    /// for (see [`folder_metadata`]).
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Pack {
@@ -122,7 +126,8 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     spec.bos_token_id = bos;
     spec.eos_token_ids = eos.clone();
     let vocab = Vocab::new(tokenizer, bos, eos, extra_stop, add_bos, template);
-    Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab })
+    let metadata = folder_metadata(&spec, &vocab);
+    Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab, metadata })
 }
 
 /// BOS, EOS and stop ids must name rows of the embedding (`vocab_size`): an id beyond it would be
@@ -165,5 +170,45 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     spec.bos_token_id = gv.bos;
     spec.eos_token_ids = eos.clone();
     let vocab = Vocab::new(gv.tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template);
-    Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab })
+    let metadata = gguf_metadata(&g);
+    Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab, metadata })
+}
+
+/// A GGUF's non-array key/values as text, in key order: strings as they are, integers in
+/// decimal, floats with six decimals (C++ `std::to_string`, as llama.cpp's `gguf_kv_to_str`),
+/// booleans as true/false.
+fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
+    use gguf::GgufValue as V;
+    g.metadata
+        .iter()
+        .filter_map(|(k, v)| {
+            let text = match v {
+                V::Array(_) => return None,
+                V::Str(s) => s.clone(),
+                V::Bool(b) => b.to_string(),
+                V::F32(x) => format!("{x:.6}"),
+                V::F64(x) => format!("{x:.6}"),
+                other => other.as_integer()?.to_string(),
+            };
+            Some((k.clone(), text))
+        })
+        .collect()
+}
+
+/// What an HF folder states in GGUF's spelling: `general.architecture` (the config's
+/// model_type, "_text" dropped, as the GGUF converter names Gemma 3), `<arch>.context_length`,
+/// `<arch>.block_count`, `<arch>.embedding_length`, and `tokenizer.chat_template` when the
+/// pack has one.
+fn folder_metadata(spec: &ModelSpec, vocab: &Vocab) -> Vec<(String, String)> {
+    let arch = spec.family.trim_end_matches("_text").to_string();
+    let mut meta = vec![
+        ("general.architecture".to_string(), arch.clone()),
+        (format!("{arch}.block_count"), spec.layers.len().to_string()),
+        (format!("{arch}.context_length"), spec.max_context.to_string()),
+        (format!("{arch}.embedding_length"), spec.hidden_size.to_string()),
+    ];
+    if let Some(t) = &vocab.chat_template {
+        meta.push(("tokenizer.chat_template".to_string(), t.clone()));
+    }
+    meta
 }

@@ -100,6 +100,45 @@ impl Vocab {
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.tokenizer.id_to_token(id)
     }
+
+    /// What kind of token `id` is (llama.cpp's token attributes CONTROL, USER_DEFINED, BYTE,
+    /// NORMAL); None for an id outside the vocabulary.
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        let text = self.tokenizer.id_to_token(id)?;
+        Some(match self.tokenizer.get_added_tokens_decoder().get(&id) {
+            Some(t) if t.special => TokenKind::Control,
+            Some(_) => TokenKind::UserDefined,
+            None if !self.is_byte_level() && byte_token(&text).is_some() => TokenKind::Byte,
+            None => TokenKind::Normal,
+        })
+    }
+
+    /// Whether tokens are GPT-2 byte-level BPE (else SentencePiece-style, "▁" for a space and
+    /// <0xNN> byte tokens).
+    pub fn is_byte_level(&self) -> bool {
+        matches!(self.tokenizer.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)))
+    }
+
+    /// The raw bytes one token stands for, as llama.cpp's `llama_token_to_piece` gives them: a
+    /// byte token's single byte (never U+FFFD for part of a character), "▁" as a space for
+    /// SentencePiece vocabularies, GPT-2's byte-to-character map undone for byte-level ones.
+    /// A control token gives its text when `render_special`, else nothing; a user-defined
+    /// token always gives its text.
+    pub fn token_bytes(&self, id: u32, render_special: bool) -> Result<Vec<u8>> {
+        self.check_ids(&[id])?;
+        let text = self.tokenizer.id_to_token(id).unwrap_or_default();
+        match self.token_kind(id) {
+            Some(TokenKind::Control) => Ok(if render_special { text.into_bytes() } else { Vec::new() }),
+            Some(TokenKind::UserDefined) => Ok(text.into_bytes()),
+            Some(TokenKind::Byte) => Ok(byte_token(&text).map(|b| vec![b]).unwrap_or_default()),
+            _ if self.is_byte_level() => text
+                .chars()
+                .map(|c| gpt2_char_to_byte(c).ok_or(c))
+                .collect::<std::result::Result<Vec<u8>, char>>()
+                .map_err(|c| Error::new(Status::ErrTokenizer, format!("token {id} ({text:?}) has {c:?}, outside the byte-level alphabet"))),
+            _ => Ok(text.replace('\u{2581}', " ").into_bytes()),
+        }
+    }
 }
 
 /// Incremental detokenization: tokens go in one at a time, and only text that no later token
@@ -176,4 +215,37 @@ impl DecodeStream {
             )),
         }
     }
+}
+
+/// Token attributes, as llama.cpp names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    /// A special token (BOS, EOS, chat markers): hidden unless asked for.
+    Control,
+    /// An added token that is not special: text like any other.
+    UserDefined,
+    /// A SentencePiece byte-fallback token, <0xNN>.
+    Byte,
+    Normal,
+}
+
+/// The byte of a SentencePiece byte token "<0xNN>".
+fn byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// GPT-2's `bytes_to_unicode` undone: printable Latin-1 bytes stand for themselves, the other
+/// 68 bytes were moved to U+0100.. in byte order (openai/gpt-2 encoder.py).
+fn gpt2_char_to_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let cp = c as u32;
+    if cp < 0x100 {
+        return if printable(cp) { Some(cp as u8) } else { None };
+    }
+    let k = cp.checked_sub(0x100)?;
+    (0u32..256).filter(|&b| !printable(b)).nth(k as usize).map(|b| b as u8)
 }

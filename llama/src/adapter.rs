@@ -1,0 +1,126 @@
+//! The one place the facade calls into packlm: opening a model, a session's steps, rollback
+//! and state, and the vocabulary. Everything else in this crate speaks llama.cpp's terms.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use packlm::engine::{Model, OpenOptions, Session, Want};
+
+pub use packlm::pack::vocab::TokenKind;
+pub use packlm::Error;
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// An open model and the facts the llama.cpp API asks for.
+pub struct Engine {
+    model: Arc<Model>,
+}
+
+impl Engine {
+    pub fn open(path: &Path) -> Result<Engine> {
+        let model = Model::open(path, &OpenOptions::default())?;
+        Ok(Engine { model: Arc::new(model) })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.spec().vocab_size
+    }
+    pub fn n_ctx_train(&self) -> usize {
+        self.model.spec().max_context
+    }
+    pub fn n_embd(&self) -> usize {
+        self.model.spec().hidden_size
+    }
+    pub fn n_layer(&self) -> usize {
+        self.model.spec().layers.len()
+    }
+    pub fn metadata(&self) -> &[(String, String)] {
+        self.model.metadata()
+    }
+    pub fn family(&self) -> String {
+        self.model.spec().family.to_string()
+    }
+    pub fn bos(&self) -> Option<u32> {
+        self.model.vocab().bos
+    }
+    pub fn eos(&self) -> Option<u32> {
+        self.model.vocab().eos.first().copied()
+    }
+    pub fn add_bos(&self) -> bool {
+        self.model.vocab().add_bos
+    }
+    pub fn is_stop(&self, id: u32) -> bool {
+        self.model.vocab().stop.contains(&id)
+    }
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        self.model.vocab().token_kind(id)
+    }
+    pub fn is_byte_level(&self) -> bool {
+        self.model.vocab().is_byte_level()
+    }
+    pub fn chat_template(&self) -> Option<String> {
+        self.model.vocab().chat_template.clone()
+    }
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.model.vocab().token_text(id)
+    }
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.model.vocab().encode(text, add_special, parse_special)
+    }
+    pub fn token_bytes(&self, id: u32, render_special: bool) -> Result<Vec<u8>> {
+        self.model.vocab().token_bytes(id, render_special)
+    }
+    pub fn new_session(&self, n_ctx: usize) -> Result<Session> {
+        Session::new(self.model.clone(), n_ctx)
+    }
+}
+
+/// Which rows of a pass give logits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    None,
+    Last,
+    All,
+}
+
+/// Whether a failure is a full context (llama.cpp's "no KV slot", 1) or bad input (-1).
+pub fn is_context_full(e: &Error) -> bool {
+    e.status == packlm::Status::ErrContextOverflow
+}
+
+/// One sequence over an [`Engine`].
+pub struct Sequence {
+    session: Session,
+}
+
+impl Sequence {
+    pub fn new(engine: &Engine, n_ctx: usize) -> Result<Sequence> {
+        Ok(Sequence { session: engine.new_session(n_ctx)? })
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.session.n_ctx()
+    }
+    pub fn n_past(&self) -> usize {
+        self.session.n_past()
+    }
+    /// Steps `tokens` in one pass; returns the logits of the rows `rows` asks for.
+    pub fn step(&mut self, tokens: &[u32], rows: Rows) -> Result<Vec<f32>> {
+        let want = match rows {
+            Rows::None => Want::None,
+            Rows::Last => Want::Last,
+            Rows::All => Want::All,
+        };
+        self.session.step_batch(tokens, want)
+    }
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        self.session.truncate(n)
+    }
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.session.snapshot()
+    }
+    pub fn snapshot_len(&self) -> usize {
+        self.session.snapshot_len()
+    }
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.session.restore(bytes)
+    }
+}

@@ -1,0 +1,605 @@
+//! Contexts: one sequence (seq_id 0) over a model; `llama_decode`, logits, the memory calls
+//! (rollback) and state bytes. A `llama_memory_t` is its context's pointer.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId};
+use crate::adapter::{self, Rows, Sequence};
+use crate::log::{error, guard};
+use crate::model::{model_ref, LlamaModel};
+
+/// `struct llama_context`.
+pub struct LlamaContext {
+    model: *const LlamaModel,
+    seq: Sequence,
+    n_vocab: usize,
+    n_batch: u32,
+    n_ubatch: u32,
+    /// Logits of the last decode's output rows (rows x n_vocab), in batch order.
+    outputs: Vec<f32>,
+    /// For each index of the last decoded batch, its row in `outputs`, or -1.
+    output_of: Vec<i32>,
+}
+
+impl LlamaContext {
+    fn n_outputs(&self) -> usize {
+        self.outputs.len() / self.n_vocab.max(1)
+    }
+
+    /// The logits row for batch index `i` (negative: counted back from the last output).
+    pub fn logits_ith(&self, f: &str, i: i32) -> Option<&[f32]> {
+        let row = if i < 0 {
+            let back = usize::try_from(-(i as i64)).ok()?;
+            self.n_outputs().checked_sub(back)
+        } else {
+            self.output_of.get(i as usize).and_then(|&r| usize::try_from(r).ok())
+        };
+        match row {
+            Some(r) if r < self.n_outputs() => Some(&self.outputs[r * self.n_vocab..(r + 1) * self.n_vocab]),
+            _ => {
+                error(f, &format!("no logits for index {i}: the last batch asked for {} output rows", self.n_outputs()));
+                None
+            }
+        }
+    }
+
+    fn clear_outputs(&mut self) {
+        self.outputs.clear();
+        self.output_of.clear();
+    }
+}
+
+pub unsafe fn ctx_ref<'a>(f: &str, p: *const LlamaContext) -> Option<&'a LlamaContext> {
+    if p.is_null() {
+        error(f, "context is NULL");
+        return None;
+    }
+    Some(&*p)
+}
+
+pub unsafe fn ctx_mut<'a>(f: &str, p: *mut LlamaContext) -> Option<&'a mut LlamaContext> {
+    if p.is_null() {
+        error(f, "context is NULL");
+        return None;
+    }
+    Some(&mut *p)
+}
+
+#[no_mangle]
+pub extern "C" fn llama_context_default_params() -> ContextParams {
+    // llama.cpp's llama_context_default_params.
+    ContextParams {
+        n_ctx: 512,
+        n_batch: 2048,
+        n_ubatch: 512,
+        n_seq_max: 1,
+        n_rs_seq: 0,
+        n_outputs_max: 0,
+        n_outputs_max_per_seq: 0,
+        n_threads: 4,
+        n_threads_batch: 4,
+        ctx_type: 0,
+        rope_scaling_type: -1,
+        pooling_type: -1,
+        attention_type: -1,
+        flash_attn_type: -1,
+        rope_freq_base: 0.0,
+        rope_freq_scale: 0.0,
+        yarn_ext_factor: -1.0,
+        yarn_attn_factor: -1.0,
+        yarn_beta_fast: -1.0,
+        yarn_beta_slow: -1.0,
+        yarn_orig_ctx: 0,
+        defrag_thold: -1.0,
+        cb_eval: ptr::null_mut(),
+        cb_eval_user_data: ptr::null_mut(),
+        type_k: 1,
+        type_v: 1,
+        abort_callback: ptr::null_mut(),
+        abort_callback_data: ptr::null_mut(),
+        embeddings: false,
+        offload_kqv: true,
+        no_perf: true,
+        op_offload: true,
+        swa_full: true,
+        kv_unified: false,
+        samplers: ptr::null_mut(),
+        n_samplers: 0,
+        ctx_other: ptr::null_mut(),
+    }
+}
+
+/// A context of `n_ctx` positions (0: the model's) for one sequence. NULL, logged, when a
+/// parameter asks for what packlm does not do (embeddings, several sequences, rope changes,
+/// a longer context than the model's, samplers on the backend).
+#[no_mangle]
+pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: ContextParams) -> *mut LlamaContext {
+    const F: &str = "llama_init_from_model";
+    guard(F, ptr::null_mut(), || {
+        let Some(m) = model_ref(F, model) else { return ptr::null_mut() };
+        let refuse = |why: String| {
+            error(F, &why);
+            ptr::null_mut()
+        };
+        if params.embeddings {
+            return refuse("embeddings are not supported".into());
+        }
+        if params.n_seq_max > 1 {
+            return refuse(format!("n_seq_max {} > 1: one sequence per context is supported", params.n_seq_max));
+        }
+        if params.rope_freq_base != 0.0 || params.rope_freq_scale != 0.0 || params.rope_scaling_type > 0 {
+            return refuse("rope overrides (rope_freq_base, rope_freq_scale, rope_scaling_type) are not supported".into());
+        }
+        if !params.samplers.is_null() || params.n_samplers > 0 || !params.ctx_other.is_null() {
+            return refuse("backend samplers and ctx_other are not supported".into());
+        }
+        let seq = match Sequence::new(&m.engine, params.n_ctx as usize) {
+            Ok(s) => s,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let n_batch = if params.n_batch == 0 { seq.n_ctx() as u32 } else { params.n_batch };
+        Box::into_raw(Box::new(LlamaContext {
+            model,
+            n_vocab: m.engine.n_vocab(),
+            seq,
+            n_batch,
+            n_ubatch: params.n_ubatch.min(n_batch).max(1),
+            outputs: Vec::new(),
+            output_of: Vec::new(),
+        }))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_new_context_with_model(model: *mut LlamaModel, params: ContextParams) -> *mut LlamaContext {
+    llama_init_from_model(model, params)
+}
+
+/// Frees a context; NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn llama_free(ctx: *mut LlamaContext) {
+    guard("llama_free", (), || {
+        if !ctx.is_null() {
+            drop(Box::from_raw(ctx));
+        }
+    })
+}
+
+macro_rules! ctx_fact {
+    ($name:ident, $ty:ty, $fail:expr, |$c:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ctx: *const LlamaContext) -> $ty {
+            guard(stringify!($name), $fail, || match ctx_ref(stringify!($name), ctx) {
+                Some($c) => $body,
+                None => $fail,
+            })
+        }
+    };
+}
+
+ctx_fact!(llama_n_ctx, u32, 0, |c| c.seq.n_ctx() as u32);
+ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
+ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
+ctx_fact!(llama_n_seq_max, u32, 0, |_c| 1);
+ctx_fact!(llama_get_model, *const LlamaModel, ptr::null(), |c| c.model);
+// LLAMA_POOLING_TYPE_NONE: logits, no pooled embeddings.
+ctx_fact!(llama_pooling_type, i32, -1, |_c| 0);
+ctx_fact!(llama_get_memory, *mut c_void, ptr::null_mut(), |c| c as *const LlamaContext as *mut c_void);
+ctx_fact!(llama_perf_context, PerfContextData, PerfContextData::default(), |_c| PerfContextData::default());
+
+/// packlm's worker pool is shared by the process and sized at open; the counts are ignored.
+#[no_mangle]
+pub extern "C" fn llama_set_n_threads(_ctx: *mut LlamaContext, _n_threads: i32, _n_threads_batch: i32) {}
+
+#[no_mangle]
+pub extern "C" fn llama_synchronize(_ctx: *mut LlamaContext) {}
+
+#[no_mangle]
+pub extern "C" fn llama_perf_context_reset(_ctx: *mut LlamaContext) {}
+
+#[no_mangle]
+pub extern "C" fn llama_perf_context_print(_ctx: *const LlamaContext) {}
+
+/// A batch of up to `n_tokens` tokens, each in up to `n_seq_max` sequences. `embd` inputs are
+/// not supported: a batch made for them has no token array, and `llama_decode` refuses it.
+#[no_mangle]
+pub extern "C" fn llama_batch_init(n_tokens: i32, embd: i32, n_seq_max: i32) -> Batch {
+    const F: &str = "llama_batch_init";
+    let empty = Batch {
+        n_tokens: 0,
+        token: ptr::null_mut(),
+        embd: ptr::null_mut(),
+        pos: ptr::null_mut(),
+        n_seq_id: ptr::null_mut(),
+        seq_id: ptr::null_mut(),
+        logits: ptr::null_mut(),
+    };
+    guard(F, empty, || {
+        let (Ok(n), Ok(seqs)) = (usize::try_from(n_tokens), usize::try_from(n_seq_max)) else {
+            error(F, &format!("n_tokens {n_tokens} and n_seq_max {n_seq_max} must not be negative"));
+            return empty;
+        };
+        if embd != 0 {
+            error(F, "embedding inputs are not supported");
+            return empty;
+        }
+        let leak = |v: Vec<i32>| Box::into_raw(v.into_boxed_slice()) as *mut i32;
+        // seq_id has one more entry, NULL, as llama.cpp's (llama_batch_free walks to it).
+        let mut seq_id: Vec<*mut SeqId> = (0..n).map(|_| seq_row(seqs.max(1))).collect();
+        seq_id.push(ptr::null_mut());
+        Batch {
+            n_tokens: 0,
+            token: leak(vec![0; n]),
+            embd: ptr::null_mut(),
+            pos: leak(vec![0; n]),
+            n_seq_id: leak(vec![0; n]),
+            seq_id: Box::into_raw(seq_id.into_boxed_slice()) as *mut *mut SeqId,
+            logits: Box::into_raw(vec![0i8; n].into_boxed_slice()) as *mut i8,
+        }
+    })
+}
+
+/// Frees a batch from `llama_batch_init`. The capacity is recovered from the NULL that ends
+/// `seq_id`.
+#[no_mangle]
+pub unsafe extern "C" fn llama_batch_free(batch: Batch) {
+    guard("llama_batch_free", (), || {
+        if batch.seq_id.is_null() {
+            return;
+        }
+        let mut n = 0;
+        while !(*batch.seq_id.add(n)).is_null() {
+            n += 1;
+        }
+        let free = |p: *mut i32| {
+            if !p.is_null() {
+                drop(Box::from_raw(ptr::slice_from_raw_parts_mut(p, n)));
+            }
+        };
+        free(batch.token);
+        free(batch.pos);
+        free(batch.n_seq_id);
+        if !batch.logits.is_null() {
+            drop(Box::from_raw(ptr::slice_from_raw_parts_mut(batch.logits, n)));
+        }
+        for i in 0..n {
+            free_seq_row(*batch.seq_id.add(i));
+        }
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(batch.seq_id, n + 1)));
+    })
+}
+
+/// A row of `len` sequence ids; its length is kept in the slot before it, so that
+/// `llama_batch_free` (which gets only the struct) frees exactly what was made.
+fn seq_row(len: usize) -> *mut SeqId {
+    let mut v = vec![0 as SeqId; len + 1];
+    v[0] = len as SeqId;
+    let base = Box::into_raw(v.into_boxed_slice()) as *mut SeqId;
+    // SAFETY: the slice has len + 1 >= 2 elements.
+    unsafe { base.add(1) }
+}
+
+unsafe fn free_seq_row(row: *mut SeqId) {
+    if row.is_null() {
+        return;
+    }
+    let base = row.sub(1);
+    let len = *base as usize;
+    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(base, len + 1)));
+}
+
+/// Runs a batch for sequence 0 at positions n_past, n_past + 1, ... (what a client of one
+/// sequence sends). Returns 0; 1 when the context is full; 2 when aborted; -1 for a batch
+/// this context cannot run (another sequence, other positions, embeddings, a token outside
+/// the vocabulary, more than n_batch tokens). On any failure the context is unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i32 {
+    const F: &str = "llama_decode";
+    guard(F, -3, || {
+        let Some(c) = ctx_mut(F, ctx) else { return -1 };
+        let plan = match plan_batch(c, &batch) {
+            Ok(p) => p,
+            Err(why) => {
+                error(F, &why);
+                return -1;
+            }
+        };
+        match c.seq.step(&plan.tokens, plan.rows) {
+            Ok(logits) => {
+                c.outputs = match plan.rows {
+                    Rows::All => plan.wanted.iter().flat_map(|&i| logits[i * c.n_vocab..(i + 1) * c.n_vocab].iter().copied()).collect(),
+                    _ => logits,
+                };
+                c.output_of = plan.output_of;
+                0
+            }
+            Err(e) if adapter::is_context_full(&e) => {
+                error(F, &e.to_string());
+                1
+            }
+            Err(e) => {
+                error(F, &e.to_string());
+                if e.status == packlm::Status::ErrAborted {
+                    2
+                } else {
+                    -1
+                }
+            }
+        }
+    })
+}
+
+struct Plan {
+    tokens: Vec<u32>,
+    rows: Rows,
+    /// Batch indices whose logits are wanted, in order.
+    wanted: Vec<usize>,
+    output_of: Vec<i32>,
+}
+
+unsafe fn plan_batch(c: &LlamaContext, b: &Batch) -> Result<Plan, String> {
+    let n = usize::try_from(b.n_tokens).ok().filter(|&n| n > 0).ok_or(format!("n_tokens is {}", b.n_tokens))?;
+    if b.token.is_null() {
+        return Err("the batch has no tokens (embedding inputs are not supported)".into());
+    }
+    if n > c.n_batch as usize {
+        return Err(format!("n_tokens {n} exceeds n_batch {}", c.n_batch));
+    }
+    let n_past = c.seq.n_past();
+    let mut tokens = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = *b.token.add(i);
+        let t = u32::try_from(t).ok().filter(|&t| (t as usize) < c.n_vocab).ok_or(format!("token id {t} at index {i} is outside the vocabulary of {}", c.n_vocab))?;
+        tokens.push(t);
+        if !b.pos.is_null() {
+            let p: Pos = *b.pos.add(i);
+            if i64::from(p) != (n_past + i) as i64 {
+                return Err(format!("position {p} at index {i}: this context holds {n_past} positions of one sequence and appends at the end"));
+            }
+        }
+        if !b.n_seq_id.is_null() && !b.seq_id.is_null() {
+            let k = *b.n_seq_id.add(i);
+            let row = *b.seq_id.add(i);
+            if k != 1 || row.is_null() || *row != 0 {
+                return Err(format!("index {i} is not in sequence 0 alone: one sequence per context is supported"));
+            }
+        }
+    }
+    let wanted: Vec<usize> = if b.logits.is_null() { vec![n - 1] } else { (0..n).filter(|&i| *b.logits.add(i) != 0).collect() };
+    let rows = match wanted.as_slice() {
+        [] => Rows::None,
+        [last] if *last == n - 1 => Rows::Last,
+        _ => Rows::All,
+    };
+    let mut output_of = vec![-1; n];
+    for (row, &i) in wanted.iter().enumerate() {
+        output_of[i] = row as i32;
+    }
+    Ok(Plan { tokens, rows, wanted, output_of })
+}
+
+/// Encoder models only; packlm runs decoders.
+#[no_mangle]
+pub extern "C" fn llama_encode(_ctx: *mut LlamaContext, _batch: Batch) -> i32 {
+    crate::log::unsupported("llama_encode");
+    -1
+}
+
+/// The last decode's output rows (rows x n_vocab); NULL when it asked for none.
+#[no_mangle]
+pub unsafe extern "C" fn llama_get_logits(ctx: *mut LlamaContext) -> *mut f32 {
+    const F: &str = "llama_get_logits";
+    guard(F, ptr::null_mut(), || {
+        let Some(c) = ctx_mut(F, ctx) else { return ptr::null_mut() };
+        if c.outputs.is_empty() {
+            error(F, "the last batch asked for no logits");
+            return ptr::null_mut();
+        }
+        c.outputs.as_mut_ptr()
+    })
+}
+
+/// The logits of batch index `i` of the last decode (negative: from the last output back);
+/// NULL, logged, when that index asked for none.
+#[no_mangle]
+pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut LlamaContext, i: i32) -> *mut f32 {
+    const F: &str = "llama_get_logits_ith";
+    guard(F, ptr::null_mut(), || {
+        let Some(c) = ctx_ref(F, ctx) else { return ptr::null_mut() };
+        c.logits_ith(F, i).map(|r| r.as_ptr() as *mut f32).unwrap_or(ptr::null_mut())
+    })
+}
+
+/// Empties the context's sequence.
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_clear(mem: *mut c_void, _data: bool) {
+    const F: &str = "llama_memory_clear";
+    guard(F, (), || {
+        let Some(c) = ctx_mut(F, mem as *mut LlamaContext) else { return };
+        if let Err(e) = c.seq.truncate(0) {
+            error(F, &e.to_string());
+        }
+        c.clear_outputs();
+    })
+}
+
+/// Removes positions [p0, p1) of the sequence (p0 < 0: from 0; p1 < 0: to the end). Only a
+/// tail can go (the positions after it would have to move): true when done, false otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0: Pos, p1: Pos) -> bool {
+    const F: &str = "llama_memory_seq_rm";
+    guard(F, false, || {
+        let Some(c) = ctx_mut(F, mem as *mut LlamaContext) else { return false };
+        if seq_id > 0 {
+            error(F, &format!("seq_id {seq_id}: one sequence (0) per context is supported"));
+            return false;
+        }
+        let n_past = c.seq.n_past();
+        let start = usize::try_from(p0).unwrap_or(0);
+        let end = usize::try_from(p1).unwrap_or(usize::MAX);
+        if start >= n_past || start >= end {
+            return true;
+        }
+        if end < n_past {
+            error(F, &format!("removing [{start}, {end}) of {n_past} positions: only a tail can be removed"));
+            return false;
+        }
+        match c.seq.truncate(start) {
+            Ok(()) => {
+                c.clear_outputs();
+                true
+            }
+            Err(e) => {
+                error(F, &e.to_string());
+                false
+            }
+        }
+    })
+}
+
+/// The largest position held by sequence `seq_id` (-1 when empty).
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_seq_pos_max(mem: *mut c_void, seq_id: SeqId) -> Pos {
+    const F: &str = "llama_memory_seq_pos_max";
+    guard(F, -1, || {
+        let Some(c) = ctx_ref(F, mem as *const LlamaContext) else { return -1 };
+        if seq_id != 0 {
+            return -1;
+        }
+        c.seq.n_past() as Pos - 1
+    })
+}
+
+/// The smallest position held by sequence `seq_id` (-1 when empty).
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_seq_pos_min(mem: *mut c_void, seq_id: SeqId) -> Pos {
+    const F: &str = "llama_memory_seq_pos_min";
+    guard(F, -1, || {
+        let Some(c) = ctx_ref(F, mem as *const LlamaContext) else { return -1 };
+        if seq_id != 0 || c.seq.n_past() == 0 {
+            return -1;
+        }
+        0
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_memory_can_shift(_mem: *mut c_void) -> bool {
+    false
+}
+
+/// State bytes: "PLMS", format version (u32 LE), the number of floats of kept logits (u64 LE:
+/// 0 or n_vocab), those logits (f32 LE, the last output row, so that sampling right after a
+/// restore works), then packlm's session snapshot (validated by packlm on restore).
+const STATE_MAGIC: &[u8; 4] = b"PLMS";
+const STATE_VERSION: u32 = 1;
+
+fn state_bytes(c: &LlamaContext) -> Vec<u8> {
+    let last: &[f32] = if c.n_outputs() > 0 { &c.outputs[c.outputs.len() - c.n_vocab..] } else { &[] };
+    let mut out = Vec::with_capacity(16 + last.len() * 4 + c.seq.snapshot_len());
+    out.extend_from_slice(STATE_MAGIC);
+    out.extend_from_slice(&STATE_VERSION.to_le_bytes());
+    out.extend_from_slice(&(last.len() as u64).to_le_bytes());
+    for x in last {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.extend_from_slice(&c.seq.snapshot());
+    out
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
+    const F: &str = "llama_state_get_size";
+    guard(F, 0, || {
+        let Some(c) = ctx_ref(F, ctx) else { return 0 };
+        let n_logits = if c.n_outputs() > 0 { c.n_vocab } else { 0 };
+        16 + n_logits * 4 + c.seq.snapshot_len()
+    })
+}
+
+/// Copies the state into `dst` of `size` bytes; returns the bytes written, 0 (logged) when
+/// they do not fit.
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut u8, size: usize) -> usize {
+    const F: &str = "llama_state_get_data";
+    guard(F, 0, || {
+        let Some(c) = ctx_ref(F, ctx) else { return 0 };
+        let bytes = state_bytes(c);
+        if dst.is_null() || bytes.len() > size {
+            error(F, &format!("the state is {} bytes; the buffer holds {size}", bytes.len()));
+            return 0;
+        }
+        ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+        bytes.len()
+    })
+}
+
+/// Replaces the state with `size` bytes from `llama_state_get_data` (of a context of the same
+/// model). Returns the bytes read, or 0 (logged, the context unchanged) when they are not a
+/// valid state of this model.
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_set_data(ctx: *mut LlamaContext, src: *const u8, size: usize) -> usize {
+    const F: &str = "llama_state_set_data";
+    guard(F, 0, || {
+        let Some(c) = ctx_mut(F, ctx) else { return 0 };
+        if src.is_null() {
+            error(F, "src is NULL");
+            return 0;
+        }
+        let bytes = std::slice::from_raw_parts(src, size);
+        match restore_state(c, bytes) {
+            Ok(()) => size,
+            Err(why) => {
+                error(F, &why);
+                0
+            }
+        }
+    })
+}
+
+fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 16 || &bytes[..4] != STATE_MAGIC {
+        return Err(format!("not a state of this library ({} bytes, no \"PLMS\" header)", bytes.len()));
+    }
+    let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    if version != STATE_VERSION {
+        return Err(format!("state format version {version}; this library reads {STATE_VERSION}"));
+    }
+    let mut n8 = [0u8; 8];
+    n8.copy_from_slice(&bytes[8..16]);
+    let n_logits = u64::from_le_bytes(n8);
+    if n_logits != 0 && n_logits != c.n_vocab as u64 {
+        return Err(format!("the state keeps {n_logits} logits; this model's vocabulary has {}", c.n_vocab));
+    }
+    let end = 16 + n_logits as usize * 4;
+    if bytes.len() < end {
+        return Err(format!("the state is cut short: {} bytes, its logits end at {end}", bytes.len()));
+    }
+    let logits: Vec<f32> = bytes[16..end].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    c.seq.restore(&bytes[end..]).map_err(|e| e.to_string())?;
+    c.outputs = logits;
+    c.output_of.clear();
+    Ok(())
+}
+
+/// For the sampler: the logits row `idx` of `ctx`.
+pub unsafe fn logits_for_sampling<'a>(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<&'a [f32]> {
+    let c = ctx_ref(f, ctx)?;
+    c.logits_ith(f, idx)
+}
+
+/// A batch over the caller's `tokens` (not copied): positions from the context's length,
+/// sequence 0, logits for the last token.
+#[no_mangle]
+pub extern "C" fn llama_batch_get_one(tokens: *mut crate::abi::Token, n_tokens: i32) -> Batch {
+    Batch {
+        n_tokens,
+        token: tokens,
+        embd: ptr::null_mut(),
+        pos: ptr::null_mut(),
+        n_seq_id: ptr::null_mut(),
+        seq_id: ptr::null_mut(),
+        logits: ptr::null_mut(),
+    }
+}

@@ -1,0 +1,24 @@
+//! libllama.so: the llama.cpp C API, as llama-cpp-python 0.3.36 declares it, over packlm.
+//!
+//! A llama.cpp client (llama-cpp-python loads the library named by `LLAMA_CPP_LIB_PATH`) runs
+//! on packlm unchanged. What a client of one sequence needs is real: models, contexts,
+//! vocabulary, `llama_decode`, logits, memory rollback, state bytes, metadata and the sampler
+//! chain. Every other function of the API exists and fails loudly (a log line naming it, and
+//! NULL, an error code or false), never silently wrong.
+//!
+//! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `context`,
+//! `vocab`, `sampler` the implemented API; `unsupported` the rest; `log` the log sink and the
+//! panic guard every entry point runs in.
+
+// Every `unsafe extern "C" fn` here is an entry point of the C API: its safety contract is the
+// one llama.h states for that function (valid pointers of the stated types and lengths).
+#![allow(clippy::missing_safety_doc)]
+
+pub mod abi;
+pub mod adapter;
+pub mod context;
+pub mod log;
+pub mod model;
+pub mod sampler;
+pub mod unsupported;
+pub mod vocab;

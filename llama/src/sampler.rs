@@ -1,0 +1,826 @@
+//! Samplers (`llama_sampler_*`) with llama.cpp's semantics (its src/llama-sampling.cpp): a
+//! chain applies its samplers in the order they were added, each to the candidate array
+//! the previous one left; temperature is its own step wherever it stands; `greedy` and `dist`
+//! select. A sampler the client defines (its own `llama_sampler_i`) runs through its vtable.
+//! Samplers this library cannot build return NULL, and a chain given NULL refuses to sample,
+//! so nothing samples without a constraint the client asked for.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_void};
+use std::ptr;
+
+use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
+use crate::context::{logits_for_sampling, LlamaContext};
+use crate::log::{error, guard, unsupported};
+
+/// `LLAMA_DEFAULT_SEED`: draw a seed.
+const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
+
+enum Kind {
+    Chain { samplers: Vec<*mut Sampler>, broken: bool },
+    Greedy,
+    Dist { seed: u32, rng: u64 },
+    Penalties { last_n: usize, repeat: f32, freq: f32, present: f32, history: VecDeque<Token> },
+    TopK(i32),
+    TopP { p: f32, min_keep: usize },
+    MinP { p: f32, min_keep: usize },
+    Typical { p: f32, min_keep: usize },
+    Temp(f32),
+    LogitBias(Vec<LogitBias>),
+}
+
+impl Kind {
+    fn name(&self) -> &'static std::ffi::CStr {
+        match self {
+            Kind::Chain { .. } => c"chain",
+            Kind::Greedy => c"greedy",
+            Kind::Dist { .. } => c"dist",
+            Kind::Penalties { .. } => c"penalties",
+            Kind::TopK(_) => c"top-k",
+            Kind::TopP { .. } => c"top-p",
+            Kind::MinP { .. } => c"min-p",
+            Kind::Typical { .. } => c"typical",
+            Kind::Temp(_) => c"temp",
+            Kind::LogitBias(_) => c"logit-bias",
+        }
+    }
+}
+
+/// The vtable of this library's samplers; its pointers are all NULL or functions, never
+/// written, so sharing it between threads is sound.
+struct SharedVtable(SamplerI);
+unsafe impl Sync for SharedVtable {}
+
+static BUILTIN: SharedVtable = SharedVtable(SamplerI {
+    name: Some(builtin_name),
+    accept: Some(builtin_accept),
+    apply: Some(builtin_apply),
+    reset: Some(builtin_reset),
+    clone: Some(builtin_clone),
+    free: Some(builtin_free),
+    backend_init: ptr::null_mut(),
+    backend_accept: ptr::null_mut(),
+    backend_apply: ptr::null_mut(),
+    backend_set_input: ptr::null_mut(),
+    backend_reset: ptr::null_mut(),
+    copy_state: ptr::null_mut(),
+});
+
+fn new_sampler(kind: Kind) -> *mut Sampler {
+    let ctx = Box::into_raw(Box::new(kind)) as *mut c_void;
+    Box::into_raw(Box::new(Sampler { iface: &BUILTIN.0, ctx }))
+}
+
+unsafe fn is_builtin(s: *const Sampler) -> bool {
+    !s.is_null() && ptr::eq((*s).iface, &BUILTIN.0)
+}
+
+unsafe fn kind<'a>(s: *const Sampler) -> Option<&'a mut Kind> {
+    if is_builtin(s) && !(*s).ctx.is_null() {
+        Some(&mut *((*s).ctx as *mut Kind))
+    } else {
+        None
+    }
+}
+
+unsafe extern "C" fn builtin_name(s: *const Sampler) -> *const c_char {
+    kind(s).map(|k| k.name().as_ptr()).unwrap_or(ptr::null())
+}
+
+unsafe extern "C" fn builtin_accept(s: *mut Sampler, token: Token) {
+    match kind(s) {
+        Some(Kind::Chain { samplers, .. }) => {
+            for &x in samplers.iter() {
+                llama_sampler_accept(x, token);
+            }
+        }
+        Some(Kind::Penalties { last_n, history, .. }) if *last_n > 0 => {
+            if history.len() == *last_n {
+                history.pop_front();
+            }
+            history.push_back(token);
+        }
+        _ => {}
+    }
+}
+
+unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
+    match kind(s) {
+        Some(Kind::Chain { samplers, .. }) => {
+            for &x in samplers.iter() {
+                llama_sampler_reset(x);
+            }
+        }
+        Some(Kind::Penalties { history, .. }) => history.clear(),
+        Some(Kind::Dist { seed, rng }) => *rng = seed_state(*seed),
+        _ => {}
+    }
+}
+
+unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
+    let Some(k) = kind(s) else { return ptr::null_mut() };
+    let copy = match k {
+        Kind::Chain { samplers, broken } => {
+            let mut out = Vec::with_capacity(samplers.len());
+            for &x in samplers.iter() {
+                let c = llama_sampler_clone(x);
+                if c.is_null() {
+                    for c in out {
+                        llama_sampler_free(c);
+                    }
+                    return ptr::null_mut();
+                }
+                out.push(c);
+            }
+            Kind::Chain { samplers: out, broken: *broken }
+        }
+        Kind::Greedy => Kind::Greedy,
+        Kind::Dist { seed, rng } => Kind::Dist { seed: *seed, rng: *rng },
+        Kind::Penalties { last_n, repeat, freq, present, history } => {
+            Kind::Penalties { last_n: *last_n, repeat: *repeat, freq: *freq, present: *present, history: history.clone() }
+        }
+        Kind::TopK(k) => Kind::TopK(*k),
+        Kind::TopP { p, min_keep } => Kind::TopP { p: *p, min_keep: *min_keep },
+        Kind::MinP { p, min_keep } => Kind::MinP { p: *p, min_keep: *min_keep },
+        Kind::Typical { p, min_keep } => Kind::Typical { p: *p, min_keep: *min_keep },
+        Kind::Temp(t) => Kind::Temp(*t),
+        Kind::LogitBias(b) => Kind::LogitBias(b.clone()),
+    };
+    new_sampler(copy)
+}
+
+/// Frees the sampler's state (a chain frees the samplers it holds).
+unsafe extern "C" fn builtin_free(s: *mut Sampler) {
+    if !is_builtin(s) || (*s).ctx.is_null() {
+        return;
+    }
+    let k = Box::from_raw((*s).ctx as *mut Kind);
+    (*s).ctx = ptr::null_mut();
+    if let Kind::Chain { samplers, .. } = *k {
+        for x in samplers {
+            llama_sampler_free(x);
+        }
+    }
+}
+
+unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
+    let Some(k) = kind(s) else { return };
+    if cur.is_null() {
+        return;
+    }
+    let cur = &mut *cur;
+    if let Kind::Chain { samplers, .. } = k {
+        for &x in samplers.iter() {
+            llama_sampler_apply(x, cur);
+        }
+        return;
+    }
+    let mut v: Vec<TokenData> = if cur.data.is_null() { Vec::new() } else { std::slice::from_raw_parts(cur.data, cur.size).to_vec() };
+    let mut sorted = cur.sorted;
+    let mut selected = cur.selected;
+    apply_kind(k, &mut v, &mut sorted, &mut selected);
+    // Filters only shrink the array: write the survivors back in place.
+    let n = v.len().min(cur.size);
+    if n > 0 {
+        ptr::copy_nonoverlapping(v.as_ptr(), cur.data, n);
+    }
+    cur.size = n;
+    cur.sorted = sorted;
+    cur.selected = selected;
+}
+
+fn sort_desc(v: &mut [TokenData], sorted: &mut bool) {
+    if !*sorted {
+        v.sort_by(|a, b| b.logit.total_cmp(&a.logit));
+        *sorted = true;
+    }
+}
+
+/// llama.cpp's softmax over the candidates: sorted by logit, p = exp(l - max) / sum.
+fn softmax(v: &mut [TokenData], sorted: &mut bool) {
+    sort_desc(v, sorted);
+    let Some(max) = v.first().map(|d| d.logit) else { return };
+    let mut sum = 0.0f32;
+    for d in v.iter_mut() {
+        d.p = (d.logit - max).exp();
+        sum += d.p;
+    }
+    for d in v.iter_mut() {
+        d.p /= sum;
+    }
+}
+
+fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected: &mut i64) {
+    match k {
+        Kind::Chain { .. } => {}
+        Kind::Greedy => {
+            let mut best = 0;
+            for (i, d) in v.iter().enumerate() {
+                if d.logit > v[best].logit {
+                    best = i;
+                }
+            }
+            *selected = if v.is_empty() { -1 } else { best as i64 };
+        }
+        Kind::Dist { rng, .. } => {
+            if v.is_empty() {
+                *selected = -1;
+                return;
+            }
+            softmax(v, sorted);
+            let u = next_uniform(rng);
+            let mut acc = 0.0f64;
+            *selected = (v.len() - 1) as i64;
+            for (i, d) in v.iter().enumerate() {
+                acc += d.p as f64;
+                if u < acc {
+                    *selected = i as i64;
+                    break;
+                }
+            }
+        }
+        Kind::Penalties { last_n, repeat, freq, present, history } => {
+            if *last_n == 0 || (*repeat == 1.0 && *freq == 0.0 && *present == 0.0) {
+                return;
+            }
+            let mut counts = std::collections::HashMap::new();
+            for &t in history.iter() {
+                *counts.entry(t).or_insert(0u32) += 1;
+            }
+            for d in v.iter_mut() {
+                let Some(&c) = counts.get(&d.id) else { continue };
+                if d.logit <= 0.0 {
+                    d.logit *= *repeat;
+                } else {
+                    d.logit /= *repeat;
+                }
+                d.logit -= c as f32 * *freq + *present;
+            }
+            *sorted = false;
+        }
+        Kind::TopK(k) => {
+            if *k <= 0 {
+                return;
+            }
+            sort_desc(v, sorted);
+            v.truncate(*k as usize);
+        }
+        Kind::TopP { p, min_keep } => {
+            if *p >= 1.0 {
+                return;
+            }
+            softmax(v, sorted);
+            let mut cum = 0.0f32;
+            let mut keep = v.len();
+            for (i, d) in v.iter().enumerate() {
+                cum += d.p;
+                if cum >= *p && i + 1 >= *min_keep {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            v.truncate(keep);
+        }
+        Kind::MinP { p, min_keep } => {
+            if *p <= 0.0 || v.is_empty() {
+                return;
+            }
+            let max = v.iter().map(|d| d.logit).fold(f32::NEG_INFINITY, f32::max);
+            let min_logit = max + p.ln();
+            let kept: Vec<TokenData> = v.iter().copied().filter(|d| d.logit >= min_logit).collect();
+            if kept.len() >= *min_keep {
+                *v = kept;
+            } else {
+                sort_desc(v, sorted);
+                v.truncate((*min_keep).max(1));
+            }
+        }
+        Kind::Typical { p, min_keep } => {
+            if *p >= 1.0 {
+                return;
+            }
+            softmax(v, sorted);
+            let entropy: f32 = v.iter().filter(|d| d.p > 0.0).map(|d| -d.p * d.p.ln()).sum();
+            let mut scored: Vec<(f32, TokenData)> = v.iter().map(|d| ((-d.p.ln() - entropy).abs(), *d)).collect();
+            scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut cum = 0.0f32;
+            let mut keep = scored.len();
+            for (i, (_, d)) in scored.iter().enumerate() {
+                cum += d.p;
+                if cum > *p && i + 1 >= *min_keep {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            *v = scored.into_iter().take(keep).map(|(_, d)| d).collect();
+            *sorted = false;
+        }
+        Kind::Temp(t) => {
+            if *t <= 0.0 {
+                // llama.cpp: only the highest logit stays possible.
+                let mut best = 0;
+                for (i, d) in v.iter().enumerate() {
+                    if d.logit > v[best].logit {
+                        best = i;
+                    }
+                }
+                for (i, d) in v.iter_mut().enumerate() {
+                    if i != best {
+                        d.logit = f32::NEG_INFINITY;
+                    }
+                }
+                return;
+            }
+            for d in v.iter_mut() {
+                d.logit /= *t;
+            }
+        }
+        Kind::LogitBias(biases) => {
+            for b in biases.iter() {
+                if let Some(d) = v.iter_mut().find(|d| d.id == b.token) {
+                    d.logit += b.bias;
+                }
+            }
+            *sorted = false;
+        }
+    }
+}
+
+/// splitmix64 (Steele, Lea and Flood): the state advances by a constant, the output is mixed.
+fn next_u64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Uniform in [0, 1) with 53 random bits.
+fn next_uniform(state: &mut u64) -> f64 {
+    (next_u64(state) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn seed_state(seed: u32) -> u64 {
+    u64::from(seed) ^ 0x5DEE_CE66_D1CE_4E5B
+}
+
+fn draw_seed() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut s = t ^ (std::process::id() as u64) << 32;
+    next_u64(&mut s) as u32
+}
+
+// ---- the API ----
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_chain_default_params() -> SamplerChainParams {
+    SamplerChainParams { no_perf: true }
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_chain_init(_params: SamplerChainParams) -> *mut Sampler {
+    new_sampler(Kind::Chain { samplers: Vec::new(), broken: false })
+}
+
+/// Takes ownership of `s`. NULL (a sampler that could not be built) marks the chain as
+/// unable to sample.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_chain_add(chain: *mut Sampler, s: *mut Sampler) {
+    const F: &str = "llama_sampler_chain_add";
+    guard(F, (), || match kind(chain) {
+        Some(Kind::Chain { samplers, broken }) => {
+            if s.is_null() {
+                error(F, "the sampler added is NULL (it could not be built); this chain will refuse to sample");
+                *broken = true;
+            } else {
+                samplers.push(s);
+            }
+        }
+        _ => error(F, "not a sampler chain"),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_chain_get(chain: *mut Sampler, i: i32) -> *mut Sampler {
+    const F: &str = "llama_sampler_chain_get";
+    guard(F, ptr::null_mut(), || match kind(chain) {
+        Some(Kind::Chain { samplers, .. }) => match usize::try_from(i).ok().and_then(|i| samplers.get(i)) {
+            Some(&s) => s,
+            None => {
+                error(F, &format!("index {i} is outside the chain of {}", samplers.len()));
+                ptr::null_mut()
+            }
+        },
+        _ => {
+            error(F, "not a sampler chain");
+            ptr::null_mut()
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_chain_n(chain: *const Sampler) -> i32 {
+    const F: &str = "llama_sampler_chain_n";
+    guard(F, -1, || match kind(chain) {
+        Some(Kind::Chain { samplers, .. }) => samplers.len() as i32,
+        _ => {
+            error(F, "not a sampler chain");
+            -1
+        }
+    })
+}
+
+/// Removes sampler `i` from the chain and gives it back to the caller (who frees it).
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_chain_remove(chain: *mut Sampler, i: i32) -> *mut Sampler {
+    const F: &str = "llama_sampler_chain_remove";
+    guard(F, ptr::null_mut(), || match kind(chain) {
+        Some(Kind::Chain { samplers, .. }) => match usize::try_from(i).ok().filter(|&i| i < samplers.len()) {
+            Some(i) => samplers.remove(i),
+            None => {
+                error(F, &format!("index {i} is outside the chain of {}", samplers.len()));
+                ptr::null_mut()
+            }
+        },
+        _ => {
+            error(F, "not a sampler chain");
+            ptr::null_mut()
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_greedy() -> *mut Sampler {
+    new_sampler(Kind::Greedy)
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_dist(seed: u32) -> *mut Sampler {
+    let seed = if seed == DEFAULT_SEED { draw_seed() } else { seed };
+    new_sampler(Kind::Dist { seed, rng: seed_state(seed) })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_top_k(k: i32) -> *mut Sampler {
+    new_sampler(Kind::TopK(k))
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_top_p(p: f32, min_keep: usize) -> *mut Sampler {
+    new_sampler(Kind::TopP { p, min_keep })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_min_p(p: f32, min_keep: usize) -> *mut Sampler {
+    new_sampler(Kind::MinP { p, min_keep })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_typical(p: f32, min_keep: usize) -> *mut Sampler {
+    new_sampler(Kind::Typical { p, min_keep })
+}
+
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_temp(t: f32) -> *mut Sampler {
+    new_sampler(Kind::Temp(t))
+}
+
+/// `n_vocab` is unused (llama.cpp ignores it too); `penalty_last_n` < 0 is taken as 0.
+#[no_mangle]
+pub extern "C" fn llama_sampler_init_penalties(_n_vocab: i32, penalty_last_n: i32, penalty_repeat: f32, penalty_freq: f32, penalty_present: f32) -> *mut Sampler {
+    let last_n = usize::try_from(penalty_last_n).unwrap_or(0);
+    new_sampler(Kind::Penalties { last_n, repeat: penalty_repeat, freq: penalty_freq, present: penalty_present, history: VecDeque::with_capacity(last_n) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_init_logit_bias(n_vocab: i32, n_logit_bias: i32, logit_bias: *const LogitBias) -> *mut Sampler {
+    const F: &str = "llama_sampler_init_logit_bias";
+    guard(F, ptr::null_mut(), || {
+        let n = usize::try_from(n_logit_bias).unwrap_or(0);
+        if n > 0 && logit_bias.is_null() {
+            error(F, "logit_bias is NULL");
+            return ptr::null_mut();
+        }
+        let biases = if n == 0 { Vec::new() } else { std::slice::from_raw_parts(logit_bias, n).to_vec() };
+        if let Some(b) = biases.iter().find(|b| b.token < 0 || b.token >= n_vocab) {
+            error(F, &format!("token {} is outside the vocabulary of {n_vocab}", b.token));
+            return ptr::null_mut();
+        }
+        new_sampler(Kind::LogitBias(biases))
+    })
+}
+
+/// A sampler the client defines: its vtable and state, owned by the client's `free`.
+#[no_mangle]
+pub extern "C" fn llama_sampler_init(iface: *const SamplerI, ctx: *mut c_void) -> *mut Sampler {
+    if iface.is_null() {
+        error("llama_sampler_init", "iface is NULL");
+        return ptr::null_mut();
+    }
+    let s = Box::into_raw(Box::new(Sampler { iface, ctx }));
+    if let Ok(mut made) = MADE_BY_INIT.lock() {
+        made.insert(s as usize);
+    }
+    s
+}
+
+/// Samplers `llama_sampler_init` allocated (with a client's vtable): `llama_sampler_free`
+/// frees their struct; a struct the client allocated itself is left to the client.
+static MADE_BY_INIT: std::sync::Mutex<std::collections::BTreeSet<usize>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_name(s: *const Sampler) -> *const c_char {
+    if s.is_null() || (*s).iface.is_null() {
+        return ptr::null();
+    }
+    match (*(*s).iface).name {
+        Some(f) => f(s),
+        None => ptr::null(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_accept(s: *mut Sampler, token: Token) {
+    guard("llama_sampler_accept", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            return;
+        }
+        if let Some(f) = (*(*s).iface).accept {
+            f(s, token)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
+    guard("llama_sampler_apply", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            error("llama_sampler_apply", "sampler is NULL");
+            return;
+        }
+        if let Some(f) = (*(*s).iface).apply {
+            f(s, cur)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_reset(s: *mut Sampler) {
+    guard("llama_sampler_reset", (), || {
+        if s.is_null() || (*s).iface.is_null() {
+            return;
+        }
+        if let Some(f) = (*(*s).iface).reset {
+            f(s)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_clone(s: *const Sampler) -> *mut Sampler {
+    const F: &str = "llama_sampler_clone";
+    guard(F, ptr::null_mut(), || {
+        if s.is_null() || (*s).iface.is_null() {
+            error(F, "sampler is NULL");
+            return ptr::null_mut();
+        }
+        match (*(*s).iface).clone {
+            Some(f) => f(s),
+            None => {
+                error(F, "this sampler has no clone");
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Frees a sampler (a chain frees what it holds); NULL is a no-op. A sampler the client made
+/// itself (not through `llama_sampler_init`) gets only its `free` called.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_free(s: *mut Sampler) {
+    guard("llama_sampler_free", (), || {
+        if s.is_null() {
+            return;
+        }
+        if !(*s).iface.is_null() {
+            if let Some(f) = (*(*s).iface).free {
+                f(s);
+            }
+        }
+        let ours = is_builtin(s) || MADE_BY_INIT.lock().map(|mut m| m.remove(&(s as usize))).unwrap_or(false);
+        if ours {
+            drop(Box::from_raw(s));
+        }
+    })
+}
+
+/// The seed of a `dist` sampler (the first in a chain); LLAMA_DEFAULT_SEED when none.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_get_seed(s: *const Sampler) -> u32 {
+    match kind(s) {
+        Some(Kind::Dist { seed, .. }) => *seed,
+        Some(Kind::Chain { samplers, .. }) => samplers
+            .iter()
+            .map(|&x| llama_sampler_get_seed(x))
+            .find(|&seed| seed != DEFAULT_SEED)
+            .unwrap_or(DEFAULT_SEED),
+        _ => DEFAULT_SEED,
+    }
+}
+
+/// Applies `s` to the logits of `ctx`'s batch index `idx`, accepts the selected token and
+/// returns it. LLAMA_TOKEN_NULL (-1), logged, when there are no such logits, the chain holds a
+/// sampler that could not be built, or nothing selected a token.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaContext, idx: i32) -> Token {
+    const F: &str = "llama_sampler_sample";
+    guard(F, -1, || {
+        if s.is_null() {
+            error(F, "sampler is NULL");
+            return -1;
+        }
+        if let Some(Kind::Chain { broken: true, .. }) = kind(s) {
+            error(F, "the chain holds a sampler that could not be built; refusing to sample without it");
+            return -1;
+        }
+        let Some(logits) = logits_for_sampling(F, ctx, idx) else { return -1 };
+        let mut data: Vec<TokenData> = logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+        let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
+        llama_sampler_apply(s, &mut cur);
+        let token = match usize::try_from(cur.selected).ok().filter(|&i| i < cur.size.min(data.len())) {
+            Some(i) => data[i].id,
+            None => {
+                error(F, &format!("no token selected (selected = {}): the chain needs a greedy or dist sampler", cur.selected));
+                return -1;
+            }
+        };
+        llama_sampler_accept(s, token);
+        token
+    })
+}
+
+macro_rules! no_sampler {
+    ($name:ident ( $($arg:ident : $ty:ty),* )) => {
+        /// Not supported: NULL (logged), so that a chain given it refuses to sample.
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $ty),*) -> *mut Sampler {
+            $(let _ = $arg;)*
+            unsupported(stringify!($name));
+            ptr::null_mut()
+        }
+    };
+}
+
+no_sampler!(llama_sampler_init_temp_ext(t: f32, delta: f32, exponent: f32));
+no_sampler!(llama_sampler_init_xtc(p: f32, t: f32, min_keep: usize, seed: u32));
+no_sampler!(llama_sampler_init_top_n_sigma(n: f32));
+no_sampler!(llama_sampler_init_mirostat(n_vocab: i32, seed: u32, tau: f32, eta: f32, m: i32));
+no_sampler!(llama_sampler_init_mirostat_v2(seed: u32, tau: f32, eta: f32));
+no_sampler!(llama_sampler_init_grammar(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char));
+no_sampler!(llama_sampler_init_grammar_lazy(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char, trigger_words: *const *const c_char, num_trigger_words: usize, trigger_tokens: *const Token, num_trigger_tokens: usize));
+no_sampler!(llama_sampler_init_grammar_lazy_patterns(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char, trigger_patterns: *const *const c_char, num_trigger_patterns: usize, trigger_tokens: *const Token, num_trigger_tokens: usize));
+no_sampler!(llama_sampler_init_dry(vocab: *const c_void, multiplier: f32, base: f32, allowed_length: i32, penalty_last_n: i32, seq_breakers: *const *const c_char, num_breakers: usize));
+no_sampler!(llama_sampler_init_adaptive_p(a: f32, b: f32, seed: u32));
+no_sampler!(llama_sampler_init_infill(vocab: *const c_void));
+
+#[cfg(test)]
+mod tests {
+    //! Each sampler against values worked out by hand from llama.cpp's definitions
+    //! (src/llama-sampling.cpp), on the logits [1, 2, 3, 4] of tokens 0..3.
+    use super::*;
+
+    fn run(samplers: Vec<*mut Sampler>, logits: &[f32]) -> (Vec<TokenData>, i64) {
+        let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+        for s in samplers {
+            unsafe { llama_sampler_chain_add(chain, s) };
+        }
+        let mut data: Vec<TokenData> = logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+        let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
+        unsafe { llama_sampler_apply(chain, &mut cur) };
+        let (size, selected) = (cur.size, cur.selected);
+        unsafe { llama_sampler_free(chain) };
+        data.truncate(size);
+        (data, selected)
+    }
+
+    fn ids(v: &[TokenData]) -> Vec<Token> {
+        v.iter().map(|d| d.id).collect()
+    }
+
+    const L: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+
+    #[test]
+    fn top_k_keeps_the_k_largest_sorted() {
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(2)], &L).0), vec![3, 2]);
+        // k <= 0 leaves the array as it is.
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(0)], &L).0), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_prefix_reaching_p() {
+        // softmax([4, 3, 2, 1]) = 0.6439, 0.2369, 0.0871, 0.0321.
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 1)], &L).0), vec![3]);
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.7, 1)], &L).0), vec![3, 2]);
+        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 3)], &L).0), vec![3, 2, 1]);
+    }
+
+    #[test]
+    fn min_p_keeps_logits_within_log_p_of_the_max() {
+        // 4 + ln 0.3 = 2.796: tokens 2 and 3 stay, in their order.
+        assert_eq!(ids(&run(vec![llama_sampler_init_min_p(0.3, 1)], &L).0), vec![2, 3]);
+    }
+
+    #[test]
+    fn temperature_is_its_own_step_wherever_it_stands() {
+        let (v, _) = run(vec![llama_sampler_init_temp(0.5)], &L);
+        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![2.0, 4.0, 6.0, 8.0]);
+        // After top-p (which saw the unscaled logits) temperature changes no membership.
+        let (v, _) = run(vec![llama_sampler_init_top_p(0.7, 1), llama_sampler_init_temp(0.5)], &L);
+        assert_eq!(ids(&v), vec![3, 2]);
+        // Before it, the sharper distribution (softmax([8, 6, 4, 2]) = 0.8668, 0.1173, ...)
+        // reaches 0.7 with one token.
+        let (v, _) = run(vec![llama_sampler_init_temp(0.5), llama_sampler_init_top_p(0.7, 1)], &L);
+        assert_eq!(ids(&v), vec![3]);
+        // Temperature 0 leaves only the largest logit finite.
+        let (v, _) = run(vec![llama_sampler_init_temp(0.0)], &L);
+        assert_eq!(v.iter().filter(|d| d.logit.is_finite()).map(|d| d.id).collect::<Vec<_>>(), vec![3]);
+    }
+
+    #[test]
+    fn penalties_divide_positive_logits_multiply_negative_and_subtract_counts() {
+        let pen = llama_sampler_init_penalties(4, 8, 2.0, 0.5, 0.25);
+        unsafe {
+            llama_sampler_accept(pen, 3);
+            llama_sampler_accept(pen, 3);
+            llama_sampler_accept(pen, 0);
+        }
+        let (v, _) = run(vec![pen], &[-1.0, 2.0, 3.0, 4.0]);
+        // token 3: 4 / 2 - 2 * 0.5 - 0.25 = 0.75; token 0: -1 * 2 - 0.5 - 0.25 = -2.75.
+        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![-2.75, 2.0, 3.0, 0.75]);
+    }
+
+    #[test]
+    fn logit_bias_then_greedy_selects_the_new_maximum() {
+        let bias = [LogitBias { token: 3, bias: -10.0 }];
+        let b = unsafe { llama_sampler_init_logit_bias(4, 1, bias.as_ptr()) };
+        let (v, selected) = run(vec![b, llama_sampler_init_greedy()], &L);
+        assert_eq!(v[selected as usize].id, 2);
+        // A token outside the vocabulary is refused.
+        let bad = [LogitBias { token: 4, bias: 1.0 }];
+        assert!(unsafe { llama_sampler_init_logit_bias(4, 1, bad.as_ptr()) }.is_null());
+    }
+
+    #[test]
+    fn dist_is_reproducible_per_seed_and_follows_the_distribution() {
+        let draw = |seed| {
+            let s = llama_sampler_init_dist(seed);
+            let mut counts = [0usize; 4];
+            for _ in 0..4000 {
+                let (v, sel) = run(vec![unsafe { llama_sampler_clone(s) }], &L);
+                counts[v[sel as usize].id as usize] += 1;
+                // Advance the original's state as a real chain would.
+                let mut data: Vec<TokenData> = L.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+                let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: 4, selected: -1, sorted: false };
+                unsafe { llama_sampler_apply(s, &mut cur) };
+            }
+            unsafe { llama_sampler_free(s) };
+            counts
+        };
+        let a = draw(42);
+        assert_eq!(a, draw(42));
+        // Expected 0.6439 * 4000 = 2576 for token 3; 0.0321 * 4000 = 128 for token 0.
+        assert!((2400..2750).contains(&a[3]), "{a:?}");
+        assert!((70..200).contains(&a[0]), "{a:?}");
+    }
+
+    #[test]
+    fn a_chain_given_null_refuses_to_sample() {
+        // A real context (the tiny llama fixture) with logits to sample from.
+        let path = std::ffi::CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap();
+        unsafe {
+            let model = crate::model::llama_model_load_from_file(path.as_ptr(), crate::model::llama_model_default_params());
+            assert!(!model.is_null());
+            // n_ctx 0: the fixture's own 128 positions (more than a model's length is refused).
+            let params = crate::abi::ContextParams { n_ctx: 0, ..crate::context::llama_context_default_params() };
+            let ctx = crate::context::llama_init_from_model(model, params);
+            assert!(!ctx.is_null());
+            let mut toks = [0 as Token, 5, 7];
+            assert_eq!(crate::context::llama_decode(ctx, crate::context::llama_batch_get_one(toks.as_mut_ptr(), 3)), 0);
+
+            let plain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+            llama_sampler_chain_add(plain, llama_sampler_init_greedy());
+            let t = llama_sampler_sample(plain, ctx, -1);
+            assert!(t >= 0, "greedy alone samples");
+
+            let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
+            llama_sampler_chain_add(chain, llama_sampler_init_grammar(ptr::null(), c"root ::= \"a\"".as_ptr(), c"root".as_ptr()));
+            llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+            assert_eq!(llama_sampler_sample(chain, ctx, -1), -1, "the chain must refuse");
+
+            llama_sampler_free(plain);
+            llama_sampler_free(chain);
+            crate::context::llama_free(ctx);
+            crate::model::llama_model_free(model);
+        }
+    }
+}

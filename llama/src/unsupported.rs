@@ -1,0 +1,161 @@
+//! The rest of the llama.cpp API as llama-cpp-python 0.3.36 resolves it at import: every
+//! function exists (a missing symbol fails the client's import) and fails loudly: a log line
+//! naming it, and NULL, -1, false, 0 (sizes and counts), NaN (floats) or an all-zero struct.
+//! None of these is silently wrong: each is llama.cpp's failure value for its function, or a
+//! value a caller cannot take for a result (NaN, NULL).
+//!
+//! Parameter and return types follow llama.h; pointer parameters are `*mut c_void` since
+//! nothing here reads them.
+
+use std::ffi::{c_char, c_void};
+use std::ptr;
+
+use crate::abi::{Embd, ModelParams, ModelQuantizeParams, OptParams, PerfSamplerData};
+use crate::log::unsupported;
+
+macro_rules! unsupported_fn {
+    ($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $fail:expr) => {
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $(let _ = $arg;)*
+            unsupported(stringify!($name));
+            $fail
+        }
+    };
+    ($name:ident ( $($arg:ident : $ty:ty),* )) => {
+        #[no_mangle]
+        pub extern "C" fn $name($($arg: $ty),*) {
+            $(let _ = $arg;)*
+            unsupported(stringify!($name));
+        }
+    };
+}
+
+unsupported_fn!(llama_model_quantize_default_params() -> ModelQuantizeParams = ModelQuantizeParams::ZERO);
+unsupported_fn!(llama_flash_attn_type_name(_a0: i32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_load_mode_name(_a0: i32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_load_mode_from_str(_a0: *const c_char) -> i32 = -1);
+unsupported_fn!(llama_ftype_name(_a0: i32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_model_load_from_splits(_a0: *mut c_void, _a1: usize, _a2: ModelParams) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_model_load_from_file_ptr(_a0: *mut c_void, _a1: ModelParams) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
+unsupported_fn!(llama_model_init_from_user(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: ModelParams) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_max_tensor_buft_overrides() -> usize = 0);
+unsupported_fn!(llama_n_ctx_seq(_a0: *mut c_void) -> u32 = 0);
+unsupported_fn!(llama_n_rs_seq(_a0: *mut c_void) -> u32 = 0);
+unsupported_fn!(llama_n_ctx_train(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_embd(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_layer(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_head(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_vocab(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_rope_type(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_embd_inp(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_embd_out(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_layer_nextn(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_head(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_head_kv(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_swa(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_n_cls_out(_a0: *mut c_void) -> u32 = 0);
+unsupported_fn!(llama_model_cls_label(_a0: *mut c_void, _a1: u32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_model_meta_key_str(_a0: i32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_model_ftype(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_size(_a0: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_model_n_params(_a0: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_model_decoder_start_token(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_model_quantize(_a0: *const c_char, _a1: *const c_char, _a2: *mut c_void) -> u32 = 0);
+unsupported_fn!(llama_adapter_lora_init(_a0: *mut c_void, _a1: *const c_char) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_adapter_lora_init_from_file_ptr(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_adapter_meta_val_str(_a0: *mut c_void, _a1: *const c_char, _a2: *const c_char, _a3: usize) -> i32 = -1);
+unsupported_fn!(llama_adapter_meta_count(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_adapter_meta_key_by_index(_a0: *mut c_void, _a1: i32, _a2: *const c_char, _a3: usize) -> i32 = -1);
+unsupported_fn!(llama_adapter_meta_val_str_by_index(_a0: *mut c_void, _a1: i32, _a2: *const c_char, _a3: usize) -> i32 = -1);
+unsupported_fn!(llama_adapter_lora_free(_a0: *mut c_void));
+unsupported_fn!(llama_adapter_get_alora_n_invocation_tokens(_a0: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_adapter_get_alora_invocation_tokens(_a0: *mut c_void) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_set_adapters_lora(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_set_adapter_cvec(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: i32, _a5: i32) -> i32 = -1);
+unsupported_fn!(llama_memory_seq_cp(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
+unsupported_fn!(llama_memory_seq_keep(_a0: *mut c_void, _a1: i32));
+unsupported_fn!(llama_memory_seq_add(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
+unsupported_fn!(llama_memory_seq_div(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
+unsupported_fn!(llama_get_state_size(_a0: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_copy_state_data(_a0: *mut c_void, _a1: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_set_state_data(_a0: *mut c_void, _a1: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_state_load_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize, _a4: *mut c_void) -> bool = false);
+unsupported_fn!(llama_load_session_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize, _a4: *mut c_void) -> bool = false);
+unsupported_fn!(llama_state_save_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize) -> bool = false);
+unsupported_fn!(llama_save_session_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize) -> bool = false);
+unsupported_fn!(llama_state_seq_get_size(_a0: *mut c_void, _a1: i32) -> usize = 0);
+unsupported_fn!(llama_state_seq_get_data(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32) -> usize = 0);
+unsupported_fn!(llama_state_seq_set_data(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32) -> usize = 0);
+unsupported_fn!(llama_state_seq_save_file(_a0: *mut c_void, _a1: *const c_char, _a2: i32, _a3: *mut c_void, _a4: usize) -> usize = 0);
+unsupported_fn!(llama_state_seq_load_file(_a0: *mut c_void, _a1: *const c_char, _a2: i32, _a3: *mut c_void, _a4: usize, _a5: *mut c_void) -> usize = 0);
+unsupported_fn!(llama_state_seq_get_size_ext(_a0: *mut c_void, _a1: i32, _a2: u32) -> usize = 0);
+unsupported_fn!(llama_state_seq_get_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
+unsupported_fn!(llama_state_seq_set_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
+unsupported_fn!(llama_batch_ext_init(_a0: *mut c_void) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_batch_ext_free(_a0: *mut c_void));
+unsupported_fn!(llama_batch_ext_clear(_a0: *mut c_void));
+unsupported_fn!(llama_batch_ext_add(_a0: *mut c_void, _a1: i32) -> i32 = -1);
+unsupported_fn!(llama_batch_ext_add_token(_a0: *mut c_void, _a1: i32, _a2: i32) -> i32 = -1);
+unsupported_fn!(llama_batch_ext_add_embd(_a0: *mut c_void, _a1: i32, _a2: Embd) -> i32 = -1);
+unsupported_fn!(llama_batch_ext_add_seq(_a0: *mut c_void, _a1: i32, _a2: i32) -> bool = false);
+unsupported_fn!(llama_batch_ext_set_embd_token(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
+unsupported_fn!(llama_batch_ext_set_embd_state(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
+unsupported_fn!(llama_batch_ext_set_output_embd(_a0: *mut c_void, _a1: i32, _a2: bool) -> bool = false);
+unsupported_fn!(llama_batch_ext_set_output_logits(_a0: *mut c_void, _a1: i32, _a2: bool) -> bool = false);
+unsupported_fn!(llama_batch_ext_set_pos(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
+unsupported_fn!(llama_process(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_threads(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_n_threads_batch(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_set_embeddings(_a0: *mut c_void, _a1: bool));
+unsupported_fn!(llama_set_causal_attn(_a0: *mut c_void, _a1: bool));
+unsupported_fn!(llama_get_causal_attn(_a0: *mut c_void) -> bool = false);
+unsupported_fn!(llama_set_warmup(_a0: *mut c_void, _a1: bool));
+unsupported_fn!(llama_set_abort_callback(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void));
+unsupported_fn!(llama_get_embeddings(_a0: *mut c_void) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_embeddings_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_embeddings_seq(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_sampled_token_ith(_a0: *mut c_void, _a1: i32) -> i32 = -1);
+unsupported_fn!(llama_get_sampled_probs_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_sampled_probs_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
+unsupported_fn!(llama_get_sampled_logits_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_sampled_logits_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
+unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
+unsupported_fn!(llama_vocab_get_add_sep(_a0: *mut c_void) -> bool = false);
+unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
+unsupported_fn!(llama_token_get_text(_a0: *mut c_void, _a1: i32) -> *const c_char = ptr::null());
+unsupported_fn!(llama_token_get_score(_a0: *mut c_void, _a1: i32) -> f32 = f32::NAN);
+unsupported_fn!(llama_token_get_attr(_a0: *mut c_void, _a1: i32) -> i32 = -1);
+unsupported_fn!(llama_token_is_eog(_a0: *mut c_void, _a1: i32) -> bool = false);
+unsupported_fn!(llama_token_is_control(_a0: *mut c_void, _a1: i32) -> bool = false);
+unsupported_fn!(llama_token_bos(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_eos(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_eot(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_cls(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_sep(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_nl(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_pad(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_add_bos_token(_a0: *mut c_void) -> bool = false);
+unsupported_fn!(llama_add_eos_token(_a0: *mut c_void) -> bool = false);
+unsupported_fn!(llama_token_fim_pre(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_fim_suf(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_fim_mid(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_fim_pad(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_fim_rep(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_token_fim_sep(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_vocab_cls(_a0: *mut c_void) -> i32 = -1);
+unsupported_fn!(llama_chat_apply_template(_a0: *const c_char, _a1: *mut c_void, _a2: usize, _a3: bool, _a4: *const c_char, _a5: i32) -> i32 = -1);
+unsupported_fn!(llama_chat_builtin_templates(_a0: *mut c_void, _a1: usize) -> i32 = -1);
+unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
+unsupported_fn!(llama_sampler_copy(_a0: *mut c_void, _a1: *mut c_void));
+unsupported_fn!(llama_split_path(_a0: *const c_char, _a1: usize, _a2: *const c_char, _a3: i32, _a4: i32) -> i32 = -1);
+unsupported_fn!(llama_split_prefix(_a0: *const c_char, _a1: usize, _a2: *const c_char, _a3: i32, _a4: i32) -> i32 = -1);
+unsupported_fn!(llama_log_get(_a0: *mut c_void, _a1: *mut c_void));
+unsupported_fn!(llama_perf_sampler(_a0: *mut c_void) -> PerfSamplerData = PerfSamplerData::default());
+unsupported_fn!(llama_perf_sampler_print(_a0: *mut c_void));
+unsupported_fn!(llama_perf_sampler_reset(_a0: *mut c_void));
+unsupported_fn!(llama_opt_param_filter_all(_a0: *mut c_void, _a1: *mut c_void) -> bool = false);
+unsupported_fn!(llama_opt_init(_a0: *mut c_void, _a1: *mut c_void, _a2: OptParams));
+unsupported_fn!(llama_opt_epoch(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: *mut c_void, _a4: i64, _a5: *mut c_void, _a6: *mut c_void));

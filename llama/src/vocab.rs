@@ -1,0 +1,240 @@
+//! The vocabulary (`llama_vocab_*`, `llama_tokenize`, `llama_token_to_piece`,
+//! `llama_detokenize`). A `llama_vocab*` is its model's pointer.
+
+use std::ffi::c_char;
+use std::ptr;
+
+use crate::abi::Token;
+use crate::adapter::TokenKind;
+use crate::log::{error, guard};
+use crate::model::{model_ref, LlamaModel};
+
+/// `LLAMA_TOKEN_NULL`.
+const NULL_TOKEN: Token = -1;
+
+fn id_or_null(id: Option<u32>) -> Token {
+    id.and_then(|i| Token::try_from(i).ok()).unwrap_or(NULL_TOKEN)
+}
+
+/// The id as a vocabulary index, or None (and a log line) when it is outside the vocabulary.
+fn checked(f: &str, m: &LlamaModel, token: Token) -> Option<u32> {
+    match u32::try_from(token) {
+        Ok(t) if (t as usize) < m.engine.n_vocab() => Some(t),
+        _ => {
+            error(f, &format!("token id {token} is outside the vocabulary of {}", m.engine.n_vocab()));
+            None
+        }
+    }
+}
+
+macro_rules! vocab_fact {
+    ($name:ident, $ty:ty, $fail:expr, |$m:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(vocab: *const LlamaModel) -> $ty {
+            guard(stringify!($name), $fail, || match model_ref(stringify!($name), vocab) {
+                Some($m) => $body,
+                None => $fail,
+            })
+        }
+    };
+}
+
+vocab_fact!(llama_vocab_n_tokens, i32, -1, |m| m.engine.n_vocab() as i32);
+// LLAMA_VOCAB_TYPE_SPM = 1, LLAMA_VOCAB_TYPE_BPE = 2.
+vocab_fact!(llama_vocab_type, i32, 0, |m| if m.engine.is_byte_level() { 2 } else { 1 });
+vocab_fact!(llama_vocab_bos, Token, NULL_TOKEN, |m| id_or_null(m.engine.bos()));
+vocab_fact!(llama_vocab_eos, Token, NULL_TOKEN, |m| id_or_null(m.engine.eos()));
+vocab_fact!(llama_vocab_get_add_bos, bool, false, |m| m.engine.add_bos());
+vocab_fact!(llama_vocab_get_add_eos, bool, false, |_m| false);
+// No pack states these roles; LLAMA_TOKEN_NULL is llama.cpp's "none".
+vocab_fact!(llama_vocab_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_pre, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_suf, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_mid, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_rep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_fim_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_mask, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+vocab_fact!(llama_vocab_eot, Token, NULL_TOKEN, |m| {
+    // The chat end-of-turn token: a stop token that is not the EOS.
+    let eos = m.engine.eos();
+    id_or_null((0..m.engine.n_vocab() as u32).find(|&t| m.engine.is_stop(t) && Some(t) != eos))
+});
+vocab_fact!(llama_vocab_nl, Token, NULL_TOKEN, |m| {
+    match m.engine.tokenize("\n", false, false) {
+        Ok(ids) if ids.len() == 1 => id_or_null(ids.first().copied()),
+        _ => NULL_TOKEN,
+    }
+});
+
+macro_rules! token_fact {
+    ($name:ident, $ty:ty, $fail:expr, |$m:ident, $t:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(vocab: *const LlamaModel, token: Token) -> $ty {
+            guard(stringify!($name), $fail, || {
+                let Some($m) = model_ref(stringify!($name), vocab) else { return $fail };
+                let Some($t) = checked(stringify!($name), $m, token) else { return $fail };
+                $body
+            })
+        }
+    };
+}
+
+// End of generation: any of the pack's stop tokens (EOS, end of turn).
+token_fact!(llama_vocab_is_eog, bool, false, |m, t| m.engine.is_stop(t));
+token_fact!(llama_vocab_is_control, bool, false, |m, t| m.engine.token_kind(t) == Some(TokenKind::Control));
+token_fact!(llama_vocab_get_text, *const c_char, ptr::null(), |m, t| m
+    .texts()
+    .get(t as usize)
+    .map(|s| s.as_ptr())
+    .unwrap_or(ptr::null()));
+// Merge scores are not kept by packlm's tokenizer; llama.cpp gives 0 where a vocabulary has none.
+token_fact!(llama_vocab_get_score, f32, 0.0, |_m, _t| 0.0);
+token_fact!(llama_vocab_get_attr, i32, 0, |m, t| match m.engine.token_kind(t) {
+    Some(TokenKind::Normal) => 1 << 2,
+    Some(TokenKind::Control) => 1 << 3,
+    Some(TokenKind::UserDefined) => 1 << 4,
+    Some(TokenKind::Byte) => 1 << 5,
+    None => 0,
+});
+
+/// Tokenizes `text_len` bytes of UTF-8. Returns the count, or minus the count needed when
+/// `n_tokens_max` is too small (nothing written then); i32::MIN on a failure (logged).
+#[no_mangle]
+pub unsafe extern "C" fn llama_tokenize(
+    vocab: *const LlamaModel,
+    text: *const c_char,
+    text_len: i32,
+    tokens: *mut Token,
+    n_tokens_max: i32,
+    add_special: bool,
+    parse_special: bool,
+) -> i32 {
+    const F: &str = "llama_tokenize";
+    guard(F, i32::MIN, || {
+        let Some(m) = model_ref(F, vocab) else { return i32::MIN };
+        let Ok(len) = usize::try_from(text_len) else {
+            error(F, &format!("text_len {text_len} is negative"));
+            return i32::MIN;
+        };
+        if text.is_null() && len > 0 {
+            error(F, "text is NULL");
+            return i32::MIN;
+        }
+        let bytes = if len == 0 { &[][..] } else { std::slice::from_raw_parts(text as *const u8, len) };
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            error(F, "text is not valid UTF-8");
+            return i32::MIN;
+        };
+        let ids = match m.engine.tokenize(text, add_special, parse_special) {
+            Ok(ids) => ids,
+            Err(e) => {
+                error(F, &e.to_string());
+                return i32::MIN;
+            }
+        };
+        let Ok(n) = i32::try_from(ids.len()) else {
+            error(F, "too many tokens for an int32_t count");
+            return i32::MIN;
+        };
+        if n > n_tokens_max {
+            return -n;
+        }
+        if n > 0 && tokens.is_null() {
+            error(F, "tokens is NULL");
+            return i32::MIN;
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            *tokens.add(i) = id as Token;
+        }
+        n
+    })
+}
+
+/// The token's bytes into `buf` (not NUL-terminated), after removing up to `lstrip` leading
+/// spaces; control tokens only when `special`. Returns the length, or minus the length needed
+/// when `length` is too small. An id outside the vocabulary gives 0 (and a log line).
+#[no_mangle]
+pub unsafe extern "C" fn llama_token_to_piece(
+    vocab: *const LlamaModel,
+    token: Token,
+    buf: *mut c_char,
+    length: i32,
+    lstrip: i32,
+    special: bool,
+) -> i32 {
+    const F: &str = "llama_token_to_piece";
+    guard(F, 0, || {
+        let Some(m) = model_ref(F, vocab) else { return 0 };
+        let Some(t) = checked(F, m, token) else { return 0 };
+        let bytes = match m.engine.token_bytes(t, special) {
+            Ok(b) => b,
+            Err(e) => {
+                error(F, &e.to_string());
+                return 0;
+            }
+        };
+        let skip = bytes.iter().take(lstrip.max(0) as usize).take_while(|&&b| b == b' ').count();
+        write_bytes(&bytes[skip..], buf, length)
+    })
+}
+
+/// `bytes` into `buf` of `length`: the count, or minus the count when it does not fit.
+unsafe fn write_bytes(bytes: &[u8], buf: *mut c_char, length: i32) -> i32 {
+    let n = i32::try_from(bytes.len()).unwrap_or(i32::MAX);
+    if n > length.max(0) {
+        return -n;
+    }
+    if n > 0 {
+        if buf.is_null() {
+            return -n;
+        }
+        ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, bytes.len());
+    }
+    n
+}
+
+/// The text of `n_tokens` tokens: their pieces joined (control tokens only when
+/// `unparse_special`; `remove_special` drops a leading BOS). Returns the length, minus the
+/// length needed when `text_len_max` is too small, or i32::MIN on a failure.
+#[no_mangle]
+pub unsafe extern "C" fn llama_detokenize(
+    vocab: *const LlamaModel,
+    tokens: *const Token,
+    n_tokens: i32,
+    text: *mut c_char,
+    text_len_max: i32,
+    remove_special: bool,
+    unparse_special: bool,
+) -> i32 {
+    const F: &str = "llama_detokenize";
+    guard(F, i32::MIN, || {
+        let Some(m) = model_ref(F, vocab) else { return i32::MIN };
+        let Ok(n) = usize::try_from(n_tokens) else {
+            error(F, &format!("n_tokens {n_tokens} is negative"));
+            return i32::MIN;
+        };
+        if tokens.is_null() && n > 0 {
+            error(F, "tokens is NULL");
+            return i32::MIN;
+        }
+        let ids = if n == 0 { &[][..] } else { std::slice::from_raw_parts(tokens, n) };
+        let ids = match (remove_special, ids.first()) {
+            (true, Some(&first)) if Some(first) == m.engine.bos().map(|b| b as Token) => &ids[1..],
+            _ => ids,
+        };
+        let mut out = Vec::new();
+        for &id in ids {
+            let Some(t) = checked(F, m, id) else { return i32::MIN };
+            match m.engine.token_bytes(t, unparse_special) {
+                Ok(b) => out.extend_from_slice(&b),
+                Err(e) => {
+                    error(F, &e.to_string());
+                    return i32::MIN;
+                }
+            }
+        }
+        write_bytes(&out, text, text_len_max)
+    })
+}

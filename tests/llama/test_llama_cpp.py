@@ -1,0 +1,259 @@
+"""llama-cpp-python 0.3.36's public API (the `Llama` class) on packlm's libllama.so.
+
+Run by tests/llama/run.sh with LLAMA_CPP_LIB_PATH at the facade and PYTHONPATH at the sdist's
+sources. Per GGUF of models/: construction, tokenize/detokenize (ids equal to `packlm tokenize`,
+multi-byte text, special tokens), greedy completion (deterministic, streamed == whole, equal to
+`packlm generate`), seeded sampling, stop sequences, chat with the GGUF's own template, eval /
+sample / save_state / load_state, prefix reuse, logit_bias, logprobs; then bad input (a missing
+file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
+Prints 'N passed, M failed'."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import llama_cpp
+from llama_cpp import Llama
+
+models = sys.argv[1]
+packlm_bin = os.environ["PACKLM_BIN"]
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def raises(fn, exc):
+    try:
+        fn()
+    except exc:
+        return True
+    except Exception as e:  # a different failure is a failure of the check
+        print("   raised", type(e).__name__, e)
+        return False
+    return False
+
+
+def packlm(*args):
+    out = subprocess.run([packlm_bin, *args], check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+PROMPT = "The capital of France is"
+MULTI = "naïve café, 東京, emoji 😀 — ok"
+
+
+def text_of(out):
+    return out["choices"][0]["text"]
+
+
+def greedy_steps(llm, n):
+    """n tokens by sample(temp=0) + eval, from the context's current logits; the exception's
+    text instead when a call fails."""
+    out = []
+    try:
+        for _ in range(n):
+            t = llm.sample(temp=0)
+            out.append(t)
+            llm.eval([t])
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return out
+
+
+def run_model(name, path, chat_word, marker, expected_meta):
+    print(f"== {name}")
+    llm = Llama(model_path=path, n_ctx=512, verbose=False, seed=7)
+    check(llm.n_vocab() > 0 and llm.n_ctx() == 512, f"{name}: construction (n_vocab, n_ctx)")
+    # The GGUF's own metadata, as llama.cpp reports it (the values are the HF configs':
+    # architecture, max_position_embeddings, the tokenizer kind).
+    for key, want in expected_meta.items():
+        check(llm.metadata.get(key) == want, f"{name}: metadata {key} = {llm.metadata.get(key)!r}, expected {want!r}")
+
+    # Tokenize: ids equal packlm's tokenizer (tied to HF's by the golden tests), with and
+    # without special tokens; detokenize gives the bytes back, multi-byte characters whole.
+    for text in [PROMPT, MULTI]:
+        ids = llm.tokenize(text.encode(), add_bos=True, special=True)
+        ref = json.loads(packlm("tokenize", path, "--text", text))
+        check(ids == ref, f"{name}: tokenize {text!r}: {ids} != packlm {ref}")
+        check(llm.detokenize(ids).decode() == text, f"{name}: detokenize(tokenize({text!r}))")
+    # Per-token pieces are raw bytes: joined, they are the UTF-8 of the text.
+    ids = llm.tokenize(MULTI.encode(), add_bos=False, special=False)
+    pieces = b"".join(llm._model.token_to_piece(t).rstrip(b"\0") for t in ids)
+    check(pieces == MULTI.encode(), f"{name}: token pieces joined == the text's bytes")
+    one = llm.tokenize(marker.encode(), add_bos=False, special=True)
+    plain = llm.tokenize(marker.encode(), add_bos=False, special=False)
+    check(len(one) == 1 and len(plain) > 1, f"{name}: {marker} is one special token only with special=True ({one}, {plain})")
+    check(llm.detokenize(one) == b"" and llm.detokenize(one, special=True) == marker.encode(), f"{name}: a control token is hidden unless special")
+
+    # Greedy completion: deterministic, streamed == whole, equal to packlm generate.
+    a = llm.create_completion(PROMPT, max_tokens=16, temperature=0)
+    b = llm.create_completion(PROMPT, max_tokens=16, temperature=0)
+    check(text_of(a) == text_of(b) and text_of(a) != "", f"{name}: greedy completion deterministic ({text_of(a)!r})")
+    streamed = "".join(text_of(c) for c in llm.create_completion(PROMPT, max_tokens=16, temperature=0, stream=True))
+    check(streamed == text_of(a), f"{name}: streamed {streamed!r} == whole {text_of(a)!r}")
+    ref = json.loads(packlm("generate", path, "--prompt", PROMPT, "-n", "16", "--json"))
+    check(text_of(a) == ref["text"], f"{name}: greedy {text_of(a)!r} == packlm generate {ref['text']!r}")
+
+    # Seeded sampling: the same seed gives the same text, different seeds differ.
+    def sampled(seed):
+        return text_of(llm.create_completion(PROMPT, max_tokens=24, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed))
+    s1, s1b = sampled(1), sampled(1)
+    check(s1 == s1b, f"{name}: seed 1 reproducible ({s1!r} vs {s1b!r})")
+    others = {sampled(s) for s in (2, 3, 4)}
+    check(any(o != s1 for o in others), f"{name}: seeds 2..4 differ from seed 1")
+
+    # Stop sequences: the text ends before the stop string; finish_reason "stop".
+    whole = text_of(a)
+    words = [w for w in whole.split() if len(w) > 1]
+    if words:
+        stop = words[min(1, len(words) - 1)]
+        out = llm.create_completion(PROMPT, max_tokens=16, temperature=0, stop=[stop])
+        check(out["choices"][0]["finish_reason"] == "stop" and text_of(out) == whole[: whole.index(stop)],
+              f"{name}: stop {stop!r}: {text_of(out)!r}, {out['choices'][0]['finish_reason']}")
+    else:
+        check(False, f"{name}: the greedy text has no word to stop at")
+    check(a["choices"][0]["finish_reason"] == "length", f"{name}: finish_reason length at max_tokens")
+
+    # Chat with the GGUF's own template (when the GGUF has one).
+    if chat_word is not None:
+        check(llm.chat_format == "chat_template.default" or llm.chat_format in ("chatml",), f"{name}: chat format from the GGUF template ({llm.chat_format})")
+        msgs = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
+        whole = llm.create_chat_completion(messages=msgs, max_tokens=16, temperature=0)
+        content = whole["choices"][0]["message"]["content"]
+        parts = [c["choices"][0]["delta"].get("content", "") or "" for c in llm.create_chat_completion(messages=msgs, max_tokens=16, temperature=0, stream=True)]
+        check("".join(parts) == content, f"{name}: chat streamed {''.join(parts)!r} == whole {content!r}")
+        check(chat_word in content, f"{name}: chat answer {content!r} has {chat_word!r}")
+    else:
+        check("tokenizer.chat_template" not in llm.metadata, f"{name}: no template reported for a GGUF without one")
+
+    # eval / sample / save_state / load_state: the continuation equals a fresh prompt's.
+    toks = llm.tokenize(PROMPT.encode())
+    llm.reset()
+    llm.eval(toks)
+    state = llm.save_state()
+    cont = greedy_steps(llm, 6)
+    llm.reset()
+    llm.eval(llm.tokenize(b"Something else entirely."))
+    llm.load_state(state)
+    again = greedy_steps(llm, 6)
+    fresh = Llama(model_path=path, n_ctx=512, verbose=False)
+    fresh.eval(toks)
+    ref = greedy_steps(fresh, 6)
+    check(cont == ref, f"{name}: eval/sample continuation {cont} == a fresh context's {ref}")
+    check(again == ref, f"{name}: after load_state {again} == fresh {ref}")
+
+    # Prefix reuse: a second prompt extending the first reuses its positions and gives the same
+    # text as a context that saw only the second prompt.
+    longer = PROMPT + " Paris, and the capital of Italy is"
+    llm.create_completion(PROMPT, max_tokens=4, temperature=0)
+    reused = text_of(llm.create_completion(longer, max_tokens=8, temperature=0))
+    fresh_text = text_of(fresh.create_completion(longer, max_tokens=8, temperature=0))
+    check(reused == fresh_text, f"{name}: prefix reuse {reused!r} == fresh {fresh_text!r}")
+
+    # logit_bias bans the greedy first token.
+    first = llm.tokenize(text_of(a).encode(), add_bos=False)[0]
+    banned = llm.create_completion(PROMPT, max_tokens=1, temperature=0, logit_bias={first: -1e9})
+    got = llm.tokenize(text_of(banned).encode(), add_bos=False)
+    check(got[:1] != [first], f"{name}: logit_bias bans token {first} (got {got})")
+
+    # A caller-defined sampler through the llama_sampler_i vtable (logits_processor) runs
+    # in the chain before the selection: pushing the greedy token down changes the choice.
+    def push_down(input_ids, scores):
+        scores[first] = -1e9
+        return scores
+    processed = llm.create_completion(PROMPT, max_tokens=1, temperature=0, logits_processor=llama_cpp.LogitsProcessorList([push_down]))
+    got = llm.tokenize(text_of(processed).encode(), add_bos=False)
+    check(got[:1] != [first], f"{name}: logits_processor through the sampler vtable (got {got})")
+
+    # A grammar sampler cannot be built here: the chain refuses to sample rather than
+    # generate unconstrained text.
+    grammar = llama_cpp.LlamaGrammar.from_string('root ::= "yes" | "no"')
+    check(raises(lambda: llm.create_completion(PROMPT, max_tokens=4, temperature=0, grammar=grammar), RuntimeError),
+          f"{name}: a grammar that cannot be applied makes sampling fail")
+
+    # logprobs with logits_all: each greedy token is the top-1 entry, with log-softmax of the logits.
+    la = Llama(model_path=path, n_ctx=512, verbose=False, logits_all=True)
+    out = la.create_completion(PROMPT, max_tokens=4, temperature=0, logprobs=3)
+    lp = out["choices"][0]["logprobs"]
+    ok = lp is not None and len(lp["tokens"]) == 4
+    if ok:
+        for tok, tlp, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            best = max(top.values())
+            ok &= tlp <= 0.0 and abs(tlp - best) < 1e-4 and tok in top
+    check(ok, f"{name}: logprobs with logits_all: {lp and lp['token_logprobs']}")
+    # The scores kept for the prompt are the logits row by row: the last row's argmax is the
+    # first greedy token.
+    la.reset()
+    la.eval(toks)
+    check(int(np.argmax(la.scores[len(toks) - 1])) == first, f"{name}: logits_all row of the last prompt token")
+
+    # Bad input: Python gets an exception, the process lives, the context still works.
+    check(raises(lambda: llm.eval([llm.n_vocab() + 5]), RuntimeError), f"{name}: out-of-range token raises")
+    bad = llama_cpp.LlamaState(
+        input_ids=state.input_ids, scores=state.scores, n_tokens=state.n_tokens,
+        llama_state=b"XXXX" + state.llama_state[4:], llama_state_size=state.llama_state_size, seed=state.seed)
+    check(raises(lambda: llm.load_state(bad), RuntimeError), f"{name}: corrupted state raises")
+    flipped = bytearray(state.llama_state)
+    flipped[len(flipped) // 2] ^= 0xFF
+    bad2 = llama_cpp.LlamaState(
+        input_ids=state.input_ids, scores=state.scores, n_tokens=state.n_tokens,
+        llama_state=bytes(flipped[:-7]), llama_state_size=state.llama_state_size - 7, seed=state.seed)
+    check(raises(lambda: llm.load_state(bad2), RuntimeError), f"{name}: truncated state raises")
+    check(text_of(llm.create_completion(PROMPT, max_tokens=16, temperature=0)) == text_of(a), f"{name}: still works after bad input")
+
+    # The C calls' own failure values, through the client's ctypes declarations.
+    ctx, vocab = llm.ctx, llm._model.vocab
+    llm.reset()
+    llm.eval(toks)
+    n_past = len(toks)
+    batch = llama_cpp.llama_batch_init(4, 0, 1)
+    batch.n_tokens = 1
+    batch.token[0] = toks[0]
+    batch.pos[0] = n_past + 3  # not the next position
+    batch.n_seq_id[0] = 1
+    batch.seq_id[0][0] = 0
+    batch.logits[0] = 1
+    check(llama_cpp.llama_decode(ctx, batch) == -1, f"{name}: llama_decode at a gap in positions gives -1")
+    batch.pos[0] = n_past
+    batch.seq_id[0][0] = 1
+    check(llama_cpp.llama_decode(ctx, batch) == -1, f"{name}: llama_decode for sequence 1 gives -1")
+    batch.seq_id[0][0] = 0
+    check(llama_cpp.llama_decode(ctx, batch) == 0, f"{name}: llama_decode at the next position of sequence 0 gives 0")
+    check(not llama_cpp.llama_get_logits_ith(ctx, 5), f"{name}: logits of an index the batch did not have are NULL")
+    check(bool(llama_cpp.llama_get_logits_ith(ctx, 0)), f"{name}: logits of index 0 of the last batch")
+    llama_cpp.llama_batch_free(batch)
+    mem = llama_cpp.llama_get_memory(ctx)
+    check(not llama_cpp.llama_memory_seq_rm(mem, 0, 1, 2), f"{name}: removing positions from the middle is refused")
+    check(llama_cpp.llama_memory_seq_pos_max(mem, 0) == n_past, f"{name}: a refused removal changes nothing")
+    check(llama_cpp.llama_memory_seq_rm(mem, 0, 2, -1) and llama_cpp.llama_memory_seq_pos_max(mem, 0) == 1, f"{name}: removing the tail keeps positions 0 and 1")
+    buf = (ctypes.c_char * 8)()
+    check(llama_cpp.llama_token_to_piece(vocab, llm.n_vocab() + 1, buf, 8, 0, False) == 0, f"{name}: piece of an out-of-range token is empty")
+    out = (llama_cpp.llama_token * 2)()
+    check(llama_cpp.llama_tokenize(vocab, MULTI.encode(), len(MULTI.encode()), out, 2, False, False) == -len(ids), f"{name}: tokenize into a short buffer gives minus the count")
+    check(not llama_cpp.llama_sampler_init_mirostat_v2(1, 5.0, 0.1), f"{name}: an unsupported sampler is NULL")
+
+
+check(raises(lambda: Llama(model_path=os.path.join(models, "missing.gguf"), verbose=False), ValueError), "missing file raises ValueError")
+smol = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+gemma = os.path.join(models, "gemma3-270m-Q4_K_M.gguf")
+SMOL_META = {"general.architecture": "llama", "llama.context_length": "8192", "tokenizer.ggml.model": "gpt2"}
+GEMMA_META = {"general.architecture": "gemma3", "gemma3.context_length": "32768", "gemma3.attention.sliding_window": "512", "tokenizer.ggml.model": "llama"}
+for name, path, word, marker, meta in [("SmolLM2", smol, "Paris", "<|im_start|>", SMOL_META), ("Gemma3", gemma, None, "<start_of_turn>", GEMMA_META)]:
+    if os.path.exists(path):
+        run_model(name, path, word, marker, meta)
+    elif os.environ.get("PACKLM_REQUIRE_MODELS"):
+        check(False, f"{path} is missing and PACKLM_REQUIRE_MODELS is set")
+    else:
+        print(f"skipped {name}: {path} is missing (make models)")
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
