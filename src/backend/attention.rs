@@ -3,16 +3,11 @@
 //! whether it comes alone or inside a batch.
 
 use crate::backend::reference::dot_sequential;
+use crate::backend::AttentionShape;
 
-/// The geometry and rules of one attention call.
+/// One attention call: its geometry and rules, the layer's KV plane, and where the queries start.
 pub struct AttentionArgs<'a> {
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub scale: f32,
-    pub softcap: Option<f32>,
-    /// Keys visible to a query at position p: (p - window, p]; None for full attention.
-    pub window: Option<usize>,
+    pub shape: AttentionShape,
     /// (positions, n_kv_heads * head_dim)
     pub k: &'a [f32],
     /// (positions, n_kv_heads * head_dim)
@@ -23,11 +18,11 @@ pub struct AttentionArgs<'a> {
 
 /// `q`: (rows, n_heads * head_dim) -> `out`: (rows, n_heads * head_dim).
 pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
-    let qw = a.n_heads * a.head_dim;
+    let qw = a.shape.n_heads * a.shape.head_dim;
     for r in 0..rows {
-        for h in 0..a.n_heads {
-            let o = &mut out[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim];
-            head(a, &q[r * qw + h * a.head_dim..r * qw + (h + 1) * a.head_dim], h, a.first_position + r, o, dot_sequential);
+        for h in 0..a.shape.n_heads {
+            let o = &mut out[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim];
+            head(a, &q[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim], h, a.first_position + r, o, dot_sequential);
         }
     }
 }
@@ -36,10 +31,10 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
 /// HF's eager attention), then the probability-weighted sum of values, in key order. `dot` is
 /// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch).
 pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: fn(&[f32], &[f32]) -> f32) {
-    let d = a.head_dim;
-    let kvw = a.n_kv_heads * d;
-    let kvh = h / (a.n_heads / a.n_kv_heads);
-    let lo = match a.window {
+    let d = a.shape.head_dim;
+    let kvw = a.shape.n_kv_heads * d;
+    let kvh = h / (a.shape.n_heads / a.shape.n_kv_heads);
+    let lo = match a.shape.window {
         Some(w) if pos + 1 > w => pos + 1 - w,
         _ => 0,
     };
@@ -48,8 +43,8 @@ pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32]
     let mut max = f32::NEG_INFINITY;
     for t in lo..=pos {
         let kt = &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-        let mut s = dot(qh, kt) * a.scale;
-        if let Some(cap) = a.softcap {
+        let mut s = dot(qh, kt) * a.shape.scale;
+        if let Some(cap) = a.shape.softcap {
             s = (s / cap).tanh() * cap;
         }
         max = max.max(s);

@@ -265,12 +265,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some((k, v)) = cpu_kv(kv).plane(plane) else { return };
         let args = AttentionArgs {
-            n_heads: shape.n_heads,
-            n_kv_heads: shape.n_kv_heads,
-            head_dim: shape.head_dim,
-            scale: shape.scale,
-            softcap: shape.softcap,
-            window: shape.window,
+            shape: *shape,
             k,
             v,
             first_position: start,

@@ -135,14 +135,14 @@ impl Kernels for HostBackend {
 
     /// Each (row, head) pair is one task; its arithmetic is the scalar version's.
     fn attention(&self, a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
-        let (d, nh) = (a.head_dim, a.n_heads);
+        let (d, nh) = (a.shape.head_dim, a.shape.n_heads);
         if d == 0 || nh == 0 {
             return;
         }
         let out = &mut out[..rows * nh * d];
         // Scores and values over the visible keys: below a few thousand multiply-adds per head
         // in all, helpers cost more than they save.
-        let visible = a.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
+        let visible = a.shape.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
         let serial = rows * nh * visible * d * 2 <= SERIAL_MACS;
         self.for_chunks(out, d, serial, |i, o| {
             let (r, h) = (i / nh, i % nh);
