@@ -127,13 +127,21 @@ pub unsafe extern "C" fn llama_tokenize(
             error(F, "text is not valid UTF-8");
             return i32::MIN;
         };
-        let ids = match m.engine.tokenize(text, add_special, parse_special) {
+        // BOS by llama.cpp's rule, not packlm's: with add_special it goes first whenever the
+        // vocabulary adds one, even before a BOS the text itself produced ("<bos>..." parsed
+        // as special gives two), where packlm's own tokenize never adds a second.
+        let mut ids = match m.engine.tokenize(text, false, parse_special) {
             Ok(ids) => ids,
             Err(e) => {
                 error(F, &e.to_string());
                 return i32::MIN;
             }
         };
+        if add_special && m.engine.add_bos() {
+            if let Some(b) = m.engine.bos() {
+                ids.insert(0, b);
+            }
+        }
         let Ok(n) = i32::try_from(ids.len()) else {
             error(F, "too many tokens for an int32_t count");
             return i32::MIN;

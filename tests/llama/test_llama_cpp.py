@@ -1,13 +1,16 @@
 """llama-cpp-python 0.3.36's public API (the `Llama` class) on packlm's libllama.so.
 
 Run by tests/llama/run.sh with LLAMA_CPP_LIB_PATH at the facade and PYTHONPATH at the sdist's
-sources. Per GGUF of models/: construction, tokenize/detokenize (ids equal to `packlm tokenize`,
-multi-byte text, special tokens), greedy completion (deterministic, streamed == whole, equal to
-`packlm generate`), seeded sampling, stop sequences, chat with the GGUF's own template, eval /
-sample / save_state / load_state, prefix reuse, logit_bias, logprobs; then bad input (a missing
-file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
+sources. Per GGUF of models/: construction, tokenize/detokenize (ids, detokenized bytes and
+token pieces equal to llama.cpp's own, recorded in tests/fixtures/llama_cpp/tokens.json; ids
+equal to `packlm tokenize`; multi-byte text, special tokens), greedy completion (deterministic,
+streamed == whole, equal to `packlm generate`), seeded sampling, stop sequences, chat with the
+GGUF's own template, eval / sample / save_state / load_state, prefix reuse, logit_bias,
+logprobs; then bad input (a missing file, an out-of-range token, a corrupted state) raising in
+Python, never aborting it.
 Prints 'N passed, M failed'."""
 import ctypes
+import hashlib
 import json
 import os
 import subprocess
@@ -20,6 +23,8 @@ from llama_cpp import Llama
 
 models = sys.argv[1]
 packlm_bin = os.environ["PACKLM_BIN"]
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "llama_cpp", "tokens.json"), encoding="utf-8") as f:
+    TOKENS = json.load(f)
 passed = failed = 0
 
 
@@ -70,6 +75,43 @@ def greedy_steps(llm, n):
     return out
 
 
+def piece(llm, tok, special):
+    """llama_token_to_piece's bytes for one token (lstrip 0)."""
+    buf = (ctypes.c_char * 256)()
+    n = llama_cpp.llama_token_to_piece(llm._model.vocab, tok, buf, 256, 0, special)
+    return bytes(buf[:max(n, 0)]) if n >= 0 else None
+
+
+def llama_cpp_tokens(name, llm, path):
+    """Every case of tests/fixtures/llama_cpp/tokens.json (llama.cpp's own tokenizer on this
+    GGUF): the facade's ids, detokenized bytes and per-token pieces equal llama.cpp's."""
+    fixture = TOKENS["models"][os.path.basename(path)]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    if digest != fixture["sha256"]:
+        check(False, f"{name}: {path} is not the GGUF tokens.json was recorded from (sha256 {digest})")
+        return
+    check(llm.token_bos() == fixture["bos"], f"{name}: BOS {llm.token_bos()} == llama.cpp's {fixture['bos']}")
+    check(bool(llama_cpp.llama_vocab_get_add_bos(llm._model.vocab)) == fixture["add_bos"], f"{name}: add_bos == llama.cpp's")
+    for c in fixture["cases"]:
+        what = f"{name}: {c['text']!r} add_bos={c['add_bos']} special={c['special']}"
+        ids = llm.tokenize(c["text"].encode(), add_bos=c["add_bos"], special=c["special"])
+        check(ids == c["ids"], f"{what}: ids {ids} != llama.cpp's {c['ids']}")
+        # The pieces and detokenized bytes of llama.cpp's ids, so that a difference in ids
+        # does not hide one in the bytes.
+        ref = c["ids"]
+        for special, key in [(False, "detokenize"), (True, "detokenize_special")]:
+            got = llm.detokenize(ref, special=special)
+            check(got == bytes.fromhex(c[key]), f"{what}: detokenize(special={special}) {got!r} != llama.cpp's {bytes.fromhex(c[key])!r}")
+        for special, key in [(False, "pieces"), (True, "pieces_special")]:
+            got = [piece(llm, t, special) for t in ref]
+            want = [bytes.fromhex(h) for h in c[key]]
+            check(got == want, f"{what}: pieces(special={special}) {got} != llama.cpp's {want}")
+
+
 def run_model(name, path, chat_word, marker, expected_meta):
     print(f"== {name}")
     llm = Llama(model_path=path, n_ctx=512, verbose=False, seed=7)
@@ -86,9 +128,10 @@ def run_model(name, path, chat_word, marker, expected_meta):
         ref = json.loads(packlm("tokenize", path, "--text", text))
         check(ids == ref, f"{name}: tokenize {text!r}: {ids} != packlm {ref}")
         check(llm.detokenize(ids).decode() == text, f"{name}: detokenize(tokenize({text!r}))")
+    llama_cpp_tokens(name, llm, path)
     # Per-token pieces are raw bytes: joined, they are the UTF-8 of the text.
     ids = llm.tokenize(MULTI.encode(), add_bos=False, special=False)
-    pieces = b"".join(llm._model.token_to_piece(t).rstrip(b"\0") for t in ids)
+    pieces = b"".join(piece(llm, t, False) for t in ids)
     check(pieces == MULTI.encode(), f"{name}: token pieces joined == the text's bytes")
     one = llm.tokenize(marker.encode(), add_bos=False, special=True)
     plain = llm.tokenize(marker.encode(), add_bos=False, special=False)
