@@ -16,6 +16,10 @@
 
 mod common;
 
+use packlm::backend::cpu::CpuBackend;
+use packlm::backend::host::row_dot::Isa;
+use packlm::backend::host::HostBackend;
+
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,12 +43,20 @@ fn reference() -> Box<dyn Backend> {
 
 /// Every backend this suite is run against, by name.
 fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
-    vec![
+    let mut all: Vec<(&'static str, Box<dyn Backend>)> = vec![
         ("reference", reference()),
         ("host, 1 thread", backend::create(BackendKind::Host, 1).unwrap()),
         ("host, 3 threads", backend::create(BackendKind::Host, 3).unwrap()),
         ("counting", Box::new(Counting::new())),
-    ]
+    ];
+    // Every kernel path this CPU can run, forced, not only its best: the AVX2 kernels are
+    // tested on an AVX-512 machine too, and the portable ones everywhere.
+    for (name, isa) in [("host, portable kernels", Isa::Portable), ("host, AVX2 kernels", Isa::Avx2), ("host, AVX-512 kernels", Isa::Avx512)] {
+        if isa.available() {
+            all.push((name, Box::new(CpuBackend::new(HostBackend::with_isa(2, isa).unwrap()))));
+        }
+    }
+    all
 }
 
 fn put(be: &dyn Backend, data: &[f32]) -> Tensor {

@@ -19,11 +19,11 @@ use parking_lot::Mutex;
 use crate::backend::attention::{self, AttentionArgs};
 use crate::backend::pass;
 use crate::backend::cpu::Kernels;
-use crate::error::Result;
+use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
 
 pub use dot::dot;
-use row_dot::{block_sums, RowKernel};
+use row_dot::{block_sums, Isa, RowKernel};
 use team::Team;
 
 /// Multiply-adds per task (some 20 us on one core): small enough that a thread losing its core
@@ -46,13 +46,24 @@ const SERIAL_MACS: usize = 1 << 15;
 
 pub struct HostBackend {
     team: Team,
+    /// The row kernels' instruction set: the CPU's best, or one forced by tests so that every
+    /// path (AVX2 on an AVX-512 machine, portable everywhere) runs through the whole backend.
+    isa: Isa,
 }
 
 impl HostBackend {
     /// `threads` threads in all, the calling thread included; 0 means one per core; more than
     /// `MAX_THREADS` is refused. The helpers come from the process's shared pool (team.rs).
     pub fn new(threads: usize) -> Result<HostBackend> {
-        Ok(HostBackend { team: Team::new(threads)? })
+        HostBackend::with_isa(threads, Isa::best())
+    }
+
+    /// As `new`, with the row kernels of `isa`; an instruction set this CPU lacks is refused.
+    pub fn with_isa(threads: usize, isa: Isa) -> Result<HostBackend> {
+        if !isa.available() {
+            return Err(Error::new(Status::ErrBackendUnavailable, format!("this CPU cannot run the {isa:?} kernels")));
+        }
+        Ok(HostBackend { team: Team::new(threads)?, isa })
     }
 
     pub fn threads(&self) -> usize {
@@ -106,7 +117,7 @@ impl Kernels for HostBackend {
             return;
         }
         let (x, out) = (&x[..rows * n_in], &mut out[..rows * n_out]);
-        let kernel = RowKernel::best(w.ty);
+        let kernel = RowKernel::new(w.ty, self.isa);
         // Once per activation row, reused by every weight row (Q4_1's and Q4_K's min terms).
         let sums: Vec<f32> =
             if kernel.needs_block_sums() { x.chunks_exact(n_in).flat_map(block_sums).collect() } else { Vec::new() };
