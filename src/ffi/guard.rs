@@ -273,43 +273,46 @@ mod tests {
     struct Memory([u8; 32]);
 
     #[test]
-    fn a_prefix_is_read_over_the_defaults() {
+    fn a_prefix_is_read_over_the_defaults() -> Result<()> {
         // An ABI 1 caller: its struct ends after `a`; the bytes after it are not its own.
         let mut mem = Memory([0xEE; 32]);
         mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
         mem.0[8..12].copy_from_slice(&3u32.to_ne_bytes());
-        let v = read_prefix(mem.0.as_ptr() as *const Grown, "g").unwrap();
+        let v = read_prefix(mem.0.as_ptr() as *const Grown, "g")?;
         assert_eq!(v, Grown { size: 12, a: 3, b: 9 });
         // A current caller: every field is its own.
         let full = Grown { size: 24, a: 4, b: 5 };
-        assert_eq!(read_prefix(&full, "g").unwrap(), Grown { size: 24, a: 4, b: 5 });
+        assert_eq!(read_prefix(&full, "g")?, Grown { size: 24, a: 4, b: 5 });
+        Ok(())
     }
 
     #[test]
     fn sizes_out_of_range_are_refused_naming_both_bounds() {
         for size in [0usize, 11, 25, usize::MAX] {
             let g = Grown { size, a: 1, b: 2 };
-            let e = read_prefix(&g, "g").unwrap_err();
+            let Err(e) = read_prefix(&g, "g") else { panic!("g.size {size} was accepted") };
             assert_eq!(e.status, Status::ErrInvalidArgument);
             assert_eq!(e.message, format!("g.size is {size}; this library accepts a grown of 12 (its ABI 1 size) to 24 bytes"));
         }
     }
 
     #[test]
-    fn only_the_prefix_is_written() {
+    fn only_the_prefix_is_written() -> Result<()> {
         let mut mem = Memory([0xEE; 32]);
         mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
         let p = mem.0.as_mut_ptr() as *mut Grown;
-        let size = out_size(p, "g").unwrap();
+        let size = out_size(p, "g")?;
         write_prefix(&Grown { size, a: 0x01020304, b: u64::MAX }, p, size);
         assert_eq!(&mem.0[8..12], &0x01020304u32.to_ne_bytes());
         assert!(mem.0[12..].iter().all(|&b| b == 0xEE), "a byte past the caller's size was written");
+        Ok(())
     }
 
     #[test]
-    fn length_products_are_checked() {
-        assert_eq!(checked_len(3, 5, "x").unwrap(), 15);
-        assert_eq!(checked_len(usize::MAX, 2, "x").unwrap_err().status, Status::ErrLimitExceeded);
+    fn length_products_are_checked() -> Result<()> {
+        assert_eq!(checked_len(3, 5, "x")?, 15);
+        assert!(matches!(checked_len(usize::MAX, 2, "x"), Err(e) if e.status == Status::ErrLimitExceeded));
+        Ok(())
     }
 }
 
