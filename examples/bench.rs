@@ -40,7 +40,7 @@ fn main() {
     let n_decode = arg(&args, "--decode", 64usize);
     let k = arg(&args, "--draft-k", 8usize);
     let t = Instant::now();
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads }) {
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision: None }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("bench: {e}");

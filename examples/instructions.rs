@@ -21,7 +21,7 @@ fn main() {
         eprintln!("usage: instructions PACK PREFILL DECODE");
         std::process::exit(2);
     };
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1 }) {
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1, precision: None }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("instructions: {e}");

@@ -7,7 +7,7 @@
 use std::any::Any;
 
 use crate::backend::attention::AttentionArgs;
-use crate::backend::{AttentionShape, Backend, KvStore, Tensor, Vector, Weight};
+use crate::backend::{AttentionShape, Backend, KvStore, Precision, Tensor, Vector, Weight};
 use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::{apply_rope, RopeSpec};
@@ -23,6 +23,10 @@ pub trait Kernels: Send + Sync + 'static {
     /// See `Backend::set_threads`.
     fn set_threads(&self, _threads: usize) -> Result<()> {
         Ok(())
+    }
+    /// The precision `matmul` computes in (see `Backend::precision`).
+    fn precision(&self) -> Precision {
+        Precision::Exact
     }
     /// `out[m * n_out + j] = sum_k x[m * n_in + k] * w[j, k]` for `m < rows`, where
     /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
@@ -152,6 +156,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn set_threads(&self, threads: usize) -> Result<()> {
         self.kernels.set_threads(threads)
+    }
+    fn precision(&self) -> Precision {
+        self.kernels.precision()
     }
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {

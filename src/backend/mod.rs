@@ -145,6 +145,68 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
+/// How far a backend may round activations (the open option `precision`).
+///
+/// Both precisions keep every bit-level invariant of one backend: batched == sequential,
+/// truncate/restore == fresh, any thread count == one thread. Only the distance to HF differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Activations stay f32 end to end (logits within 1e-4 of HF on the golden fixtures).
+    Exact,
+    /// Activations may be rounded per 32-element block to 8 bits for integer dot products
+    /// against block-quantized weights, as llama.cpp does. A backend without such kernels
+    /// runs `Exact` and says so through `Backend::precision`.
+    Fast,
+}
+
+impl Precision {
+    /// The C code (`PACKLM_PRECISION_*`): 0 asks for the pack's default (None here).
+    pub fn from_code(code: u32) -> Result<Option<Precision>> {
+        match code {
+            0 => Ok(None),
+            1 => Ok(Some(Precision::Exact)),
+            2 => Ok(Some(Precision::Fast)),
+            other => Err(Error::new(
+                Status::ErrUnsupportedPrecision,
+                format!("precision {other} is not one of 0 (the pack's default), 1 (exact), 2 (fast)"),
+            )),
+        }
+    }
+    /// The C code of a precision in use (1 exact, 2 fast).
+    pub fn code(self) -> u32 {
+        match self {
+            Precision::Exact => 1,
+            Precision::Fast => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Exact => "exact",
+            Precision::Fast => "fast",
+        }
+    }
+    /// The default for a pack: `Fast` when its weights are block-quantized (8 bits or fewer),
+    /// `Exact` for float packs, where rounding activations would lose what the weights keep.
+    pub fn default_for(any_quantized_matrix: bool) -> Precision {
+        if any_quantized_matrix {
+            Precision::Fast
+        } else {
+            Precision::Exact
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Precision> {
+        match s {
+            "exact" => Ok(Precision::Exact),
+            "fast" => Ok(Precision::Fast),
+            other => Err(Error::new(Status::ErrUnsupportedPrecision, format!("precision {other:?} is not exact or fast"))),
+        }
+    }
+}
+
 /// Most threads one model may ask for, the calling thread included: a larger request is
 /// refused with `ErrLimitExceeded`, not clamped.
 pub const MAX_THREADS: usize = 256;
@@ -162,6 +224,10 @@ pub trait Backend: Send + Sync {
     /// cap is unchanged.
     fn set_threads(&self, _threads: usize) -> Result<()> {
         Ok(())
+    }
+    /// The precision this backend computes in (what `packlm_info` reports).
+    fn precision(&self) -> Precision {
+        Precision::Exact
     }
 
     // Memory.
@@ -242,10 +308,11 @@ impl BackendKind {
     }
 }
 
-/// Creates the backend; `threads == 0` means one per core.
-pub fn create(kind: BackendKind, threads: usize) -> Result<Box<dyn Backend>> {
+/// Creates the backend; `threads == 0` means one per core. `precision` is what the backend may
+/// use; one without reduced-precision kernels (reference) runs `Exact` whatever is asked.
+pub fn create(kind: BackendKind, threads: usize, precision: Precision) -> Result<Box<dyn Backend>> {
     match kind {
-        BackendKind::Host => Ok(Box::new(cpu::CpuBackend::new(host::HostBackend::new(threads)?))),
+        BackendKind::Host => Ok(Box::new(cpu::CpuBackend::new(host::HostBackend::new(threads)?.with_precision(precision)))),
         BackendKind::Reference => Ok(Box::new(cpu::CpuBackend::new(reference::ReferenceBackend))),
         // The seam for an NPU/GPU backend: none is built into this library yet.
         BackendKind::Accelerator => Err(Error::new(

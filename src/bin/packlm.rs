@@ -123,7 +123,7 @@ fn open(pack: &str, args: &mut Args) -> Result<Arc<Model>> {
         Some("reference") => BackendKind::Reference,
         Some(other) => return Err(Error::invalid(format!("--backend {other}: host or reference"))),
     };
-    Ok(Arc::new(Model::open(Path::new(pack), &OpenOptions { backend, threads })?))
+    Ok(Arc::new(Model::open(Path::new(pack), &OpenOptions { backend, threads, precision: None })?))
 }
 
 fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
@@ -192,7 +192,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
         Some(path) => {
-            let dm = Arc::new(Model::open(Path::new(path), &OpenOptions { backend: BackendKind::Host, threads: 0 })?);
+            let dm = Arc::new(Model::open(Path::new(path), &OpenOptions { backend: BackendKind::Host, threads: 0, precision: None })?);
             Some(Box::new(ModelDrafter::new(dm, &m)?))
         }
     };

@@ -339,12 +339,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Want, ABORT_IN_PROJECTION, PANIC_AFTER_LAYER};
-    use crate::backend::BackendKind;
+    use crate::backend::{BackendKind, Precision};
     use crate::engine::{Model, OpenOptions, Session};
 
     fn tiny(name: &str, backend: BackendKind) -> Arc<Model> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(name);
-        Arc::new(Model::open(&dir, &OpenOptions { backend, threads: 2 }).unwrap())
+        Arc::new(Model::open(&dir, &OpenOptions::new(backend, 2, Precision::Exact)).unwrap())
     }
 
     /// A pass that panics after some layers appended their keys and values leaves the session
@@ -404,7 +404,7 @@ mod tests {
         use std::sync::atomic::Ordering;
         for threads in [1, 3] {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/gemma3");
-            let m = Arc::new(Model::open(&dir, &OpenOptions { backend: BackendKind::Host, threads }).unwrap());
+            let m = Arc::new(Model::open(&dir, &OpenOptions::new(BackendKind::Host, threads, Precision::Exact)).unwrap());
             let prefix = [0u32, 17, 42, 99, 5];
             let mut s = Session::new(m.clone(), 0).unwrap();
             s.step_batch(&prefix, Want::Last).unwrap();

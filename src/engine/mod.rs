@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::{self, Backend, BackendKind};
+use crate::backend::{self, Backend, BackendKind, Precision};
 use crate::error::{Error, Result, Status};
 use crate::kv::KvStore;
 use crate::log;
@@ -31,11 +31,20 @@ pub struct OpenOptions {
     pub backend: BackendKind,
     /// Worker threads of the host backend; 0 = one per core.
     pub threads: usize,
+    /// The precision asked for; None = the pack's default (`Precision::default_for`).
+    pub precision: Option<Precision>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { backend: BackendKind::Host, threads: 0 }
+        OpenOptions { backend: BackendKind::Host, threads: 0, precision: None }
+    }
+}
+
+impl OpenOptions {
+    /// `backend` with `threads`, at `precision`.
+    pub fn new(backend: BackendKind, threads: usize, precision: Precision) -> OpenOptions {
+        OpenOptions { backend, threads, precision: Some(precision) }
     }
 }
 
@@ -122,8 +131,12 @@ impl Model {
             }
         };
         report(0.0)?;
-        let backend = backend::create(opts.backend, opts.threads)?;
-        let model = Model::open_reporting(path, backend, &mut report)?;
+        // The pack is read before the backend is made: the default precision depends on its
+        // weight types.
+        let pack = Pack::open(path)?;
+        let precision = opts.precision.unwrap_or_else(|| Precision::default_for(pack.tensors.values().any(|t| t.ty.is_quantized())));
+        let backend = backend::create(opts.backend, opts.threads, precision)?;
+        let model = Model::open_reporting(path, pack, backend, &mut report)?;
         report(1.0)?;
         Ok(model)
     }
@@ -131,13 +144,12 @@ impl Model {
     /// Opens `path` on a backend built by the caller (any implementation of the op set, such as
     /// a test backend); the backend prepares the weights.
     pub fn open_on(path: &Path, backend: Box<dyn Backend>) -> Result<Model> {
-        Model::open_reporting(path, backend, &mut |_| Ok(()))
+        Model::open_reporting(path, Pack::open(path)?, backend, &mut |_| Ok(()))
     }
 
     /// Reading the pack counts as the first tenth of an open, preparing the weights as the rest.
-    fn open_reporting(path: &Path, backend: Box<dyn Backend>, report: &mut dyn FnMut(f32) -> Result<()>) -> Result<Model> {
+    fn open_reporting(path: &Path, pack: Pack, backend: Box<dyn Backend>, report: &mut dyn FnMut(f32) -> Result<()>) -> Result<Model> {
         const READ_SHARE: f32 = 0.1;
-        let pack = Pack::open(path)?;
         report(READ_SHARE)?;
         let mut step = |done: usize, total: usize| report(READ_SHARE + (1.0 - READ_SHARE) * done as f32 / total as f32);
         let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref(), &mut step)?;
@@ -147,7 +159,14 @@ impl Model {
         }
         log::log(
             log::Level::Info,
-            &format!("opened {} ({}, {} layers, backend {})", path.display(), pack.spec.family, pack.spec.layers.len(), backend.name()),
+            &format!(
+                "opened {} ({}, {} layers, backend {}, precision {})",
+                path.display(),
+                pack.spec.family,
+                pack.spec.layers.len(),
+                backend.name(),
+                backend.precision().name()
+            ),
         );
         Ok(Model {
             spec: pack.spec,

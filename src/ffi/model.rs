@@ -110,7 +110,7 @@ fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm
         return Err(Error::unsupported(format!("options.weight_type {}: conversion on load is not implemented", o.weight_type)));
     }
     let backend = BackendKind::from_code(o.backend)?;
-    Ok((OpenOptions { backend, threads: o.threads as usize }, o.progress, o.user_data))
+    Ok((OpenOptions { backend, threads: o.threads as usize, precision: None }, o.progress, o.user_data))
 }
 
 /// Opens a pack: an HF folder or a GGUF file at the NUL-terminated UTF-8 `path`; `options` may

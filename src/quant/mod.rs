@@ -84,6 +84,11 @@ impl WeightType {
         }
     }
 
+    /// Whether the type is a block format (8 bits or fewer per weight), not a float type.
+    pub fn is_quantized(self) -> bool {
+        self.block_elems() > 1
+    }
+
     /// Elements per block: 1 for the float types, 32 or 256 for the block formats.
     pub fn block_elems(self) -> usize {
         match self {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use packlm::backend::BackendKind;
+use packlm::backend::{BackendKind, Precision};
 use packlm::engine::{Model, OpenOptions, Session, Want};
 
 pub fn fixtures() -> PathBuf {
@@ -38,7 +38,7 @@ fn real_model(name: &str) -> Option<PathBuf> {
 }
 
 pub fn open_with(path: &std::path::Path, backend: BackendKind, threads: usize) -> Arc<Model> {
-    Arc::new(Model::open(path, &OpenOptions { backend, threads }).unwrap_or_else(|e| panic!("open {}: {e}", path.display())))
+    Arc::new(Model::open(path, &OpenOptions::new(backend, threads, Precision::Exact)).unwrap_or_else(|e| panic!("open {}: {e}", path.display())))
 }
 
 pub fn open(path: &std::path::Path) -> Arc<Model> {

@@ -17,7 +17,7 @@ mod portable;
 use parking_lot::Mutex;
 
 use crate::backend::attention::{self, AttentionArgs};
-use crate::backend::pass;
+use crate::backend::{pass, Precision};
 use crate::backend::cpu::Kernels;
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
@@ -49,6 +49,9 @@ pub struct HostBackend {
     /// The row kernels' instruction set: the CPU's best, or one forced by tests so that every
     /// path (AVX2 on an AVX-512 machine, portable everywhere) runs through the whole backend.
     isa: Isa,
+    /// `Fast` lets matmuls against block-quantized weights round the activations to 8 bits
+    /// (int8.rs); `Exact` keeps them f32.
+    precision: Precision,
 }
 
 impl HostBackend {
@@ -63,7 +66,12 @@ impl HostBackend {
         if !isa.available() {
             return Err(Error::new(Status::ErrBackendUnavailable, format!("this CPU cannot run the {isa:?} kernels")));
         }
-        Ok(HostBackend { team: Team::new(threads)?, isa })
+        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact })
+    }
+
+    /// The same kernels at `precision`.
+    pub fn with_precision(self, precision: Precision) -> HostBackend {
+        HostBackend { precision, ..self }
     }
 
     pub fn threads(&self) -> usize {
@@ -109,6 +117,10 @@ impl Kernels for HostBackend {
 
     fn set_threads(&self, threads: usize) -> Result<()> {
         self.team.set_threads(threads)
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
