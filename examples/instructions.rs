@@ -4,24 +4,32 @@
 //!   cargo build --release --example instructions
 //!   valgrind --tool=callgrind target/release/examples/instructions PACK PREFILL DECODE
 //!
-//! Opens PACK on the host backend with one thread, runs one pass over PREFILL fixed token ids,
+//! Opens PACK on the host backend with one thread (at PRECISION, exact or fast, when given;
+//! else the pack's default), runs one pass over PREFILL fixed token ids,
 //! then DECODE single steps. The cost of a prefill is the count with (P, 0) minus the count
 //! with (0, 0); of a decode step, the count with (P, D) minus (P, 0), divided by D.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use packlm::backend::BackendKind;
+use packlm::backend::{BackendKind, Precision};
 use packlm::engine::{Model, OpenOptions, Session, Want};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parse = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
     let (Some(pack), Some(n_prefill), Some(n_decode)) = (args.first(), parse(1), parse(2)) else {
-        eprintln!("usage: instructions PACK PREFILL DECODE");
+        eprintln!("usage: instructions PACK PREFILL DECODE [PRECISION]");
         std::process::exit(2);
     };
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1, precision: None }) {
+    let precision = match args.get(3).map(|p| p.parse::<Precision>()).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("instructions: {e}");
+            std::process::exit(2);
+        }
+    };
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1, precision }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("instructions: {e}");

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use half::f16;
-use packlm::backend::{self, AttentionShape, Backend, BackendKind, KvStore, Tensor, Vector, Weight};
+use packlm::backend::{self, AttentionShape, Backend, BackendKind, KvStore, Precision, Tensor, Vector, Weight};
 use packlm::engine::speculative::Acceptance;
 use packlm::engine::{Model, Session, Want};
 use packlm::error::Result;
@@ -38,15 +38,15 @@ use packlm::semantics::{Activation, KvSource, LayerSpec};
 const ROWS: [usize; 4] = [1, 3, 8, 17];
 
 fn reference() -> Box<dyn Backend> {
-    backend::create(BackendKind::Reference, 1).unwrap()
+    backend::create(BackendKind::Reference, 1, Precision::Exact).unwrap()
 }
 
 /// Every backend this suite is run against, by name.
 fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
     let mut all: Vec<(&'static str, Box<dyn Backend>)> = vec![
         ("reference", reference()),
-        ("host, 1 thread", backend::create(BackendKind::Host, 1).unwrap()),
-        ("host, 3 threads", backend::create(BackendKind::Host, 3).unwrap()),
+        ("host, 1 thread", backend::create(BackendKind::Host, 1, Precision::Exact).unwrap()),
+        ("host, 3 threads", backend::create(BackendKind::Host, 3, Precision::Exact).unwrap()),
         ("counting", Box::new(Counting::new())),
     ];
     // Every kernel path this CPU can run, forced, not only its best: the AVX2 kernels are

@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: fixture paths, golden files, opening models.
 #![allow(dead_code)]
 
+pub mod quant;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -119,7 +119,7 @@ pub(super) fn runs_f32(r: [__m256i; 4], offset: i32) -> [__m256; 4] {
 /// Byte e is 0xFF where bit e of `bits` is set, else 0 (ggml's bytes_from_bits_32).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn bit_bytes32(bits: u32) -> __m256i {
+pub(super) fn bit_bytes32(bits: u32) -> __m256i {
     // Byte e takes byte e / 8 of `bits`; OR-ing every bit but bit e % 8 leaves all ones iff set.
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(bits as i32),
@@ -347,7 +347,7 @@ fn q5_0_block(b: &[u8; 2 + 4 + QK / 2]) -> (f32, f32, [__m256; 4]) {
 /// The 32 nibbles of a 4-bit block as bytes in element order: low nibbles, then high ones.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn nibble_bytes(qs: &[u8; 16]) -> __m256i {
+pub(super) fn nibble_bytes(qs: &[u8; 16]) -> __m256i {
     let v = bytes16(qs);
     let m4 = _mm_set1_epi8(0x0F);
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m4), _mm_and_si128(v, m4))

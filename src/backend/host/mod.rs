@@ -5,11 +5,14 @@
 //! batch size changes its bits.
 
 mod dot;
+pub mod int8;
 pub mod row_dot;
 mod team;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_int8;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
 mod portable;
@@ -23,6 +26,7 @@ use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
 
 pub use dot::dot;
+use int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
 use row_dot::{block_sums, Isa, RowKernel};
 use team::Team;
 
@@ -106,6 +110,53 @@ impl HostBackend {
     }
 }
 
+thread_local! {
+    /// The calling thread's rounded activations (the `fast` matmuls), reused across calls.
+    static Q8_SCRATCH: std::cell::RefCell<Q8Rows> = std::cell::RefCell::new(Q8Rows::default());
+}
+
+impl HostBackend {
+    /// The `fast` matmul: the activation rows rounded to 8 bits once (int8.rs), then the
+    /// integer kernel over tiles of weight rows, split as the f32 matmul splits them.
+    fn matmul_int8(&self, w: &WeightTensor, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
+        let n_in = w.cols();
+        Q8_SCRATCH.with_borrow_mut(|q8| {
+            q8.quantize(x, n_in);
+            let q8 = &*q8;
+            self.tiled(w, rows, out, |w_rows, chunk| {
+                kernel.run(QTile { w: w_rows, row_bytes: w.row_bytes(), n_in, x: q8, m: rows, out: chunk })
+            });
+        })
+    }
+
+    /// `run(weight rows' bytes, chunk)` over tiles of consecutive weight rows, the chunk laid
+    /// out (weight rows, rows); the results land in `out` as (rows, n_out).
+    fn tiled(&self, w: &WeightTensor, rows: usize, out: &mut [f32], run: impl Fn(&[u8], &mut [f32]) + Sync) {
+        let (n_out, n_in) = (w.rows(), w.cols());
+        let (bytes, row_bytes) = (w.bytes(), w.row_bytes());
+        let tile = self.tile_rows(n_out, n_in, rows);
+        let serial = n_out * n_in * rows <= SERIAL_MACS;
+        // Tile t: weight rows t * tile.., into a chunk laid out (weight rows, rows).
+        let task = |t: usize, chunk: &mut [f32]| {
+            let (j0, n) = (t * tile, chunk.len() / rows);
+            run(&bytes[j0 * row_bytes..(j0 + n) * row_bytes], chunk);
+        };
+        if rows == 1 {
+            // One activation row: the output is already in weight-row order.
+            self.for_chunks(out, tile, serial, task);
+            return;
+        }
+        // Results land transposed ([n_out][rows]) so that each tile owns one contiguous chunk.
+        let mut out_t = vec![0.0f32; n_out * rows];
+        self.for_chunks(&mut out_t, tile * rows, serial, task);
+        for (j, col) in out_t.chunks_exact(rows).enumerate() {
+            for (m, &v) in col.iter().enumerate() {
+                out[m * n_out + j] = v;
+            }
+        }
+    }
+}
+
 impl Kernels for HostBackend {
     fn name(&self) -> &'static str {
         "host"
@@ -129,31 +180,16 @@ impl Kernels for HostBackend {
             return;
         }
         let (x, out) = (&x[..rows * n_in], &mut out[..rows * n_out]);
+        if self.precision == Precision::Fast {
+            if let Some(kernel) = Int8Kernel::new(w.ty, Int8Isa::for_isa(self.isa)) {
+                return self.matmul_int8(w, &kernel, x, rows, out);
+            }
+        }
         let kernel = RowKernel::new(w.ty, self.isa);
         // Once per activation row, reused by every weight row (Q4_1's and Q4_K's min terms).
         let sums: Vec<f32> =
             if kernel.needs_block_sums() { x.chunks_exact(n_in).flat_map(block_sums).collect() } else { Vec::new() };
-        let (bytes, row_bytes) = (w.bytes(), w.row_bytes());
-        let tile = self.tile_rows(n_out, n_in, rows);
-        let serial = n_out * n_in * rows <= SERIAL_MACS;
-        // Tile t: weight rows t * tile.., into a chunk laid out (weight rows, rows).
-        let run = |t: usize, chunk: &mut [f32]| {
-            let (j0, n) = (t * tile, chunk.len() / rows);
-            kernel.dot_rows(&bytes[j0 * row_bytes..(j0 + n) * row_bytes], n_in, x, &sums, chunk);
-        };
-        if rows == 1 {
-            // One activation row: the output is already in weight-row order.
-            self.for_chunks(out, tile, serial, run);
-            return;
-        }
-        // Results land transposed ([n_out][rows]) so that each tile owns one contiguous chunk.
-        let mut out_t = vec![0.0f32; n_out * rows];
-        self.for_chunks(&mut out_t, tile * rows, serial, run);
-        for (j, col) in out_t.chunks_exact(rows).enumerate() {
-            for (m, &v) in col.iter().enumerate() {
-                out[m * n_out + j] = v;
-            }
-        }
+        self.tiled(w, rows, out, |w_rows, chunk| kernel.dot_rows(w_rows, n_in, x, &sums, chunk));
     }
 
     /// Each (row, head) pair is one task; its arithmetic is the scalar version's.

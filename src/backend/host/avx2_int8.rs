@@ -1,0 +1,268 @@
+//! The `fast` precision's kernels on x86_64: int8.rs's arithmetic with the four-byte integer
+//! sums made by `vpmaddubsw` + `vpmaddwd` (AVX2) or `vpdpbusd` (AVX-512 VNNI), and the f32 steps
+//! fused exactly as int8.rs's `mul_add`s. Both give each lane the exact i32 sum of four products
+//! (|w| <= 128 and |x| <= 127, so the pair sums stay below i16's limit), so every path has the
+//! portable bits.
+//!
+//! Signs: `vpmaddubsw` and `vpdpbusd` multiply unsigned bytes by signed ones, so the weight goes
+//! in as |w| and the activation as x with w's sign (`vpsignb`), as ggml's mul_sum_i8_pairs does.
+//!
+//! A weight row's 32-element block is decoded once for R activation rows (prefill, verify); each
+//! output still goes through exactly the operations it would alone.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, sub};
+use super::int8::QTile;
+use super::row_dot::{reduce8, scale_min_k4};
+use crate::quant::{QK, QK_K};
+
+/// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.
+type Decoded = (__m256i, __m256, f32);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sums_maddubs(w_abs: __m256i, x_signed: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, x_signed), _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+fn sums_vnni(w_abs: __m256i, x_signed: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, x_signed)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load_i8(x: &[i8; QK]) -> __m256i {
+    // SAFETY: reads the 32 bytes of the array; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(x.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sum8(v: __m256) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+    reduce8(&lanes)
+}
+
+/// One weight row (super-blocks of BB bytes, SUBS 32-element blocks each) against R rounded
+/// activation rows. `sums` makes the four-byte sums (one of the two functions above, inlined).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+    w: &[u8],
+    xq: [&[[i8; QK]]; R],
+    xd: [&[f32]; R],
+    xs: [&[f32]; R],
+    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+    sums: impl Fn(__m256i, __m256i) -> __m256i,
+) -> [f32; R] {
+    let sbs = w.as_chunks::<BB>().0;
+    let mut nb = sbs.len() * SUBS;
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
+    }
+    // Cut every row to the nb blocks all of them have, so that the loop below needs no checks.
+    let (mut xq_b, mut xd_b, mut xs_b): ([&[[i8; QK]]; R], [&[f32]; R], [&[f32]; R]) = ([&[]; R], [&[]; R], [&[]; R]);
+    for r in 0..R {
+        (xq_b[r], xd_b[r]) = (&xq[r][..nb], &xd[r][..nb]);
+        if MIN {
+            xs_b[r] = &xs[r][..nb];
+        }
+    }
+    let (xq, xd, xs) = (xq_b, xd_b, xs_b);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut mins = [0.0f32; R];
+    // SAFETY (every get_unchecked below): b < nb, and nb is at most the block count of the
+    // weight row (sbs.len() * SUBS, so b / SUBS < sbs.len()) and the length of every row's
+    // xq and xd (and xs when MIN), as cut above. The checks cost a sixth of the loop.
+    let mut block = |b: usize, k: usize| {
+        debug_assert!(b < nb);
+        let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
+        // Formats whose integers are never negative (Q4_1, Q4_K: MIN) go in as they are.
+        let q_abs = if MIN { q } else { _mm256_sign_epi8(q, q) };
+        for r in 0..R {
+            let x = load_i8(unsafe { xq[r].get_unchecked(b) });
+            let x = if MIN { x } else { _mm256_sign_epi8(x, q) };
+            let p = _mm256_cvtepi32_ps(sums(q_abs, x));
+            let c = _mm256_mul_ps(ws, _mm256_set1_ps(unsafe { *xd[r].get_unchecked(b) }));
+            acc[r][k] = _mm256_fmadd_ps(c, p, acc[r][k]);
+            if MIN {
+                mins[r] = wm.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
+            }
+        }
+    };
+    let mut b = 0;
+    while b + 2 <= nb {
+        block(b, 0);
+        block(b + 1, 1);
+        b += 2;
+    }
+    if b < nb {
+        block(b, 0);
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = sum8(_mm256_add_ps(acc[r][0], acc[r][1])) + mins[r];
+    }
+    out
+}
+
+/// Every weight row of the tile against every activation row, R at a time, then one at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+    t: QTile,
+    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+    sums: impl Fn(__m256i, __m256i) -> __m256i + Copy,
+) {
+    if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
+        return;
+    }
+    let m = t.m;
+    let nb = t.n_in / QK;
+    let row = |r: usize| {
+        let (q, d, s) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
+    };
+    let mut r = 0;
+    while R > 1 && r + R <= m {
+        let rows: [_; R] = std::array::from_fn(|i| row(r + i));
+        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            o[r..r + R].copy_from_slice(&row_dots::<BB, SUBS, MIN, R>(w, xq, xd, xs, decode, sums));
+        }
+        r += R;
+    }
+    for r in r..m {
+        let (xq, xd, xs) = row(r);
+        debug_assert_eq!(xd.len(), nb);
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            prefetch_ahead(w);
+            o[r] = row_dots::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode, sums)[0];
+        }
+    }
+}
+
+/// As avx2.rs: a decode step streams every weight once; prefetching a few KiB ahead keeps the
+/// kernel from waiting on memory.
+const PREFETCH_BYTES: usize = 4096;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prefetch_ahead(w: &[u8]) {
+    let ahead = w.as_ptr().wrapping_add(PREFETCH_BYTES);
+    for line in (0..w.len()).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+    }
+}
+
+// Decoders: block k (always 0 for the 32-element formats) of one stored block.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q8_0(b: &[u8; 34], _: usize) -> Decoded {
+    (bytes32(sub::<_, 2, 32, 34>(b)), _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 34>(b))), 0.0)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_0(b: &[u8; 18], _: usize) -> Decoded {
+    let q = _mm256_sub_epi8(nibble_bytes(sub::<_, 2, 16, 18>(b)), _mm256_set1_epi8(8));
+    (q, _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 18>(b))), 0.0)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_1(b: &[u8; 20], _: usize) -> Decoded {
+    // d and m are adjacent f16s: one conversion gives both.
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, 20>(b))));
+    let (d, m) = (_mm_broadcastss_ps(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+    (nibble_bytes(sub::<_, 4, 16, 20>(b)), _mm256_set_m128(d, d), m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
+    let high = _mm256_and_si256(bit_bytes32(u32::from_le_bytes(*sub::<_, 2, 4, 22>(b))), _mm256_set1_epi8(0x10));
+    let q = _mm256_sub_epi8(_mm256_or_si256(nibble_bytes(sub::<_, 6, 16, 22>(b)), high), _mm256_set1_epi8(16));
+    (q, _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 22>(b))), 0.0)
+}
+
+const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
+const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+
+/// 32 bytes of `b` from `at` (at + 32 <= N, checked).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn bytes_at<const N: usize>(b: &[u8; N], at: usize) -> __m256i {
+    let s: &[u8; 32] = b[at..at + 32].try_into().unwrap_or_else(|_| unreachable!("32 bytes from {at} of {N}"));
+    bytes32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q4_K_BYTES>(b));
+    let v = bytes_at(b, 16 + (k / 2) * 32);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let q = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(b)));
+    (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
+    let (n, part) = (k / 4, k % 4);
+    let ql = bytes_at(b, n * 64 + (part % 2) * 32);
+    let qh = bytes_at(b, QK_K / 2 + n * 32);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lo = if part < 2 { _mm256_and_si256(ql, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4) };
+    let hi = match part {
+        0 => qh,
+        1 => _mm256_srli_epi16::<2>(qh),
+        2 => _mm256_srli_epi16::<4>(qh),
+        _ => _mm256_srli_epi16::<6>(qh),
+    };
+    let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(hi, _mm256_set1_epi8(3)));
+    let q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    let d = f16_scalar(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b));
+    let at = QK_K / 2 + QK_K / 4 + n * 8 + part * 2;
+    let (s0, s1) = (d * (b[at] as i8) as f32, d * (b[at + 1] as i8) as f32);
+    (q, _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), 0.0)
+}
+
+/// Activation rows per decoded block: AVX2's 16 registers hold 4 rows' 8 accumulators beside
+/// the block; AVX-512's 32 hold 8 rows'.
+const R_AVX2: usize = 4;
+const R_WIDE: usize = 8;
+
+macro_rules! entries {
+    ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub fn $name(t: QTile) {
+            tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| $decode(b, k), |a, x| sums_maddubs(a, x))
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+        pub fn $vnni(t: QTile) {
+            tile::<{ $bb }, { $subs }, $min, R_WIDE>(t, |b, k| $decode(b, k), |a, x| sums_vnni(a, x))
+        }
+    )*};
+}
+
+entries! {
+    q8_0_maddubs, q8_0_vnni, q8_0, 34, 1, false;
+    q4_0_maddubs, q4_0_vnni, q4_0, 18, 1, false;
+    q4_1_maddubs, q4_1_vnni, q4_1, 20, 1, true;
+    q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false;
+    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true;
+    q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false;
+}

@@ -1,0 +1,359 @@
+//! The `fast` precision's kernels: activations rounded per 32-element block to 8 bits, dotted
+//! with block-quantized weight rows in integers (llama.cpp's trade: ggml's vec_dot_q*_q8_*).
+//!
+//! # Activations ([`Q8Rows`])
+//!
+//! Each 32-element block of an activation row becomes `d = amax / 127` and `q_i =
+//! round(x_i / d)` in [-127, 127] (ggml-quants.c `quantize_row_q8_1_ref`: `id = 1/d`, `roundf(x *
+//! id)`, half away from zero), plus `s = d * sum(q_i)` for the formats with a min. Unlike ggml,
+//! d and s stay f32 (ggml stores them as f16), which costs nothing and loses nothing. A block
+//! holding a NaN or an infinity gets `d = NaN`, so the outputs it reaches are NaN, as in `exact`.
+//! One scalar function quantizes for every instruction set, so every path sees the same integers.
+//!
+//! # Weights
+//!
+//! Every format is read as 32-element blocks ([`decode`]): 32 signed integers (after the
+//! format's offset), the weight scale of each 16-element half (equal for all formats but Q6_K,
+//! whose scales cover 16 elements), and a min coefficient (Q4_1's `m`, Q4_K's `-dmin * m`; 0
+//! for the rest). A K-quant super-block is eight such blocks, each with its own scale.
+//!
+//! # Arithmetic (the same on every instruction set, bit for bit)
+//!
+//! For activation block b and lane l (0..8): `p_l = sum of q_w[i] * q_x[i] for i in 4l..4l+4`,
+//! an exact i32 (the four-byte sums `vpmaddubsw` + `vpmaddwd` or `vpdpbusd` produce). Then, in
+//! f32, `c = ws[l / 4] * d_x[b]` and `acc[b % 2][l] = fma(c, p_l, acc[b % 2][l])`, and the min
+//! chain `mins = fma(wm, s_x[b], mins)` in block order. The result is `reduce8(acc[0] + acc[1])
+//! + mins` (row_dot.rs's fixed tree). The integers are exact whatever instructions make them,
+//! and the float operations are fixed, so the portable code (with `mul_add`), AVX2 and AVX-512
+//! VNNI give the same bits, and an output never depends on the batch size or thread count.
+//!
+//! # Accuracy
+//!
+//! Against the f32 kernels, the difference is the activation rounding, at most `d / 2 =
+//! amax / 254` per element: relative to a block's largest element, 0.4%. tests/host_int8.rs
+//! checks the kernels against an f64 sum over the dequantized weights and the rounded
+//! activations, and the whole `fast` model against `exact` (top-1 agreement, perplexity).
+
+use crate::quant::{WeightType, QK, QK_K};
+
+use super::row_dot::{f16_at, reduce8, scale_min_k4, Isa, Lanes};
+
+/// Activation rows rounded to 8 bits per 32-element block.
+#[derive(Default)]
+pub struct Q8Rows {
+    /// (m, n_in): the rounded values.
+    pub q: Vec<i8>,
+    /// (m, n_in / 32): each block's scale.
+    pub d: Vec<f32>,
+    /// (m, n_in / 32): each block's `d * sum(q)`.
+    pub s: Vec<f32>,
+}
+
+impl Q8Rows {
+    /// Rounds the `x.len() / n_in` rows of `x` (`n_in` a multiple of 32), reusing the buffers.
+    pub fn quantize(&mut self, x: &[f32], n_in: usize) {
+        let nb = x.len() / QK;
+        debug_assert!(n_in.is_multiple_of(QK) && x.len().is_multiple_of(n_in.max(1)));
+        self.q.resize(nb * QK, 0);
+        self.d.resize(nb, 0.0);
+        self.s.resize(nb, 0.0);
+        let blocks = x.as_chunks::<QK>().0.iter().zip(self.q.as_chunks_mut::<QK>().0);
+        for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
+            (*d, *s) = quantize_block(xb, qb);
+        }
+    }
+
+    /// Row r's values, scales and sums, for rows of `n_in` elements.
+    pub fn row(&self, r: usize, n_in: usize) -> (&[i8], &[f32], &[f32]) {
+        let nb = n_in / QK;
+        (&self.q[r * n_in..(r + 1) * n_in], &self.d[r * nb..(r + 1) * nb], &self.s[r * nb..(r + 1) * nb])
+    }
+}
+
+/// One block: (d, d * sum(q)), with `q` written.
+pub fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
+    let mut amax = 0.0f32;
+    let mut finite = true;
+    for &v in x {
+        finite &= v.is_finite();
+        amax = amax.max(v.abs());
+    }
+    if !finite {
+        q.fill(0);
+        return (f32::NAN, f32::NAN);
+    }
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in q.iter_mut().zip(x) {
+        // |v * id| <= 127 up to one rounding of id; the clamp keeps a last-bit excess in range.
+        let r = round_half_away(v * id).clamp(-127, 127) as i8;
+        *q = r;
+        sum += r as i32;
+    }
+    (d, d * sum as f32)
+}
+
+/// `v` rounded to the nearest integer, halves away from zero (C's `roundf`), for |v| < 2^23:
+/// truncating `v + copysign(0.5 - 2^-25, v)` (the largest f32 below one half), which is one
+/// add and one conversion where `f32::round` is a library call on x86_64's baseline. The
+/// addend below one half keeps `0.5 - 2^-25` itself from rounding up, and an exact half still
+/// reaches the next integer because the sum rounds to even there.
+#[inline(always)]
+pub fn round_half_away(v: f32) -> i32 {
+    (v + 0.49999997f32.copysign(v)) as i32
+}
+
+/// One 32-element block of a weight row, as the integer kernels read it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block32 {
+    /// The 32 integers after the format's offset, in element order.
+    pub q: [i8; QK],
+    /// The weight scale of elements 0..16 and 16..32.
+    pub scale: [f32; 2],
+    /// The coefficient of the activation block's `s` (Q4_1: m; Q4_K: -dmin * m; else 0).
+    pub min: f32,
+}
+
+/// Whether the format has a min term (reads the activations' `s`).
+pub fn has_min(ty: WeightType) -> bool {
+    matches!(ty, WeightType::Q4_1 | WeightType::Q4_K)
+}
+
+/// Whether the `fast` kernels cover `ty` (the block formats; floats stay on the f32 kernels).
+pub fn covers(ty: WeightType) -> bool {
+    ty.is_quantized()
+}
+
+/// Block `b` (of 32 elements) of the weight row `row` of type `ty` (a block format).
+pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
+    let mut q = [0i8; QK];
+    let one = |d: f32| [d, d];
+    match ty {
+        WeightType::Q8_0 => {
+            let blk = &row[b * 34..(b + 1) * 34];
+            for (q, &v) in q.iter_mut().zip(&blk[2..]) {
+                *q = v as i8;
+            }
+            Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
+        }
+        WeightType::Q4_0 | WeightType::Q4_1 => {
+            let (bb, off, at) = if ty == WeightType::Q4_0 { (18, 8, 2) } else { (20, 0, 4) };
+            let blk = &row[b * bb..(b + 1) * bb];
+            for j in 0..QK / 2 {
+                q[j] = ((blk[at + j] & 0x0F) as i8) - off;
+                q[j + QK / 2] = ((blk[at + j] >> 4) as i8) - off;
+            }
+            let min = if ty == WeightType::Q4_1 { f16_at(blk, 2) } else { 0.0 };
+            Block32 { q, scale: one(f16_at(blk, 0)), min }
+        }
+        WeightType::Q5_0 => {
+            let blk = &row[b * 22..(b + 1) * 22];
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            for j in 0..QK / 2 {
+                let lo = (blk[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+                let hi = (blk[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                q[j] = lo as i8 - 16;
+                q[j + QK / 2] = hi as i8 - 16;
+            }
+            Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
+        }
+        WeightType::Q4_K => {
+            // Sub-block k of the super-block: 64-element group k / 2, low nibbles for even k.
+            const BB: usize = 4 + 12 + QK_K / 2;
+            let (sb, k) = (b / 8, b % 8);
+            let blk = &row[sb * BB..(sb + 1) * BB];
+            let (sc, m) = scale_min_k4(k, &blk[4..16]);
+            let qs = &blk[16 + (k / 2) * 32..16 + (k / 2) * 32 + 32];
+            for (q, &v) in q.iter_mut().zip(qs) {
+                *q = (if k % 2 == 0 { v & 0x0F } else { v >> 4 }) as i8;
+            }
+            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            Block32 { q, scale: one(d * sc as f32), min: -(dmin * m as f32) }
+        }
+        WeightType::Q6_K => {
+            // 32-element block k = 4n + part of the super-block: half n, ql bytes 32 (part % 2)
+            // on, the low nibble for part < 2, qh bits 2 part; scales n*8 + 2 part (+1).
+            const BB: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+            let (sb, k) = (b / 8, b % 8);
+            let blk = &row[sb * BB..(sb + 1) * BB];
+            let (n, part) = (k / 4, k % 4);
+            let ql = &blk[n * 64 + (part % 2) * 32..n * 64 + (part % 2) * 32 + 32];
+            let qh = &blk[QK_K / 2 + n * 32..QK_K / 2 + n * 32 + 32];
+            for (l, q) in q.iter_mut().enumerate() {
+                let lo = if part < 2 { ql[l] & 0x0F } else { ql[l] >> 4 };
+                let hi = (qh[l] >> (2 * part)) & 3;
+                *q = (lo | hi << 4) as i8 - 32;
+            }
+            let d = f16_at(blk, BB - 2);
+            let sc = &blk[QK_K / 2 + QK_K / 4 + n * 8 + part * 2..];
+            Block32 { q, scale: [d * (sc[0] as i8) as f32, d * (sc[1] as i8) as f32], min: 0.0 }
+        }
+        WeightType::F32 | WeightType::F16 | WeightType::BF16 => {
+            unreachable!("float weights take the f32 kernels")
+        }
+    }
+}
+
+/// Lane l of a block: the exact sum of `w[i] * x[i]` for i in 4l..4l+4.
+#[inline(always)]
+pub fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; 8] {
+    let mut p = [0i32; 8];
+    for (l, p) in p.iter_mut().enumerate() {
+        for i in 4 * l..4 * l + 4 {
+            *p += w[i] as i32 * x[i] as i32;
+        }
+    }
+    p
+}
+
+/// The portable kernel: weight row `w` (`n_in` elements of `ty`) against one rounded
+/// activation row (`xq`, `xd`, `xs` as `Q8Rows::row` gives them).
+pub fn dot_row(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
+    let mut acc: [Lanes; 2] = [[0.0; 8]; 2];
+    let mut mins = 0.0f32;
+    let with_min = has_min(ty);
+    for (b, (&dx, &sx)) in xd.iter().zip(xs).enumerate() {
+        let blk = decode(ty, w, b);
+        let p = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]);
+        let c = [blk.scale[0] * dx, blk.scale[1] * dx];
+        for l in 0..8 {
+            acc[b % 2][l] = c[l / 4].mul_add(p[l] as f32, acc[b % 2][l]);
+        }
+        if with_min {
+            mins = blk.min.mul_add(sx, mins);
+        }
+    }
+    let mut sum = [0.0f32; 8];
+    for l in 0..8 {
+        sum[l] = acc[0][l] + acc[1][l];
+    }
+    reduce8(&sum) + mins
+}
+
+/// One kernel call of the `fast` precision: whole weight rows against rounded activation rows.
+pub struct QTile<'a> {
+    /// (weight rows, row_bytes): the stored bytes of consecutive weight rows.
+    pub w: &'a [u8],
+    pub row_bytes: usize,
+    pub n_in: usize,
+    /// The `m` rounded activation rows.
+    pub x: &'a Q8Rows,
+    pub m: usize,
+    /// (weight rows, m): `out[j * m + r]` = weight row j . activation row r.
+    pub out: &'a mut [f32],
+}
+
+/// The portable tile: `dot_row` for every pair.
+pub fn portable_tile(ty: WeightType, t: QTile) {
+    if t.row_bytes == 0 || t.m == 0 {
+        return;
+    }
+    for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(t.m)) {
+        for (r, o) in o.iter_mut().enumerate() {
+            let (xq, xd, xs) = t.x.row(r, t.n_in);
+            *o = dot_row(ty, w, xq, xd, xs);
+        }
+    }
+}
+
+/// Which implementation of the integer kernels runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Isa {
+    Portable,
+    /// `vpmaddubsw` + `vpmaddwd` (AVX2, FMA, F16C).
+    Avx2,
+    /// `vpdpbusd` (AVX-512 F, VL and VNNI), with 8 activation rows per decoded block.
+    Avx512Vnni,
+}
+
+static HAS_VNNI: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+});
+
+impl Int8Isa {
+    /// The integer kernels that go with the f32 kernels' `isa`: AVX-512 means VNNI where the
+    /// CPU has it, else the AVX2 kernels.
+    pub fn for_isa(isa: Isa) -> Int8Isa {
+        match isa {
+            Isa::Portable => Int8Isa::Portable,
+            Isa::Avx2 => Int8Isa::Avx2,
+            Isa::Avx512 if *HAS_VNNI => Int8Isa::Avx512Vnni,
+            Isa::Avx512 => Int8Isa::Avx2,
+        }
+    }
+
+    /// Whether this CPU can run `self`.
+    pub fn available(self) -> bool {
+        match self {
+            Int8Isa::Portable => true,
+            Int8Isa::Avx2 => Isa::Avx2.available(),
+            Int8Isa::Avx512Vnni => *HAS_VNNI,
+        }
+    }
+}
+
+/// A kernel entry point; the x86 ones need the CPU features `Int8Kernel::new` checks.
+#[derive(Clone, Copy)]
+enum Entry {
+    Portable(WeightType),
+    #[cfg(target_arch = "x86_64")]
+    X86(unsafe fn(QTile)),
+}
+
+/// The integer kernel for one weight type on one implementation.
+#[derive(Clone, Copy)]
+pub struct Int8Kernel {
+    entry: Entry,
+}
+
+impl Int8Kernel {
+    /// The kernel for `ty` on `isa`, or None for a float type; an `isa` this CPU cannot run
+    /// gives the portable kernel.
+    pub fn new(ty: WeightType, isa: Int8Isa) -> Option<Int8Kernel> {
+        if !covers(ty) {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa != Int8Isa::Portable && isa.available() {
+            use super::avx2_int8 as k;
+            let vnni = isa == Int8Isa::Avx512Vnni;
+            let f: unsafe fn(QTile) = match (ty, vnni) {
+                (WeightType::Q8_0, false) => k::q8_0_maddubs,
+                (WeightType::Q8_0, true) => k::q8_0_vnni,
+                (WeightType::Q4_0, false) => k::q4_0_maddubs,
+                (WeightType::Q4_0, true) => k::q4_0_vnni,
+                (WeightType::Q4_1, false) => k::q4_1_maddubs,
+                (WeightType::Q4_1, true) => k::q4_1_vnni,
+                (WeightType::Q5_0, false) => k::q5_0_maddubs,
+                (WeightType::Q5_0, true) => k::q5_0_vnni,
+                (WeightType::Q4_K, false) => k::q4_k_maddubs,
+                (WeightType::Q4_K, true) => k::q4_k_vnni,
+                (WeightType::Q6_K, false) => k::q6_k_maddubs,
+                (WeightType::Q6_K, true) => k::q6_k_vnni,
+                _ => return None,
+            };
+            return Some(Int8Kernel { entry: Entry::X86(f) });
+        }
+        let _ = isa;
+        Some(Int8Kernel { entry: Entry::Portable(ty) })
+    }
+
+    /// Every weight row of `t` against every activation row (see `QTile`).
+    pub fn run(&self, t: QTile) {
+        match self.entry {
+            Entry::Portable(ty) => portable_tile(ty, t),
+            // SAFETY: `new` stores an x86 entry only after `Int8Isa::available` found the
+            // features it is compiled for (AVX2, FMA, F16C; for VNNI also AVX-512 F, VL, VNNI).
+            #[cfg(target_arch = "x86_64")]
+            Entry::X86(f) => unsafe { f(t) },
+        }
+    }
+}

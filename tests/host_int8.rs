@@ -1,0 +1,264 @@
+//! The `fast` precision's integer kernels (src/backend/host/int8.rs, avx2_int8.rs).
+//!
+//! - The activation rounding against hand-worked blocks and C's `roundf`.
+//! - Every implementation (portable; AVX2 `vpmaddubsw`, also on AVX-512 machines; AVX-512 VNNI
+//!   where the CPU has it) gives the portable bits, for every block format, one row or many.
+//! - The portable kernel against an independent oracle: `quant::dequantize_row` (bit-exact to
+//!   ggml, tested against gguf-py) times the rounded activations `d * q`, summed in f64. Bound:
+//!   gamma(n/32 + 44) * T, T = sum (|w_i - m_i| + |m_i|) |d q_i| (m_i the block's min term),
+//!   from the roundings an element passes through: dequantize_row's 2 (which factoring
+//!   skips), the scale product 2, the lane sum's conversion 0 (an exact integer), the block chain
+//!   n/64 (two accumulators) or n/32 for the min chain, 1 to join, 3 in reduce8, 1 for the mins.
+//! - The whole matmul: batch size and thread count never change a bit.
+
+mod common;
+use common::quant::{min_terms, put_f16, random_row, random_x, tensor};
+use common::Rng;
+
+use packlm::backend::cpu::Kernels;
+use packlm::backend::host::int8::{self, Int8Isa, Int8Kernel, Q8Rows, QTile};
+use packlm::backend::host::row_dot::Isa;
+use packlm::backend::host::HostBackend;
+use packlm::backend::Precision;
+use packlm::quant::{dequantize_row, WeightType};
+
+const BLOCK_TYPES: [WeightType; 6] =
+    [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q6_K];
+
+fn isas() -> Vec<Int8Isa> {
+    let all = [Int8Isa::Portable, Int8Isa::Avx2, Int8Isa::Avx512Vnni];
+    let have: Vec<Int8Isa> = all.into_iter().filter(|i| i.available()).collect();
+    if have.len() < all.len() {
+        eprintln!("note: this CPU runs only {have:?} of the integer kernels");
+    }
+    have
+}
+
+#[test]
+fn round_half_away_is_c_roundf() {
+    // Literal cases: halves go away from zero, the f32 just below a half does not.
+    let below_half = f32::from_bits(0.5f32.to_bits() - 1);
+    for (v, want) in
+        [(0.5, 1), (-0.5, -1), (1.5, 2), (2.5, 3), (-2.5, -3), (below_half, 0), (-below_half, 0), (126.5, 127), (0.0, 0), (-0.0, 0)]
+    {
+        assert_eq!(int8::round_half_away(v), want, "{v:e}");
+    }
+    // Every f32 within a few ulps of each half-integer up to 128, and random values.
+    for k in -256..=256 {
+        let h = k as f32 * 0.5;
+        for delta in -4i32..=4 {
+            let v = f32::from_bits((h.to_bits() as i32 + delta) as u32);
+            if v.is_finite() && v.abs() < 130.0 {
+                assert_eq!(int8::round_half_away(v), v.round() as i32, "{v:e}");
+            }
+        }
+    }
+    let mut rng = Rng(11);
+    for _ in 0..1_000_000 {
+        let v = rng.sym() * 128.0;
+        assert_eq!(int8::round_half_away(v), v.round() as i32, "{v:e}");
+    }
+}
+
+#[test]
+fn quantize_block_hand_worked() {
+    // amax 2 -> d = 2/127; x / d = x * 63.5: 2 -> 127, -1 -> -63.5 -> -64, 0.5 -> 31.75 -> 32,
+    // 0.01 -> 0.635 -> 1, the rest 0. sum = 127 - 64 + 32 + 1 = 96, s = d * 96.
+    let mut x = [0.0f32; 32];
+    (x[0], x[1], x[2], x[31]) = (2.0, -1.0, 0.5, 0.01);
+    let mut q = [0i8; 32];
+    let (d, s) = int8::quantize_block(&x, &mut q);
+    assert_eq!(d, 2.0f32 / 127.0);
+    assert_eq!((q[0], q[1], q[2], q[31]), (127, -64, 32, 1));
+    assert!(q[3..31].iter().all(|&v| v == 0));
+    assert_eq!(s, d * 96.0);
+    // All zeros: d = 0 and q = 0 (no division by zero).
+    assert_eq!(int8::quantize_block(&[0.0; 32], &mut q), (0.0, 0.0));
+    assert!(q.iter().all(|&v| v == 0));
+    // A NaN or an infinity makes the block's scale NaN, so the outputs it reaches are NaN.
+    let mut bad = [1.0f32; 32];
+    bad[7] = f32::INFINITY;
+    assert!(int8::quantize_block(&bad, &mut q).0.is_nan());
+    bad[7] = f32::NAN;
+    assert!(int8::quantize_block(&bad, &mut q).0.is_nan());
+}
+
+/// One kernel call over `w` (rows of `n_in`) and the rounded `x` (m rows).
+fn run(ty: WeightType, isa: Int8Isa, w: &[u8], n_in: usize, x: &Q8Rows, m: usize) -> Vec<f32> {
+    let row_bytes = ty.row_bytes(n_in).unwrap();
+    let mut out = vec![f32::NAN; w.len() / row_bytes * m];
+    Int8Kernel::new(ty, isa).unwrap().run(QTile { w, row_bytes, n_in, x, m, out: &mut out });
+    out
+}
+
+fn lengths(ty: WeightType) -> Vec<usize> {
+    if ty.block_elems() == 256 {
+        vec![256, 768, 2304]
+    } else {
+        vec![32, 96, 576, 2080]
+    }
+}
+
+#[test]
+fn every_implementation_gives_the_portable_bits() {
+    let mut rng = Rng(3);
+    for ty in BLOCK_TYPES {
+        for n in lengths(ty) {
+            let n_out = 7;
+            let w: Vec<u8> = (0..n_out).flat_map(|_| random_row(&mut rng, ty, n)).collect();
+            for m in [1, 2, 3, 4, 5, 8, 9, 17] {
+                let mut x = Q8Rows::default();
+                x.quantize(&random_x(&mut rng, m * n), n);
+                let want = run(ty, Int8Isa::Portable, &w, n, &x, m);
+                for isa in isas() {
+                    let got = run(ty, isa, &w, n, &x, m);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{ty} n={n} m={m} {isa:?} output {i}: {g} vs portable {w}");
+                    }
+                    // Each row alone gives the bits it has in the group.
+                    for r in 0..m {
+                        let mut one = Q8Rows::default();
+                        let xr = &x.q[r * n..(r + 1) * n];
+                        one.q = xr.to_vec();
+                        one.d = x.d[r * n / 32..(r + 1) * n / 32].to_vec();
+                        one.s = x.s[r * n / 32..(r + 1) * n / 32].to_vec();
+                        let alone = run(ty, isa, &w, n, &one, 1);
+                        for j in 0..n_out {
+                            assert_eq!(alone[j].to_bits(), got[j * m + r].to_bits(), "{ty} n={n} {isa:?}: row {r} of {m} alone");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The oracle's value and bound (see the top of the file).
+fn oracle(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32]) -> (f64, f64) {
+    let n = xq.len();
+    let mut wf = vec![0.0f32; n];
+    dequantize_row(ty, w, &mut wf);
+    let mins = min_terms(ty, w, n);
+    let (mut exact, mut mag) = (0.0f64, 0.0f64);
+    for i in 0..n {
+        let xi = xd[i / 32] as f64 * xq[i] as f64;
+        exact += wf[i] as f64 * xi;
+        mag += ((wf[i] as f64 - mins[i]).abs() + mins[i].abs()) * xi.abs();
+    }
+    let k = (n / 32 + 44) as f64;
+    let u = (2.0f64).powi(-24);
+    (exact, k * u / (1.0 - k * u) * mag + 1e-38)
+}
+
+#[test]
+fn the_portable_kernel_is_within_the_bound_of_the_dequantized_sum() {
+    let mut rng = Rng(7);
+    let mut worst = 0.0f64;
+    for ty in BLOCK_TYPES {
+        for n in lengths(ty) {
+            for _ in 0..40 {
+                let w = random_row(&mut rng, ty, n);
+                let mut x = Q8Rows::default();
+                x.quantize(&random_x(&mut rng, n), n);
+                let got = run(ty, Int8Isa::Portable, &w, n, &x, 1)[0] as f64;
+                let (exact, bound) = oracle(ty, &w, &x.q, &x.d);
+                let err = (got - exact).abs();
+                assert!(err <= bound, "{ty} n={n}: |{got} - {exact}| = {err:e} > {bound:e}");
+                worst = worst.max(err / bound);
+            }
+        }
+    }
+    eprintln!("largest error / bound: {worst:.3}");
+}
+
+/// A hand-worked Q8_0 and Q4_1 row of one block against activations whose rounding is exact.
+#[test]
+fn hand_worked_rows() {
+    // Activations: x_i = i - 16 for i < 32 -> amax 16, d = 16/127, q_i = round((i - 16) * 7.9375).
+    let x: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
+    let mut q8 = Q8Rows::default();
+    q8.quantize(&x, 32);
+    assert_eq!(q8.q[0], -127);
+    assert_eq!(q8.q[16], 0);
+    assert_eq!(q8.q[17], 8); // 7.9375 -> 8
+                             // Q8_0 weights all 1 with d = 1: the dot is d_x * sum(q_x) = s.
+    let mut w = vec![0u8; 34];
+    put_f16(&mut w, 0, 1.0);
+    w[2..].fill(1);
+    let got = run(WeightType::Q8_0, Int8Isa::Portable, &w, 32, &q8, 1)[0];
+    let sum_q: i32 = q8.q.iter().map(|&v| v as i32).sum();
+    assert_eq!(q8.s[0], q8.d[0] * sum_q as f32);
+    assert!((got - q8.d[0] * sum_q as f32).abs() <= 1e-6 * got.abs().max(1.0), "{got}");
+    // Q4_1 with d = 0 and m = 0.5: every weight is 0.5, so the dot is 0.5 * s exactly.
+    let mut w = vec![0u8; 20];
+    put_f16(&mut w, 2, 0.5);
+    let got = run(WeightType::Q4_1, Int8Isa::Portable, &w, 32, &q8, 1)[0];
+    assert_eq!(got, 0.5 * q8.s[0]);
+}
+
+/// An output's bits do not depend on the batch size or the thread count, on every kernel path,
+/// and the `fast` matmul is the integer kernel's value on the rounded rows.
+#[test]
+fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
+    let mut rng = Rng(9);
+    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()) {
+        let backends: Vec<HostBackend> =
+            [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast)).collect();
+        for ty in BLOCK_TYPES {
+            let n_in = if ty.block_elems() == 256 { 512 } else { 96 * 3 };
+            for n_out in [5, 300] {
+                let w = tensor(ty, n_out, n_in, &mut rng);
+                let rows = 11;
+                let x = random_x(&mut rng, rows * n_in);
+                let mut batched = vec![0.0f32; rows * n_out];
+                backends[1].matmul(&w, &x, rows, &mut batched);
+                let mut q8 = Q8Rows::default();
+                q8.quantize(&x, n_in);
+                let direct = run(ty, Int8Isa::for_isa(isa), w.bytes(), n_in, &q8, rows);
+                for (m, xr) in x.chunks_exact(n_in).enumerate() {
+                    for (t, be) in backends.iter().enumerate() {
+                        let mut single = vec![f32::NAN; n_out];
+                        be.matmul(&w, xr, 1, &mut single);
+                        for j in 0..n_out {
+                            let b = batched[m * n_out + j];
+                            assert_eq!(
+                                single[j].to_bits(),
+                                b.to_bits(),
+                                "{isa:?} {ty} n_out={n_out} row {m} col {j}: 1 row on {} threads vs {rows} rows on 2",
+                                t + 1
+                            );
+                            assert_eq!(b.to_bits(), direct[j * rows + m].to_bits(), "{isa:?} {ty}: matmul vs kernel");
+                        }
+                    }
+                }
+                let mut three = vec![0.0f32; rows * n_out];
+                backends[2].matmul(&w, &x, rows, &mut three);
+                assert!(three.iter().zip(&batched).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} {ty}: 3 vs 2 threads");
+            }
+        }
+    }
+}
+
+/// `exact` never takes the integer kernels, and float weights never do either.
+#[test]
+fn exact_and_float_weights_keep_the_f32_kernels() {
+    let mut rng = Rng(13);
+    let n_in = 256;
+    let exact = HostBackend::new(1).unwrap();
+    let fast = HostBackend::new(1).unwrap().with_precision(Precision::Fast);
+    let x = random_x(&mut rng, n_in);
+    for ty in [WeightType::F32, WeightType::F16, WeightType::BF16] {
+        let w = tensor(ty, 9, n_in, &mut rng);
+        let (mut a, mut b) = (vec![0.0f32; 9], vec![0.0f32; 9]);
+        exact.matmul(&w, &x, 1, &mut a);
+        fast.matmul(&w, &x, 1, &mut b);
+        assert_eq!(a, b, "{ty}");
+    }
+    let w = tensor(WeightType::Q8_0, 9, n_in, &mut rng);
+    let (mut a, mut b) = (vec![0.0f32; 9], vec![0.0f32; 9]);
+    exact.matmul(&w, &x, 1, &mut a);
+    fast.matmul(&w, &x, 1, &mut b);
+    assert_ne!(a, b, "fast must round the activations of a Q8_0 matmul");
+    assert_eq!(exact.precision(), Precision::Exact);
+    assert_eq!(fast.precision(), Precision::Fast);
+}
