@@ -1,7 +1,15 @@
 //! packlm's side of a side-by-side benchmark: open time, prefill and decode tokens per second,
-//! the cost of a verify row relative to a decode step, and peak RSS, printed as one JSON line.
+//! the cost of a verify relative to a decode step (drafts all rejected, and all accepted), the
+//! speedup of n-gram drafting on a code-editing request, and peak RSS, printed as one JSON line.
 //!
-//!   cargo run --release --example bench -- PACK [--threads N] [--prompt-tokens N] [--decode N]
+//!   cargo run --release --example bench -- PACK [--threads N] [--precision exact|fast]
+//!       [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]
+//!
+//! `--precision` defaults to the pack's (fast for block-quantized weights, exact for float ones);
+//! the JSON's "precision" is the one in use. `spec_speedup_code` is the time of a greedy
+//! generation of `--spec-n` tokens after examples/bench/code_edit.txt (through the pack's chat
+//! template when it has one), plain over with the n-gram drafter proposing up to `--spec-k`; the
+//! two outputs must be equal, or the bench stops.
 //!
 //! scripts/bench_compare.py runs this and llama.cpp (through an installed llama-cpp-python) on
 //! the same file, token ids and thread count, and prints the ratios.
@@ -10,13 +18,49 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use packlm::backend::BackendKind;
-use packlm::engine::speculative::Acceptance;
+use packlm::backend::{BackendKind, Precision};
+use packlm::engine::draft::{Drafter, NgramDrafter};
+use packlm::engine::speculative::{generate, Acceptance, Generated};
 use packlm::engine::{Model, OpenOptions, Session, Want};
-use packlm::sample::argmax;
+use packlm::pack::chat::Message;
+use packlm::sample::{argmax, SamplerParams};
+
+/// The request of `spec_speedup_code`: a ~40-line function to be repeated back with a small
+/// change, so that most of the reply can be drafted from the prompt.
+const CODE_EDIT: &str = include_str!("bench/code_edit.txt");
+
+/// Drafted rows of the `verify_k8_*` keys, whatever `--draft-k` says.
+const K8: usize = 8;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Stops the bench with a message.
+fn fail(what: &str) -> ! {
+    eprintln!("bench: {what}");
+    std::process::exit(1)
+}
+
+/// The value of `r`, or the bench stops naming `what` and the error.
+fn or_fail<T>(r: packlm::Result<T>, what: &str) -> T {
+    r.unwrap_or_else(|e| fail(&format!("{what}: {e}")))
+}
+
+/// `--precision exact|fast`; None (the pack's default) when absent. A bad value stops the bench.
+fn precision_arg(args: &[String]) -> Option<Precision> {
+    let i = args.iter().position(|a| a == "--precision")?;
+    match args.get(i + 1).map(|v| v.parse::<Precision>()) {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            eprintln!("bench: --precision: {e}");
+            std::process::exit(2)
+        }
+        None => {
+            eprintln!("bench: --precision needs a value: exact or fast");
+            std::process::exit(2)
+        }
+    }
 }
 
 /// Peak resident set (VmHWM) in MiB, from /proc.
@@ -29,18 +73,91 @@ fn peak_rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The `n` greedy tokens after `pending`, found by stepping; the session is then truncated back
+/// to the positions it held.
+fn greedy_continuation(s: &mut Session, pending: u32, n: usize) -> Vec<u32> {
+    let base = s.n_past();
+    let mut out = Vec::with_capacity(n);
+    let mut tok = pending;
+    for _ in 0..n {
+        tok = argmax(&or_fail(s.step(tok), "greedy step"));
+        out.push(tok);
+    }
+    or_fail(s.truncate(base), "truncate");
+    out
+}
+
+/// Mean seconds of one greedy verify of each draft after `pending`, the session truncated back
+/// after each; every verify must accept exactly `want_accepted` drafts, or the bench stops (a
+/// cost measured on other drafts than the ones named would be a different number).
+fn time_verify(s: &mut Session, pending: u32, drafts: &[Vec<u32>], want_accepted: usize, what: &str) -> f64 {
+    let base = s.n_past();
+    let t = Instant::now();
+    for d in drafts {
+        let r = or_fail(s.verify(pending, d, Acceptance::Greedy), what);
+        if r.n_accepted != want_accepted {
+            fail(&format!("{what}: verify accepted {} of {} drafts, {want_accepted} expected", r.n_accepted, d.len()));
+        }
+        or_fail(s.truncate(base), "truncate");
+    }
+    t.elapsed().as_secs_f64() / drafts.len() as f64
+}
+
+/// `rounds` drafts of `k` tokens taken from `prompt` (rotating through it), each with its first
+/// token moved off `greedy` (the model's argmax after the pending token), so that greedy
+/// acceptance rejects it and the whole draft.
+fn rejected_drafts(prompt: &[u32], greedy: u32, n_vocab: usize, k: usize, rounds: usize) -> Vec<Vec<u32>> {
+    (0..rounds)
+        .map(|r| {
+            let mut d: Vec<u32> = (0..k).map(|j| prompt[(r + j) % prompt.len()]).collect();
+            if d.first() == Some(&greedy) {
+                d[0] = ((greedy as usize + 1) % n_vocab) as u32;
+            }
+            d
+        })
+        .collect()
+}
+
+/// The best of `runs` greedy generations of up to `n` tokens after `prompt` (all but its last
+/// token prefilled untimed, as `packlm generate` does), with or without the n-gram drafter
+/// proposing up to `k`: seconds of the fastest, and what the last one generated.
+fn time_generate(m: &Arc<Model>, prompt: &[u32], n: usize, k: usize, ngram: bool, runs: usize) -> (f64, Generated) {
+    let Some(split) = prompt.len().checked_sub(1) else { fail("the code-edit prompt has no tokens") };
+    let (head, last) = prompt.split_at(split);
+    let mut best = f64::MAX;
+    let mut out = Generated::default();
+    for _ in 0..runs {
+        let mut s = or_fail(Session::new(m.clone(), 0), "session");
+        if !head.is_empty() {
+            or_fail(s.step_batch(head, Want::None), "prefill of the code-edit prompt");
+        }
+        let mut drafter = NgramDrafter::default();
+        let drafter: Option<&mut (dyn Drafter + 'static)> = if ngram { Some(&mut drafter) } else { None };
+        let mut rng = 0u64;
+        let t = Instant::now();
+        out = or_fail(generate(&mut s, last, n, &SamplerParams::default(), &mut rng, drafter, k), "generate");
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (best, out)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(pack) = args.first() else {
-        eprintln!("usage: bench PACK [--threads N] [--prompt-tokens N] [--decode N] [--draft-k K]");
+        eprintln!(
+            "usage: bench PACK [--threads N] [--precision exact|fast] [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]"
+        );
         std::process::exit(2);
     };
     let threads = arg(&args, "--threads", 2usize);
     let n_prompt = arg(&args, "--prompt-tokens", 128usize);
     let n_decode = arg(&args, "--decode", 64usize);
     let k = arg(&args, "--draft-k", 8usize);
+    let spec_n = arg(&args, "--spec-n", 128usize);
+    let spec_k = arg(&args, "--spec-k", 8usize);
+    let precision = precision_arg(&args);
     let t = Instant::now();
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision: None }) {
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("bench: {e}");
@@ -50,50 +167,73 @@ fn main() {
     let open_s = t.elapsed().as_secs_f64();
     // A fixed prompt: the ids of a repeated English text, cut to n_prompt.
     let text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. ".repeat(64);
-    let mut prompt = m.vocab().encode(&text, true, false).unwrap_or_default();
+    let mut prompt = or_fail(m.vocab().encode(&text, true, false), "tokenize the prompt");
     prompt.truncate(n_prompt);
+    if prompt.is_empty() {
+        fail("--prompt-tokens 0: the prefill, decode and verify timings need a prompt");
+    }
 
     let mut best_prefill = f64::MAX;
     for _ in 0..3 {
-        let mut s = Session::new(m.clone(), 0).expect("session");
+        let mut s = or_fail(Session::new(m.clone(), 0), "session");
         let t = Instant::now();
-        s.step_batch(&prompt, Want::Last).expect("prefill");
+        or_fail(s.step_batch(&prompt, Want::Last), "prefill");
         best_prefill = best_prefill.min(t.elapsed().as_secs_f64());
     }
-    let mut s = Session::new(m.clone(), 0).expect("session");
-    s.step_batch(&prompt, Want::Last).expect("prefill");
+    let mut s = or_fail(Session::new(m.clone(), 0), "session");
+    or_fail(s.step_batch(&prompt, Want::Last), "prefill");
     let t = Instant::now();
     let mut tok = argmax(s.last_logits());
     for _ in 0..n_decode {
-        s.step(tok).expect("decode");
+        or_fail(s.step(tok), "decode");
         tok = argmax(s.last_logits());
     }
     let decode_s = t.elapsed().as_secs_f64();
-    // verify of k drafted rows (drafts taken from the prompt, so most are rejected: the cost
-    // of the pass is what is measured), against the time of one decode step.
-    let base = s.n_past();
+    // verify of k drafted rows against the time of one decode step. The drafts come from the
+    // prompt with their first token moved off the model's greedy choice, so every one is
+    // rejected at the first row (checked): the cost of the pass is what is measured.
     let rounds = 8;
-    let t = Instant::now();
-    for r in 0..rounds {
-        let draft: Vec<u32> = prompt[r..r + k].to_vec();
-        s.verify(tok, &draft, Acceptance::Greedy).expect("verify");
-        s.truncate(base).expect("truncate");
-        // Restore the logits state for the next round's pending token.
-        tok = prompt[r];
-    }
-    let verify_s = t.elapsed().as_secs_f64() / rounds as f64;
+    let n_vocab = m.spec().vocab_size;
+    let greedy = greedy_continuation(&mut s, tok, K8);
+    let verify_s = time_verify(&mut s, tok, &rejected_drafts(&prompt, greedy[0], n_vocab, k, rounds), 0, "rejected drafts");
+    let verify_k8_s =
+        if k == K8 { verify_s } else { time_verify(&mut s, tok, &rejected_drafts(&prompt, greedy[0], n_vocab, K8, rounds), 0, "rejected drafts") };
+    // The same pass with the model's own greedy continuation as the draft: all 8 accepted.
+    let verify_k8_accepted_s = time_verify(&mut s, tok, &vec![greedy; rounds], K8, "the greedy continuation as the draft");
     let step_s = decode_s / n_decode as f64;
+
+    // Greedy generation on a code-editing request, plain and with n-gram drafting: same output.
+    let code_prompt = match m.render_chat(&[Message { role: "user".into(), content: CODE_EDIT.into() }], true) {
+        Ok(text) => or_fail(m.vocab().encode(&text, true, true), "tokenize the code-edit prompt"),
+        Err(_) => or_fail(m.vocab().encode(CODE_EDIT, true, false), "tokenize the code-edit prompt"),
+    };
+    let (plain_s, plain) = time_generate(&m, &code_prompt, spec_n, spec_k, false, 3);
+    let (spec_s, spec) = time_generate(&m, &code_prompt, spec_n, spec_k, true, 3);
+    let decoded = |g: &Generated| or_fail(m.vocab().decode(&g.tokens, false), "detokenize");
+    if plain.tokens != spec.tokens || decoded(&plain).as_bytes() != decoded(&spec).as_bytes() {
+        fail(&format!("greedy output with the n-gram drafter differs from plain greedy: {:?} vs {:?}", decoded(&spec), decoded(&plain)));
+    }
     println!(
         "{}",
         serde_json::json!({
             "engine": "packlm",
             "threads": threads,
+            "precision": m.backend().precision().name(),
             "open_s": open_s,
             "prompt_tokens": prompt.len(),
             "prefill_tok_s": prompt.len() as f64 / best_prefill,
             "decode_tok_s": n_decode as f64 / decode_s,
             "verify_rows": k + 1,
             "verify_cost_per_row_in_steps": verify_s / (k + 1) as f64 / step_s,
+            "verify_k8_over_step": verify_k8_s / step_s,
+            "verify_k8_over_step_accepted": verify_k8_accepted_s / step_s,
+            "spec_n": spec_n,
+            "spec_k": spec_k,
+            "spec_prompt_tokens": code_prompt.len(),
+            "spec_tokens": plain.tokens.len(),
+            "spec_drafted": spec.drafted,
+            "spec_accepted": spec.accepted,
+            "spec_speedup_code": plain_s / spec_s,
             "peak_rss_mib": peak_rss_mib(),
         })
     );

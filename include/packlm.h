@@ -60,6 +60,27 @@
 #define PACKLM_BACKEND_ACCELERATOR 2
 
 /**
+ * `packlm_open_options.precision`: the pack's default, PACKLM_PRECISION_FAST when its weights
+ * are block-quantized (8 bits or fewer per weight, e.g. a Q4_1 GGUF), PACKLM_PRECISION_EXACT
+ * for float packs (f32, f16, bf16), where rounding activations would lose what the weights keep.
+ */
+#define PACKLM_PRECISION_DEFAULT 0
+
+/**
+ * Activations stay f32 end to end: logits within 1e-4 of HF transformers on the golden fixtures.
+ * Also a value of `packlm_info.precision`.
+ */
+#define PACKLM_PRECISION_EXACT 1
+
+/**
+ * Activations may be rounded per 32-element block to 8 bits for integer dot products against
+ * block-quantized weights (llama.cpp's trade: faster, a little farther from HF). A backend
+ * without such kernels (PACKLM_BACKEND_REFERENCE) runs exact instead, and
+ * `packlm_info.precision` says so. Also a value of `packlm_info.precision`.
+ */
+#define PACKLM_PRECISION_FAST 2
+
+/**
  * `want` of packlm_step_batch: logits of the last row only.
  */
 #define PACKLM_WANT_LAST 0
@@ -204,6 +225,18 @@ typedef struct {
    * Passed to `progress` unchanged.
    */
   void *user_data;
+  /**
+   * PACKLM_PRECISION_DEFAULT (0: the pack's default), PACKLM_PRECISION_EXACT or
+   * PACKLM_PRECISION_FAST; any other value gives PACKLM_ERR_UNSUPPORTED_PRECISION naming it,
+   * and no model. The precision asked for is what the backend may use: one without
+   * reduced-precision kernels runs exact, and `packlm_info.precision` reports the precision in
+   * use. Within one backend and precision every bit-level rule holds (step_batch == steps,
+   * truncate/restore == fresh, any thread count); only the distance to HF differs between
+   * precisions. Snapshots carry no precision: one taken at either restores into a session of
+   * the same pack opened at the other. A caller whose `size` ends before this field gets the
+   * default.
+   */
+  uint32_t precision;
 } packlm_open_options;
 
 /**
@@ -244,6 +277,18 @@ typedef struct {
    * Since ABI 2: 1 when the pack has a chat template (packlm_chat_apply works), else 0.
    */
   uint32_t has_chat_template;
+  /**
+   * Written as 0. It keeps `precision` past the previous layout's sizeof (48 bytes on 64-bit
+   * targets, the last 4 of them padding), as the growth rule asks.
+   */
+  uint32_t reserved;
+  /**
+   * The precision the model computes in: PACKLM_PRECISION_EXACT (1) or PACKLM_PRECISION_FAST
+   * (2), after the pack's default and the backend's kernels are taken into account (fast asked
+   * of a backend without reduced-precision kernels reports exact). Not written when `size`
+   * ends before it.
+   */
+  uint32_t precision;
 } packlm_info;
 
 /**
@@ -581,7 +626,8 @@ packlm_status packlm_model_stop_tokens(const packlm_model *model, uint32_t *buf,
 packlm_status packlm_model_kv_widths(const packlm_model *model, uint32_t *buf, size_t cap, size_t *n);
 
 /**
- * The model's description as JSON text (family, sizes, special tokens, one entry per layer),
+ * The model's description as JSON text (family, sizes, special tokens, backend, precision in
+ * use as "exact" or "fast", one entry per layer),
  * NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
  * needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
  */

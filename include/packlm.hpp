@@ -104,11 +104,31 @@ inline packlm_open_options default_open_options() {
     return o;
 }
 
+/** What activations are computed in: packlm_open_options.precision and packlm_info.precision. */
+enum class Precision : uint32_t {
+    /** Open option only: the pack's default, Fast for block-quantized weights, Exact for float ones. */
+    Default = PACKLM_PRECISION_DEFAULT,
+    /** Activations f32 end to end (logits within 1e-4 of HF transformers). */
+    Exact = PACKLM_PRECISION_EXACT,
+    /** Activations may be rounded to 8 bits per 32-element block for integer dot products against
+     *  block-quantized weights. A backend without such kernels runs Exact (Model::precision says). */
+    Fast = PACKLM_PRECISION_FAST,
+};
+
+/** Default open options with `precision` set. */
+inline packlm_open_options open_options(Precision precision) {
+    packlm_open_options o = default_open_options();
+    o.precision = static_cast<uint32_t>(precision);
+    return o;
+}
+
 /** An open model: weights, tokenizer, chat template. Shareable across threads. */
 class Model {
 public:
     /** Opens an HF folder or a GGUF file; throws packlm::Error naming what was wrong. */
     explicit Model(const std::string &path) : Model(path, default_open_options()) {}
+    /** Opens at `precision` (the other options at their defaults). */
+    Model(const std::string &path, Precision precision) : Model(path, open_options(precision)) {}
     Model(const std::string &path, const packlm_open_options &options) {
         packlm_model *m = nullptr;
         detail::check(packlm_model_open(path.c_str(), &options, &m));
@@ -124,6 +144,8 @@ public:
         return i;
     }
     uint32_t n_vocab() const { return info().n_vocab; }
+    /** The precision in use: Exact or Fast, after the pack's default and the backend's kernels. */
+    Precision precision() const { return static_cast<Precision>(info().precision); }
     std::string info_json() const {
         return detail::text_call([&](char *b, size_t c, size_t *n) { return packlm_model_info_json(get(), b, c, n); });
     }

@@ -2,12 +2,16 @@
 """packlm against llama.cpp on the same GGUF, token ids and thread count, in one run.
 
     python3 scripts/bench_compare.py MODEL.gguf --llama-python VENV/bin/python [--threads 2]
+        [--precision exact|fast] [--spec-n 128] [--spec-k 8]
 
 packlm's numbers come from `cargo run --release --example bench`; llama.cpp's from
 llama-cpp-python, which must already be installed in the Python given by --llama-python (this
 script installs nothing). Each engine runs in its own process so that peak RSS is its own.
 Prints both JSON lines and the ratios packlm / llama.cpp (above 1 means packlm is faster,
-except for open time and RSS, where below 1 is better).
+except for open time and RSS, where below 1 is better), then packlm's own numbers that have no
+llama.cpp counterpart here: the precision in use (--precision, default the pack's: fast for
+block-quantized weights), the cost of a verify of 8 drafted rows in decode steps (all rejected,
+all accepted), and the speedup of n-gram drafting on a code-editing request.
 """
 import argparse
 import json
@@ -52,10 +56,18 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--precision", choices=["exact", "fast"], default=None,
+                    help="packlm's precision (default: the pack's)")
+    ap.add_argument("--spec-n", type=int, default=128, help="tokens generated for spec_speedup_code")
+    ap.add_argument("--spec-k", type=int, default=8, help="most tokens drafted per verify for spec_speedup_code")
     a = ap.parse_args()
     common = ["--threads", str(a.threads), "--prompt-tokens", str(a.prompt_tokens), "--decode", str(a.decode)]
+    ours_only = ["--spec-n", str(a.spec_n), "--spec-k", str(a.spec_k)]
+    if a.precision:
+        ours_only += ["--precision", a.precision]
     ours = json.loads(subprocess.check_output(
-        ["cargo", "run", "-q", "--release", "--example", "bench", "--", a.model] + common).decode().strip().splitlines()[-1])
+        ["cargo", "run", "-q", "--release", "--example", "bench", "--", a.model] + common + ours_only
+    ).decode().strip().splitlines()[-1])
     # The same prompt ids packlm used (its tokenizer; the GGUF's vocabulary is shared).
     text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. " * 64
     ids = json.loads(subprocess.check_output(
@@ -67,6 +79,11 @@ def main():
     print(json.dumps(theirs))
     for key in ("prefill_tok_s", "decode_tok_s", "open_s", "peak_rss_mib"):
         print(f"{key}: packlm / llama.cpp = {ours[key] / theirs[key]:.2f}")
+    print(f"packlm precision: {ours['precision']}")
+    print(f"verify_k8_over_step (8 drafts, all rejected): {ours['verify_k8_over_step']:.2f} decode steps")
+    print(f"verify_k8_over_step_accepted (8 drafts, all accepted): {ours['verify_k8_over_step_accepted']:.2f} decode steps")
+    print(f"spec_speedup_code (n-gram drafting, n={ours['spec_n']}, k={ours['spec_k']}, "
+          f"{ours['spec_accepted']} of {ours['spec_drafted']} drafts accepted): {ours['spec_speedup_code']:.2f}x")
     return 0
 
 

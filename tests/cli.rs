@@ -139,3 +139,41 @@ fn a_temperature_that_is_not_finite_is_refused() {
         assert!(o.stdout.is_empty(), "--temp {t} printed {:?}", String::from_utf8_lossy(&o.stdout));
     }
 }
+
+/// `--precision` takes exact or fast; any other value exits non-zero with a message naming it,
+/// before anything is printed.
+#[test]
+fn a_precision_that_is_not_exact_or_fast_is_refused() {
+    let dir = tiny("llama");
+    for (cmd, extra) in [("info", &["--json"][..]), ("generate", &["--prompt", "Hello", "-n", "1"][..])] {
+        let mut args = vec![cmd, dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--precision", "bogus"]);
+        let o = packlm(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{cmd} --precision bogus: {err}");
+        assert!(err.contains("--precision") && err.contains("\"bogus\"") && err.contains("error 19"), "{cmd}: {err}");
+        assert!(o.stdout.is_empty(), "{cmd} --precision bogus printed {:?}", String::from_utf8_lossy(&o.stdout));
+    }
+    let o = packlm(&["info", dir.to_str().unwrap(), "--precision"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--precision needs a value"));
+}
+
+/// `info` prints the precision in use: exact for the tiny float pack by default, exact on the
+/// reference backend whatever is asked (it has no reduced-precision kernels).
+#[test]
+fn info_prints_the_precision_in_use() {
+    let dir = tiny("llama");
+    let precision = |extra: &[&str]| {
+        let mut args = vec!["info", dir.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["precision"].as_str().map(str::to_string)
+    };
+    assert_eq!(precision(&[]).as_deref(), Some("exact"));
+    assert_eq!(precision(&["--precision", "exact"]).as_deref(), Some("exact"));
+    assert_eq!(precision(&["--backend", "reference", "--precision", "fast"]).as_deref(), Some("exact"));
+}

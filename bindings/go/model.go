@@ -14,6 +14,7 @@ import "C"
 
 import (
 	"runtime"
+	"strconv"
 	"unsafe"
 )
 
@@ -25,6 +26,34 @@ const (
 	BackendReference   Backend = C.PACKLM_BACKEND_REFERENCE
 	BackendAccelerator Backend = C.PACKLM_BACKEND_ACCELERATOR
 )
+
+// Precision is what activations are computed in (PACKLM_PRECISION_*).
+type Precision uint32
+
+const (
+	// PrecisionDefault (an open option only) is the pack's default: PrecisionFast when its
+	// weights are block-quantized, PrecisionExact for float packs.
+	PrecisionDefault Precision = C.PACKLM_PRECISION_DEFAULT
+	// PrecisionExact keeps activations f32 end to end (logits within 1e-4 of HF transformers).
+	PrecisionExact Precision = C.PACKLM_PRECISION_EXACT
+	// PrecisionFast lets activations be rounded to 8 bits per 32-element block for integer dot
+	// products against block-quantized weights. A backend without such kernels runs exact, and
+	// Info.Precision says so.
+	PrecisionFast Precision = C.PACKLM_PRECISION_FAST
+)
+
+// String is "default", "exact", "fast", or the number of a code this package does not know.
+func (p Precision) String() string {
+	switch p {
+	case PrecisionDefault:
+		return "default"
+	case PrecisionExact:
+		return "exact"
+	case PrecisionFast:
+		return "fast"
+	}
+	return "precision(" + strconv.FormatUint(uint64(p), 10) + ")"
+}
 
 // Tokenize flags (PACKLM_TOKENIZE_*).
 const (
@@ -48,6 +77,9 @@ func LibraryABIVersion() uint32 { return uint32(C.packlm_abi_version()) }
 type OpenOptions struct {
 	Backend Backend
 	Threads uint32 // worker threads of the host backend; 0 = one per core
+	// Precision asked for; PrecisionDefault (the zero value) is the pack's default. A code
+	// other than the three gives ErrUnsupportedPrecision.
+	Precision Precision
 }
 
 // Info describes an open model.
@@ -60,6 +92,9 @@ type Info struct {
 	EOS             int32 // -1 when the pack has none
 	AddBOS          bool  // TokenizeAddSpecial prepends BOS
 	HasChatTemplate bool
+	// Precision in use: PrecisionExact or PrecisionFast, after the pack's default and the
+	// backend's kernels.
+	Precision Precision
 }
 
 // Model is an open model pack (a Hugging Face folder or a GGUF file).
@@ -79,6 +114,7 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 	if opts != nil {
 		o.backend = C.uint32_t(opts.Backend)
 		o.threads = C.uint32_t(opts.Threads)
+		o.precision = C.uint32_t(opts.Precision)
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
@@ -104,6 +140,7 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 		EOS:             int32(ci.eos),
 		AddBOS:          ci.add_bos != 0,
 		HasChatTemplate: ci.has_chat_template != 0,
+		Precision:       Precision(ci.precision),
 	}
 	runtime.SetFinalizer(m, (*Model).Close)
 	return m, nil

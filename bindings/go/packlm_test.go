@@ -96,6 +96,36 @@ func TestInfo(t *testing.T) {
 	}
 }
 
+// The tiny pack is a float pack: exact by default; the reference backend, which has no
+// reduced-precision kernels, runs exact when asked for fast; an unknown code is refused.
+func TestPrecision(t *testing.T) {
+	if got := openTiny(t).Info().Precision; got != PrecisionExact {
+		t.Fatalf("default precision %v, want exact", got)
+	}
+	dir := filepath.Join(tinyDir, "llama")
+	for _, o := range []OpenOptions{{Precision: PrecisionExact}, {Backend: BackendReference, Precision: PrecisionFast}} {
+		m, err := Open(dir, &o)
+		if err != nil {
+			t.Fatalf("open %+v: %v", o, err)
+		}
+		got := m.Info().Precision
+		m.Close()
+		if got != PrecisionExact {
+			t.Fatalf("open %+v: precision %v, want exact", o, got)
+		}
+	}
+	m, err := Open(dir, &OpenOptions{Precision: 7})
+	if m != nil {
+		t.Fatalf("precision 7 gave a model")
+	}
+	if e := wantStatus(t, err, ErrUnsupportedPrecision); !strings.Contains(e.Message(), "precision 7") {
+		t.Fatalf("message %q does not name precision 7", e.Message())
+	}
+	if PrecisionFast.String() != "fast" || Precision(7).String() != "precision(7)" {
+		t.Fatalf("names %q %q", PrecisionFast, Precision(7))
+	}
+}
+
 // Logits within 1e-4 of HF transformers' float32 forward (golden.f32), all 20 rows in one batch.
 func TestGoldenLogits(t *testing.T) {
 	m := openTiny(t)

@@ -66,6 +66,11 @@ DETOKENIZE_SKIP_SPECIAL = 1
 WANT_LAST, WANT_ALL, WANT_NONE = 0, 1, 2
 VERIFY_GREEDY, VERIFY_SAMPLED = 0, 1
 BACKEND_HOST, BACKEND_REFERENCE, BACKEND_ACCELERATOR = 0, 1, 2
+PRECISION_DEFAULT, PRECISION_EXACT, PRECISION_FAST = 0, 1, 2
+# Model(precision=...) by name; None is the pack's default (fast for block-quantized weights,
+# exact for float ones).
+_PRECISION_CODES = {None: PRECISION_DEFAULT, "exact": PRECISION_EXACT, "fast": PRECISION_FAST}
+_PRECISION_NAMES = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
 LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 
 
@@ -86,14 +91,15 @@ _PROGRESS_FN = C.CFUNCTYPE(C.c_bool, C.c_float, C.c_void_p)
 
 class _OpenOptions(C.Structure):
     _fields_ = [("size", C.c_size_t), ("backend", C.c_uint32), ("threads", C.c_uint32),
-                ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p)]
+                ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p),
+                ("precision", C.c_uint32)]
 
 
 class _Info(C.Structure):
     _fields_ = [("size", C.c_size_t), ("n_vocab", C.c_uint32), ("n_layers", C.c_uint32),
                 ("n_ctx", C.c_uint32), ("hidden_size", C.c_uint32), ("bos", C.c_int32),
                 ("eos", C.c_int32), ("n_stop", C.c_uint32), ("add_bos", C.c_uint32),
-                ("has_chat_template", C.c_uint32)]
+                ("has_chat_template", C.c_uint32), ("reserved", C.c_uint32), ("precision", C.c_uint32)]
 
 
 class _SessionOptions(C.Structure):
@@ -289,14 +295,23 @@ class _Handle:
 
 
 class Model(_Handle):
-    """An open pack (HF folder or GGUF). `progress(fraction) -> bool` may cancel the open."""
+    """An open pack (HF folder or GGUF). `progress(fraction) -> bool` may cancel the open.
+
+    `precision` is "exact" (activations f32 end to end), "fast" (activations may be rounded to
+    8 bits per block for integer dot products against block-quantized weights) or None, the
+    pack's default: fast for block-quantized weights, exact for float ones. Any other value
+    raises PacklmError with ERR_UNSUPPORTED_PRECISION. `.precision` is the one in use ("exact"
+    or "fast"): a backend without reduced-precision kernels runs exact whatever is asked."""
 
     _free = _lib.packlm_model_free
 
-    def __init__(self, path, backend=BACKEND_HOST, threads=0, progress=None):
+    def __init__(self, path, backend=BACKEND_HOST, threads=0, progress=None, precision=None):
+        if not isinstance(precision, (str, type(None))) or precision not in _PRECISION_CODES:
+            raise PacklmError(ERR_UNSUPPORTED_PRECISION, f"precision {precision!r} is not 'exact', 'fast' or None")
         opts = _OpenOptions()
         _check(_lib.packlm_open_options_init(C.byref(opts), C.sizeof(_OpenOptions)))
         opts.backend, opts.threads = backend, threads
+        opts.precision = _PRECISION_CODES[precision]
         if progress is not None:
             opts.progress = _PROGRESS_FN(lambda f, _ud: bool(progress(f)))
         self._ptr = C.c_void_p()
@@ -309,6 +324,7 @@ class Model(_Handle):
         self.eos = None if info.eos < 0 else info.eos
         self.add_bos = bool(info.add_bos)
         self.has_chat_template = bool(info.has_chat_template)
+        self.precision = _PRECISION_NAMES.get(info.precision, f"unknown ({info.precision})")
         self.stop_tokens = frozenset(_ids_call(lambda b, c, n: _lib.packlm_model_stop_tokens(self._ptr, b, c, n), 8))
 
     def kv_widths(self):

@@ -11,15 +11,17 @@
 //! prompt gives the tokens the template would; `--no-special` treats it as plain text. BOS is
 //! added by the pack's rule (never twice) either way.
 //!
-//! Common options: --threads N, --backend host|reference. Errors print the status and message
-//! and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
+//! Common options: --threads N, --backend host|reference, --precision exact|fast (default: the
+//! pack's, fast for block-quantized weights, exact for float ones; `info` prints the precision in
+//! use, exact on a backend without reduced-precision kernels). Errors print the status and
+//! message and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use packlm::backend::BackendKind;
+use packlm::backend::{BackendKind, Precision};
 use packlm::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
 use packlm::engine::speculative::generate;
 use packlm::engine::{info_json, Model, OpenOptions, Session, Want};
@@ -74,7 +76,7 @@ const USAGE: &str = "usage:
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
-options: --threads N  --backend host|reference";
+options: --threads N  --backend host|reference  --precision exact|fast";
 
 /// Writes to stderr without panicking when stderr is closed too.
 fn report(text: &str) {
@@ -123,7 +125,11 @@ fn open(pack: &str, args: &mut Args) -> Result<Arc<Model>> {
         Some("reference") => BackendKind::Reference,
         Some(other) => return Err(Error::invalid(format!("--backend {other}: host or reference"))),
     };
-    Ok(Arc::new(Model::open(Path::new(pack), &OpenOptions { backend, threads, precision: None })?))
+    let precision = match args.value(&["--precision"])? {
+        None => None,
+        Some(v) => Some(v.parse::<Precision>().map_err(|e| Error::new(e.status, format!("--precision {v:?}: exact or fast")))?),
+    };
+    Ok(Arc::new(Model::open(Path::new(pack), &OpenOptions { backend, threads, precision })?))
 }
 
 fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
@@ -132,7 +138,10 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let _ = args.flag("--json");
             let m = open(pack, args)?;
             args.done()?;
-            print_line(&serde_json::to_string_pretty(&info_json(&m)).unwrap_or_default())
+            let mut v = info_json(&m);
+            // The precision in use: what the backend computes in, after the pack's default.
+            v["precision"] = m.backend().precision().name().into();
+            print_line(&serde_json::to_string_pretty(&v).unwrap_or_default())
         }
         "tokenize" => {
             let text = args.value(&["--text"])?.ok_or_else(|| Error::invalid("--text is required"))?;

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, Precision};
 use crate::engine::{Model, OpenOptions};
 use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{
@@ -27,6 +27,19 @@ pub struct packlm_model {
 pub const PACKLM_BACKEND_HOST: u32 = 0;
 pub const PACKLM_BACKEND_REFERENCE: u32 = 1;
 pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
+
+/// `packlm_open_options.precision`: the pack's default, PACKLM_PRECISION_FAST when its weights
+/// are block-quantized (8 bits or fewer per weight, e.g. a Q4_1 GGUF), PACKLM_PRECISION_EXACT
+/// for float packs (f32, f16, bf16), where rounding activations would lose what the weights keep.
+pub const PACKLM_PRECISION_DEFAULT: u32 = 0;
+/// Activations stay f32 end to end: logits within 1e-4 of HF transformers on the golden fixtures.
+/// Also a value of `packlm_info.precision`.
+pub const PACKLM_PRECISION_EXACT: u32 = 1;
+/// Activations may be rounded per 32-element block to 8 bits for integer dot products against
+/// block-quantized weights (llama.cpp's trade: faster, a little farther from HF). A backend
+/// without such kernels (PACKLM_BACKEND_REFERENCE) runs exact instead, and
+/// `packlm_info.precision` says so. Also a value of `packlm_info.precision`.
+pub const PACKLM_PRECISION_FAST: u32 = 2;
 
 /// Called during open, on the thread that called `packlm_model_open` and under no lock of the
 /// library, with the fraction done: 0 first, then after the pack's files are read and after
@@ -54,6 +67,18 @@ pub struct packlm_open_options {
     pub progress: packlm_progress_fn,
     /// Passed to `progress` unchanged.
     pub user_data: *mut c_void,
+    /// PACKLM_PRECISION_DEFAULT (0: the pack's default), PACKLM_PRECISION_EXACT or
+    /// PACKLM_PRECISION_FAST; any other value gives PACKLM_ERR_UNSUPPORTED_PRECISION naming it,
+    /// and no model. The precision asked for is what the backend may use: one without
+    /// reduced-precision kernels runs exact, and `packlm_info.precision` reports the precision in
+    /// use. Within one backend and precision every bit-level rule holds (step_batch == steps,
+    /// truncate/restore == fresh, any thread count); only the distance to HF differs between
+    /// precisions. Snapshots carry no precision: one taken at either restores into a session of
+    /// the same pack opened at the other. A caller whose `size` ends before this field gets the
+    /// default.
+    pub precision: u32,
+    // sizeof is now 48 on 64-bit targets, its last 4 bytes padding a caller may leave unset: a
+    // field appended here must start past it, so a u32 needs a reserved u32 before it.
 }
 
 // SAFETY: repr(C), starts with the usize size, fields are integers, a nullable function
@@ -70,6 +95,7 @@ unsafe impl AbiStruct for packlm_open_options {
             weight_type: 0,
             progress: None,
             user_data: std::ptr::null_mut(),
+            precision: PACKLM_PRECISION_DEFAULT,
         }
     }
 }
@@ -110,7 +136,8 @@ fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm
         return Err(Error::unsupported(format!("options.weight_type {}: conversion on load is not implemented", o.weight_type)));
     }
     let backend = BackendKind::from_code(o.backend)?;
-    Ok((OpenOptions { backend, threads: o.threads as usize, precision: None }, o.progress, o.user_data))
+    let precision = Precision::from_code(o.precision)?;
+    Ok((OpenOptions { backend, threads: o.threads as usize, precision }, o.progress, o.user_data))
 }
 
 /// Opens a pack: an HF folder or a GGUF file at the NUL-terminated UTF-8 `path`; `options` may
@@ -171,7 +198,26 @@ pub struct packlm_info {
     pub add_bos: u32,
     /// Since ABI 2: 1 when the pack has a chat template (packlm_chat_apply works), else 0.
     pub has_chat_template: u32,
+    /// Written as 0. It keeps `precision` past the previous layout's sizeof (48 bytes on 64-bit
+    /// targets, the last 4 of them padding), as the growth rule asks.
+    pub reserved: u32,
+    /// The precision the model computes in: PACKLM_PRECISION_EXACT (1) or PACKLM_PRECISION_FAST
+    /// (2), after the pack's default and the backend's kernels are taken into account (fast asked
+    /// of a backend without reduced-precision kernels reports exact). Not written when `size`
+    /// ends before it.
+    pub precision: u32,
+    // sizeof is now 56 on 64-bit targets, its last 4 bytes padding: a u32 appended here needs a
+    // reserved u32 before it.
 }
+
+// The layout before `reserved` ended at has_chat_template, padded to the alignment of `size`:
+// the fields appended since start at or past that sizeof.
+const _: () = assert!(
+    std::mem::offset_of!(packlm_info, precision)
+        >= (std::mem::offset_of!(packlm_info, has_chat_template) + std::mem::size_of::<u32>()).next_multiple_of(std::mem::align_of::<usize>())
+);
+// The same for packlm_open_options, whose ABI 1 layout ended at user_data.
+const _: () = assert!(std::mem::offset_of!(packlm_open_options, precision) >= packlm_open_options::FIRST_SIZE.next_multiple_of(std::mem::align_of::<usize>()));
 
 // SAFETY: repr(C), starts with the usize size, every other field an integer.
 unsafe impl AbiStruct for packlm_info {
@@ -179,7 +225,7 @@ unsafe impl AbiStruct for packlm_info {
     const FIRST_SIZE: usize = std::mem::offset_of!(packlm_info, add_bos) + std::mem::size_of::<u32>();
     const FIRST_ABI: u32 = 1;
     fn defaults() -> Self {
-        packlm_info { size: std::mem::size_of::<packlm_info>(), n_vocab: 0, n_layers: 0, n_ctx: 0, hidden_size: 0, bos: -1, eos: -1, n_stop: 0, add_bos: 0, has_chat_template: 0 }
+        packlm_info { size: std::mem::size_of::<packlm_info>(), n_vocab: 0, n_layers: 0, n_ctx: 0, hidden_size: 0, bos: -1, eos: -1, n_stop: 0, add_bos: 0, has_chat_template: 0, reserved: 0, precision: 0 }
     }
 }
 
@@ -202,6 +248,8 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
             n_stop: m.vocab().stop.len() as u32,
             add_bos: m.vocab().add_bos as u32,
             has_chat_template: m.vocab().chat_template.is_some() as u32,
+            reserved: 0,
+            precision: m.backend().precision().code(),
         };
         write_prefix(&value, info, size);
         Ok(())
@@ -237,13 +285,34 @@ pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u
     })
 }
 
-/// The model's description as JSON text (family, sizes, special tokens, one entry per layer),
+/// The model's description as JSON text (family, sizes, special tokens, backend, precision in
+/// use as "exact" or "fast", one entry per layer),
 /// NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
 /// needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
 #[no_mangle]
 pub extern "C" fn packlm_model_info_json(model: *const packlm_model, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_info_json", {
         let m = &try_ref(model, "model")?.inner;
-        write_text(&crate::engine::info_json(m).to_string(), buf, cap, n)
+        let mut v = crate::engine::info_json(m);
+        v["precision"] = m.backend().precision().name().into();
+        write_text(&v.to_string(), buf, cap, n)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The header's constants are the engine's codes, both ways.
+    #[test]
+    fn precision_constants_are_the_engine_codes() -> Result<()> {
+        assert_eq!(Precision::from_code(PACKLM_PRECISION_DEFAULT)?, None);
+        assert_eq!(Precision::from_code(PACKLM_PRECISION_EXACT)?, Some(Precision::Exact));
+        assert_eq!(Precision::from_code(PACKLM_PRECISION_FAST)?, Some(Precision::Fast));
+        assert_eq!((Precision::Exact.code(), Precision::Fast.code()), (PACKLM_PRECISION_EXACT, PACKLM_PRECISION_FAST));
+        let Err(e) = Precision::from_code(7) else { panic!("precision 7 was accepted") };
+        assert_eq!(e.status, Status::ErrUnsupportedPrecision);
+        assert!(e.message.contains('7'), "{}", e.message);
+        Ok(())
+    }
 }

@@ -43,3 +43,5 @@ cmp "$tmp/compat_abi1.out" "$tmp/compat_now.out" || { echo "FAIL: an ABI 1 calle
 echo "compat: ABI 1 and current callers agree on $(stat -c %s "$tmp/compat_now.out") bytes"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_sizes.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_sizes"
 "${runner[@]}" "$tmp/test_sizes" "$tiny"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_precision.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_precision"
+"${runner[@]}" "$tmp/test_precision" "$tiny"

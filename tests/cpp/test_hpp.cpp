@@ -46,6 +46,17 @@ int main(int argc, char **argv) {
     CHECK(!model.info_json().empty() && model.info_json().front() == '{');
     CHECK(model.kv_widths().size() == info.n_layers);
 
+    // Precision: exact for this float pack by default, and on the reference backend whatever is
+    // asked; an unknown code is refused with its own status.
+    CHECK(model.precision() == packlm::Precision::Exact && info.precision == PACKLM_PRECISION_EXACT);
+    CHECK(packlm::Model(dir, packlm::Precision::Exact).precision() == packlm::Precision::Exact);
+    packlm_open_options ref_fast = packlm::open_options(packlm::Precision::Fast);
+    ref_fast.backend = PACKLM_BACKEND_REFERENCE;
+    CHECK(packlm::Model(dir, ref_fast).precision() == packlm::Precision::Exact);
+    packlm_open_options bad_precision = packlm::default_open_options();
+    bad_precision.precision = 7;
+    CHECK(expect_error(PACKLM_ERR_UNSUPPORTED_PRECISION, [&] { packlm::Model m(dir, bad_precision); }).find("precision 7") != std::string::npos);
+
     // HF's ids for "Hello world" with BOS (tests/fixtures/tiny/llama/golden_tokenize.json).
     const std::vector<uint32_t> hello = model.tokenize("Hello world");
     CHECK((hello == std::vector<uint32_t>{0, 41, 283, 77, 80, 265, 272, 77, 69}));

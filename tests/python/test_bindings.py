@@ -45,6 +45,11 @@ for name in sorted(declared & set(packlm._SIGNATURES)):
 # Every status number of the header has its constant, with the same value.
 for name, value in re.findall(r"^#define PACKLM_(OK|ERR_\w+) (\d+)$", header, re.M):
     check(getattr(packlm, name, None) == int(value), f"packlm.{name} should be {value}")
+# The precision codes too.
+precision_codes = re.findall(r"^#define PACKLM_(PRECISION_\w+) (\d+)$", header, re.M)
+check(len(precision_codes) == 3, f"{len(precision_codes)} PACKLM_PRECISION_* codes in the header")
+for name, value in precision_codes:
+    check(getattr(packlm, name, None) == int(value), f"packlm.{name} should be {value}")
 # Every struct the header declares is laid out in the binding.
 structs = {name: packlm.STRUCTS.get(name) for name in re.findall(r"^} (packlm_\w+);$", header, re.M)}
 for name, cls in list(structs.items()):
@@ -72,6 +77,21 @@ for c_name, cls in structs.items():
 
 m = packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"))
 check(m.n_vocab == 300 and m.bos == 0, "model info")
+
+# Precision: the tiny pack is a float pack, so exact by default; fast asked of the reference
+# backend (no reduced-precision kernels) runs exact; names other than exact/fast are refused.
+tiny_dir = os.path.join(root, "tests", "fixtures", "tiny", "llama")
+check(m.precision == "exact", f"default precision of a float pack: {m.precision}")
+check(packlm.Model(tiny_dir, precision="exact").precision == "exact", "precision='exact'")
+check(packlm.Model(tiny_dir, backend=packlm.BACKEND_REFERENCE, precision="fast").precision == "exact",
+      "reference backend asked for fast reports exact")
+check(packlm.Model(tiny_dir, precision="fast").precision in ("exact", "fast"), "precision='fast' opens")
+for bad in ("bogus", "FAST", 2):
+    try:
+        packlm.Model(tiny_dir, precision=bad)
+        check(False, f"precision={bad!r} accepted")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_UNSUPPORTED_PRECISION and repr(bad) in str(e), f"precision={bad!r}: {e}")
 ids = m.tokenize("Hello world")
 check(ids == [0, 41, 283, 77, 80, 265, 272, 77, 69], f"tokenize (HF's ids) got {ids}")
 check(m.detokenize(ids[1:]) == "Hello world", "detokenize")

@@ -12,6 +12,19 @@ public enum Backend: UInt32, Sendable {
     case accelerator = 2
 }
 
+/// What activations are computed in (PACKLM_PRECISION_*).
+public enum Precision: UInt32, Sendable {
+    /// Open option only: the pack's default, `.fast` for block-quantized weights, `.exact` for
+    /// float packs.
+    case `default` = 0
+    /// Activations f32 end to end (logits within 1e-4 of HF transformers).
+    case exact = 1
+    /// Activations may be rounded to 8 bits per 32-element block for integer dot products against
+    /// block-quantized weights. A backend without such kernels runs exact, and
+    /// `ModelInfo.precision` says so.
+    case fast = 2
+}
+
 /// Tokenize flags (PACKLM_TOKENIZE_*).
 public struct TokenizeFlags: OptionSet, Sendable {
     public let rawValue: UInt32
@@ -39,6 +52,9 @@ public struct ModelInfo: Sendable {
     public let eos: UInt32?
     public let addsBOS: Bool
     public let hasChatTemplate: Bool
+    /// The precision in use, `.exact` or `.fast`, after the pack's default and the backend's
+    /// kernels (nil for a code this package does not know).
+    public let precision: Precision?
 }
 
 /// One turn of a conversation.
@@ -63,12 +79,13 @@ public final class Model: @unchecked Sendable {
     let handle: OpaquePointer
     public let info: ModelInfo
 
-    /// Opens a pack. `threads` 0 means one worker per core.
-    public init(path: String, backend: Backend = .host, threads: UInt32 = 0) throws {
+    /// Opens a pack. `threads` 0 means one worker per core; `precision` `.default` is the pack's.
+    public init(path: String, backend: Backend = .host, threads: UInt32 = 0, precision: Precision = .default) throws {
         var options = packlm_open_options()
         try check("packlm_open_options_init", packlm_open_options_init(&options, MemoryLayout<packlm_open_options>.size))
         options.backend = backend.rawValue
         options.threads = threads
+        options.precision = precision.rawValue
         var out: OpaquePointer?
         try check("packlm_model_open", packlm_model_open(path, &options, &out))
         guard let model = out else {
@@ -86,7 +103,8 @@ public final class Model: @unchecked Sendable {
         info = ModelInfo(vocabSize: Int(raw.n_vocab), layers: Int(raw.n_layers),
                          contextLength: Int(raw.n_ctx), hiddenSize: Int(raw.hidden_size),
                          bos: raw.bos < 0 ? nil : UInt32(raw.bos), eos: raw.eos < 0 ? nil : UInt32(raw.eos),
-                         addsBOS: raw.add_bos != 0, hasChatTemplate: raw.has_chat_template != 0)
+                         addsBOS: raw.add_bos != 0, hasChatTemplate: raw.has_chat_template != 0,
+                         precision: Precision(rawValue: raw.precision))
     }
 
     deinit { packlm_model_free(handle) }

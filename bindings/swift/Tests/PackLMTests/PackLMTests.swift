@@ -45,6 +45,15 @@ final class PackLMTests: XCTestCase {
         XCTAssertEqual(info.eos, 1)
     }
 
+    /// The tiny pack is a float pack: exact by default; the reference backend (no
+    /// reduced-precision kernels) runs exact when asked for fast.
+    func testPrecision() throws {
+        XCTAssertEqual(try openTiny().info.precision, .exact)
+        let path = tinyDir.appendingPathComponent("llama").path
+        XCTAssertEqual(try Model(path: path, precision: .exact).info.precision, .exact)
+        XCTAssertEqual(try Model(path: path, backend: .reference, precision: .fast).info.precision, .exact)
+    }
+
     /// Logits within 1e-4 of HF transformers' float32 forward, all 20 rows in one batch.
     func testGoldenLogits() throws {
         struct Golden: Decodable { let tokens: [UInt32]; let n_vocab: Int; let rows: Int }
