@@ -31,15 +31,36 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
 /// HF's eager attention), then the probability-weighted sum of values, in key order. `dot` is
 /// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch).
 pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: fn(&[f32], &[f32]) -> f32) {
-    let d = a.shape.head_dim;
-    let kvw = a.shape.n_kv_heads * d;
     let kvh = h / (a.shape.n_heads / a.shape.n_kv_heads);
     let lo = match a.shape.window {
         Some(w) if pos + 1 > w => pos + 1 - w,
         _ => 0,
     };
     let n = pos + 1 - lo;
-    let mut scores = Vec::with_capacity(n);
+    SCORES.with_borrow_mut(|scores| head_with(a, qh, kvh, lo, pos, n, out, dot, scores));
+}
+
+thread_local! {
+    /// Each thread's score buffer, reused by every head it computes: no allocation per head.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn head_with(
+    a: &AttentionArgs,
+    qh: &[f32],
+    kvh: usize,
+    lo: usize,
+    pos: usize,
+    n: usize,
+    out: &mut [f32],
+    dot: fn(&[f32], &[f32]) -> f32,
+    scores: &mut Vec<f32>,
+) {
+    let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
+    scores.clear();
+    scores.reserve(n);
     let mut max = f32::NEG_INFINITY;
     for t in lo..=pos {
         let kt = &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];

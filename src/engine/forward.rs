@@ -26,27 +26,76 @@ pub enum Want {
 /// logits of the wanted rows (`rows x vocab`). On failure (abort), and also when the pass
 /// panics, the cache is as before: the rows a pass appended are dropped while unwinding, so a
 /// caller that catches the panic (the C boundary does) keeps a usable session.
-pub fn forward(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], want: Want, abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
+pub fn forward(
+    model: &Model,
+    kv: &mut dyn KvStore,
+    bufs: &mut PassBuffers,
+    tokens: &[u32],
+    want: Want,
+    abort: &Arc<AtomicBool>,
+) -> Result<Vec<f32>> {
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    let x = layers(model, &mut *pass.kv, bufs, tokens, abort)?;
     let m = tokens.len();
-    let rows: Vec<usize> = match want {
-        Want::None => Vec::new(),
-        Want::Last => vec![m - 1],
-        Want::All => (0..m).collect(),
+    let last = [m - 1];
+    let all: Vec<usize>;
+    let rows: &[usize] = match want {
+        Want::None => &[],
+        Want::Last => &last,
+        Want::All => {
+            all = (0..m).collect();
+            &all
+        }
     };
-    let logits = if rows.is_empty() { Vec::new() } else { OutputTile::new(model, rows.len()).project(model, &x, &rows, abort)? };
+    let logits = if rows.is_empty() {
+        Vec::new()
+    } else {
+        let mut out = bufs.out.take().filter(|o| o.rows >= rows.len()).unwrap_or_else(|| OutputTile::new(model, rows.len()));
+        let logits = out.project(model, &x, rows, abort);
+        bufs.keep_output(out);
+        logits?
+    };
+    bufs.keep_x(x, m);
     pass.kv.advance(m);
     pass.done = true;
     Ok(logits)
 }
 
+/// Activation buffers a session keeps between passes of at most `KEPT_ROWS` rows (decode
+/// steps, verify blocks, short chunks), so that such a pass allocates nothing but the logits it
+/// returns. A longer pass (a prefill) allocates its own and frees them when it ends, so a
+/// session does not hold memory for the longest prompt it has seen. Stale contents never
+/// matter: every op writes its output rows before any op reads them.
+#[derive(Default)]
+pub struct PassBuffers {
+    scratch: Option<Scratch>,
+    /// (rows, hidden): the residual stream, with the row count it was made for.
+    x: Option<(usize, Tensor)>,
+    out: Option<OutputTile>,
+}
+
+/// Most rows of a pass whose buffers a session keeps (see `PassBuffers`).
+pub const KEPT_ROWS: usize = 64;
+
+impl PassBuffers {
+    fn keep_output(&mut self, out: OutputTile) {
+        if out.rows <= KEPT_ROWS {
+            self.out = Some(out);
+        }
+    }
+    fn keep_x(&mut self, x: Tensor, rows: usize) {
+        if rows <= KEPT_ROWS && self.x.as_ref().is_none_or(|(r, _)| *r < rows) {
+            self.x = Some((rows, x));
+        }
+    }
+}
+
 /// Runs `tokens` through every layer as `forward` does and returns the final residual stream
 /// (`tokens.len() x hidden`, before the final norm) instead of logits, for a caller that
 /// projects the rows itself in bounded tiles (`OutputTile`). Same rollback rules as `forward`.
-pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let x = layers(model, &mut *pass.kv, tokens, abort)?;
+    let x = layers(model, &mut *pass.kv, bufs, tokens, abort)?;
     pass.kv.advance(tokens.len());
     pass.done = true;
     Ok(x)
@@ -129,30 +178,45 @@ thread_local! {
 
 /// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
 /// freed before it returns, so the output projection runs beside x alone.
-fn layers(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
     let _pass = pass::enter(abort);
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let hidden = spec.hidden_size;
     let m = tokens.len();
-    let start = kv.positions();
-    let mut s = Scratch::new(be, model, m);
+    let mut s = bufs.scratch.take().filter(|s| s.rows >= m).unwrap_or_else(|| Scratch::new(be, model, m));
     // x: (m, hidden), the residual stream.
-    let mut x = be.tensor(m * hidden);
-    be.embed(&model.weights.embed, tokens, spec.embed_scale, &mut x);
-    let ple = per_layer_inputs(model, tokens, &x);
+    let mut x = match bufs.x.take() {
+        Some((rows, x)) if rows >= m => x,
+        _ => be.tensor(m * hidden),
+    };
+    let x_out = layers_into(model, kv, tokens, abort, &mut s, &mut x);
+    if m <= KEPT_ROWS {
+        bufs.scratch = Some(s);
+    }
+    x_out.map(|()| x)
+}
+
+/// The layers of `layers`, over buffers it provides (`x`: (m, hidden), written by the
+/// embedding first).
+fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>, s: &mut Scratch, x: &mut Tensor) -> Result<()> {
+    let spec = &model.spec;
+    let m = tokens.len();
+    let start = kv.positions();
+    let be = model.backend.as_ref();
+    be.embed(&model.weights.embed, tokens, spec.embed_scale, x);
+    let ple = per_layer_inputs(model, tokens, x);
     for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
         check_abort(abort, || format!("before layer {il}"))?;
-        attention_block(model, kv, il, ls, lw, &mut x, m, start, &mut s);
+        attention_block(model, kv, il, ls, lw, x, m, start, s);
         #[cfg(test)]
         if PANIC_AFTER_LAYER.with(|p| p.get()) == Some(il) {
             panic!("injected panic after layer {il}");
         }
-        mlp_block(model, il, ls, lw, &mut x, m, ple.as_ref(), &mut s);
+        mlp_block(model, il, ls, lw, x, m, ple.as_ref(), s);
     }
     // A kernel of the last layer may have stopped early.
-    check_abort(abort, || "after the last layer".into())?;
-    Ok(x)
+    check_abort(abort, || "after the last layer".into())
 }
 
 /// `ErrAborted` when the flag is set, or when a kernel of this pass skipped work because it was
@@ -166,6 +230,8 @@ fn check_abort(abort: &AtomicBool, at: impl FnOnce() -> String) -> Result<()> {
 
 /// Activation buffers of one pass, each sized for the widest layer and reused by every layer.
 struct Scratch {
+    /// Rows the buffers hold.
+    rows: usize,
     /// (m, hidden)
     h: Tensor,
     /// (m, n_heads * head_dim)
@@ -191,6 +257,7 @@ impl Scratch {
         let mlp = widest(|l| l.mlp_width).max(spec.per_layer_input.map_or(0, |p| p.dim));
         let hidden = spec.hidden_size;
         Scratch {
+            rows: m,
             h: be.tensor(m * hidden),
             q: be.tensor(m * qw),
             k: be.tensor(m * kvw),

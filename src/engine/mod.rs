@@ -246,6 +246,8 @@ pub struct Session {
     /// the pass context: backend::pass).
     abort: Arc<AtomicBool>,
     counters: VerifyCounters,
+    /// Activation buffers kept between short passes (forward::PassBuffers).
+    bufs: forward::PassBuffers,
 }
 
 impl Session {
@@ -257,7 +259,7 @@ impl Session {
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
-        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default() })
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default() })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -322,7 +324,7 @@ impl Session {
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.check(tokens)?;
         let model = self.model.clone();
-        let logits = forward::forward(&model, self.kv.as_mut(), tokens, want, &self.abort)?;
+        let logits = forward::forward(&model, self.kv.as_mut(), &mut self.bufs, tokens, want, &self.abort)?;
         // Want::None skips the output projection (on a 262k vocabulary it costs more than a
         // token's layers), so there are no last logits to keep after it.
         let v = model.spec.vocab_size;

@@ -99,7 +99,7 @@ impl Session {
         rows.extend_from_slice(draft);
         self.check(&rows)?;
         let model = self.model.clone();
-        let x = forward::forward_hidden(&model, self.kv.as_mut(), &rows, &self.abort)?;
+        let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
         self.tokens.extend_from_slice(&rows);
         let mut tile = OutputTile::new(&model, rows.len().min(OUTPUT_TILE_ROWS));
         let mut n_accepted = 0;
