@@ -83,6 +83,30 @@ fn quantize_block_hand_worked() {
     assert!(int8::quantize_block(&bad, &mut q).0.is_nan());
 }
 
+/// The vectorized rounding gives the scalar one's values: random rows of every scale, halves,
+/// zeros, a NaN and an infinity.
+#[test]
+fn quantize_gives_the_scalar_values() {
+    let mut rng = Rng(17);
+    let n = 32 * 64;
+    let mut x = random_x(&mut rng, n);
+    // Values that land on halves: a block whose amax is 127 makes x / d = x.
+    for (i, v) in x[..32].iter_mut().enumerate() {
+        *v = if i == 0 { 127.0 } else { i as f32 - 15.5 };
+    }
+    x[32..64].fill(0.0);
+    x[64 + 5] = f32::NAN;
+    x[96 + 9] = f32::NEG_INFINITY;
+    let (mut a, mut b) = (Q8Rows::default(), Q8Rows::default());
+    a.quantize(&x, n);
+    b.quantize_scalar(&x, n);
+    assert_eq!(a.q, b.q);
+    assert_eq!(a.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    assert_eq!(a.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    assert_eq!((b.q[1], b.q[2]), (-15, -14), "-14.5 rounds away from zero; -13.5 too");
+    assert!(b.d[2].is_nan() && b.d[3].is_nan());
+}
+
 /// One kernel call over `w` (rows of `n_in`) and the rounded `x` (m rows).
 fn run(ty: WeightType, isa: Int8Isa, w: &[u8], n_in: usize, x: &Q8Rows, m: usize) -> Vec<f32> {
     let row_bytes = ty.row_bytes(n_in).unwrap();

@@ -48,6 +48,47 @@ fn sum8(v: __m256) -> f32 {
     reduce8(&lanes)
 }
 
+/// int8.rs's `quantize_block` with 256-bit operations, the same values: the largest magnitude
+/// (max is exact in any order), the scalar d and 1/d, then per element the same multiply, add of
+/// copysign(0.5 - 2^-25) and truncation, the same clamp; q in element order, sum exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
+    let v = super::avx2::load32(x);
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let a = v.map(|v| _mm256_and_ps(v, abs_mask));
+    // |v| < inf is false for an infinity and for NaN (ordered compare).
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let finite = a.map(|a| _mm256_cmp_ps::<_CMP_LT_OQ>(a, inf));
+    let all = _mm256_and_ps(_mm256_and_ps(finite[0], finite[1]), _mm256_and_ps(finite[2], finite[3]));
+    if _mm256_movemask_ps(all) != 0xff {
+        q.fill(0);
+        return (f32::NAN, f32::NAN);
+    }
+    let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (idv, sign, half) = (_mm256_set1_ps(id), _mm256_set1_ps(-0.0), _mm256_set1_ps(0.49999997));
+    let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
+    let r = v.map(|v| {
+        let t = _mm256_mul_ps(v, idv);
+        let t = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half));
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(t), lo), hi)
+    });
+    let total = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+    let t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+    let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t)));
+    // packs interleaves 128-bit halves: 4-byte groups come out a0 b0 c0 d0 a1 b1 c1 d1.
+    let bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: writes the 32 bytes of the array; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), bytes) };
+    (d, d * sum as f32)
+}
+
 /// One weight row (super-blocks of BB bytes, SUBS 32-element blocks each) against R rounded
 /// activation rows. `sums` makes the four-byte sums (one of the two functions above, inlined).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -240,9 +281,8 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 }
 
 /// Activation rows per decoded block: AVX2's 16 registers hold 4 rows' 8 accumulators beside
-/// the block; AVX-512's 32 hold 8 rows'.
+/// the block.
 const R_AVX2: usize = 4;
-const R_WIDE: usize = 8;
 
 macro_rules! entries {
     ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
@@ -251,9 +291,9 @@ macro_rules! entries {
             tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| $decode(b, k), |a, x| sums_maddubs(a, x))
         }
 
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
         pub fn $vnni(t: QTile) {
-            tile::<{ $bb }, { $subs }, $min, R_WIDE>(t, |b, k| $decode(b, k), |a, x| sums_vnni(a, x))
+            tile_512::<{ $bb }, { $subs }, $min>(t, |b, k| $decode(b, k))
         }
     )*};
 }
@@ -265,4 +305,123 @@ entries! {
     q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false;
     q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true;
     q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false;
+}
+
+// ---- 512-bit registers: two blocks at once -----------------------------------------------------
+//
+// int8.rs's two accumulators acc[b % 2] are the two halves of one 512-bit register: the low
+// half takes the even blocks, the high half the odd ones, so a pair (b, b + 1) is one
+// `vpdpbusd`, one conversion and one fused multiply-add, and each lane sees exactly the
+// operations of the 256-bit code in the same order. A last unpaired block goes through the
+// 256-bit operations on the low half alone. AVX-512 has no `vpsignb`: the activation is negated
+// under the mask of the weight's negative bytes instead, and the weight is |w| (`vpabsb`).
+
+/// Rows per pass over the weights, largest first: 16 fill the 32 registers with one
+/// accumulator each; 9 is a verify of 8 drafted tokens; smaller groups take what is left.
+const GROUPS_512: [usize; 6] = [16, 9, 8, 4, 2, 1];
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn row_dots_512<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+    w: &[u8],
+    xq: [&[[i8; QK]]; R],
+    xd: [&[f32]; R],
+    xs: [&[f32]; R],
+    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> [f32; R] {
+    let sbs = w.as_chunks::<BB>().0;
+    let mut nb = sbs.len() * SUBS;
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
+    }
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut mins = [0.0f32; R];
+    // (lane i of the pair's scale) = activation scale of block b + i / 8.
+    let pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut b = 0;
+    // SAFETY (every get_unchecked and pointer read below): b + 1 < nb, and nb is at most the
+    // block count of the weight row (sbs.len() * SUBS, so b / SUBS < sbs.len()) and the length of
+    // every row's xq and xd (and xs when MIN); SUBS is 1 or even, so b and b + 1 are blocks 0 and
+    // 1 of consecutive stored blocks, or k and k + 1 of one.
+    while b + 2 <= nb {
+        let (q0, ws0, m0) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
+        let (q1, ws1, m1) = decode(unsafe { sbs.get_unchecked((b + 1) / SUBS) }, (b + 1) % SUBS);
+        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1);
+        let ws = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1);
+        let neg = if MIN { 0 } else { _mm512_movepi8_mask(q) };
+        let q_abs = if MIN { q } else { _mm512_abs_epi8(q) };
+        for r in 0..R {
+            let x = unsafe { _mm512_loadu_si512(xq[r].as_ptr().add(b).cast()) };
+            let x = if MIN { x } else { _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x) };
+            let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_abs, x));
+            let d2 = _mm_castpd_ps(unsafe { _mm_load_sd(xd[r].as_ptr().add(b).cast()) });
+            let c = _mm512_mul_ps(ws, _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(d2)));
+            acc[r] = _mm512_fmadd_ps(c, p, acc[r]);
+            if MIN {
+                mins[r] = m0.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
+                mins[r] = m1.mul_add(unsafe { *xs[r].get_unchecked(b + 1) }, mins[r]);
+            }
+        }
+        b += 2;
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        let (mut even, odd) = (_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps::<1>(acc[r]));
+        if b < nb {
+            // SAFETY: b < nb, as above.
+            let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
+            let q_abs = if MIN { q } else { _mm256_sign_epi8(q, q) };
+            let x = load_i8(unsafe { xq[r].get_unchecked(b) });
+            let x = if MIN { x } else { _mm256_sign_epi8(x, q) };
+            let p = _mm256_cvtepi32_ps(sums_vnni(q_abs, x));
+            let c = _mm256_mul_ps(ws, _mm256_set1_ps(unsafe { *xd[r].get_unchecked(b) }));
+            even = _mm256_fmadd_ps(c, p, even);
+            if MIN {
+                mins[r] = wm.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
+            }
+        }
+        out[r] = sum8(_mm256_add_ps(even, odd)) + mins[r];
+    }
+    out
+}
+
+/// `tile` for the 512-bit kernels: activation rows in the groups of `GROUPS_512`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
+    if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
+        return;
+    }
+    let m = t.m;
+    let row = |r: usize| {
+        let (q, d, s) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
+    };
+    let mut r = 0;
+    while r < m {
+        let left = m - r;
+        let Some(&g) = GROUPS_512.iter().find(|&&g| g <= left) else { break };
+        macro_rules! group {
+            ($($n:literal)*) => {
+                match g {
+                    $($n => {
+                        let rows: [_; $n] = std::array::from_fn(|i| row(r + i));
+                        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
+                        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+                            if $n == 1 {
+                                prefetch_ahead(w);
+                            }
+                            o[r..r + $n].copy_from_slice(&row_dots_512::<BB, SUBS, MIN, $n>(w, xq, xd, xs, decode));
+                        }
+                    })*
+                    _ => unreachable!("GROUPS_512 lists only the sizes above"),
+                }
+            };
+        }
+        group!(16 9 8 4 2 1);
+        r += g;
+    }
 }

@@ -50,8 +50,18 @@ pub struct Q8Rows {
 }
 
 impl Q8Rows {
-    /// Rounds the `x.len() / n_in` rows of `x` (`n_in` a multiple of 32), reusing the buffers.
+    /// Rounds the `x.len() / n_in` rows of `x` (`n_in` a multiple of 32), reusing the buffers;
+    /// with 256-bit operations where the CPU has AVX2 (the same values: tests/host_int8.rs).
     pub fn quantize(&mut self, x: &[f32], n_in: usize) {
+        self.quantize_with(x, n_in, Isa::Avx2.available());
+    }
+
+    /// As `quantize`, always with the scalar `quantize_block` (the tests' reference).
+    pub fn quantize_scalar(&mut self, x: &[f32], n_in: usize) {
+        self.quantize_with(x, n_in, false);
+    }
+
+    fn quantize_with(&mut self, x: &[f32], n_in: usize, avx2: bool) {
         let nb = x.len() / QK;
         debug_assert!(n_in.is_multiple_of(QK) && x.len().is_multiple_of(n_in.max(1)));
         self.q.resize(nb * QK, 0);
@@ -59,7 +69,13 @@ impl Q8Rows {
         self.s.resize(nb, 0.0);
         let blocks = x.as_chunks::<QK>().0.iter().zip(self.q.as_chunks_mut::<QK>().0);
         for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
-            (*d, *s) = quantize_block(xb, qb);
+            (*d, *s) = match avx2 {
+                // SAFETY: `avx2` is true only where the CPU has AVX2, FMA and F16C (`quantize`
+                // checks), the features the function is compiled for.
+                #[cfg(target_arch = "x86_64")]
+                true => unsafe { super::avx2_int8::quantize_block(xb, qb) },
+                _ => quantize_block(xb, qb),
+            };
         }
     }
 
@@ -263,14 +279,18 @@ pub enum Int8Isa {
     Portable,
     /// `vpmaddubsw` + `vpmaddwd` (AVX2, FMA, F16C).
     Avx2,
-    /// `vpdpbusd` (AVX-512 F, VL and VNNI), with 8 activation rows per decoded block.
+    /// `vpdpbusd` on 512-bit registers (AVX-512 F, VL, BW, DQ and VNNI): two blocks per
+    /// instruction, up to 16 activation rows per decoded pair.
     Avx512Vnni,
 }
 
 static HAS_VNNI: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
     #[cfg(target_arch = "x86_64")]
     {
-        Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")
+        Isa::Avx512.available()
+            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -149,9 +149,11 @@ impl HostBackend {
         // Results land transposed ([n_out][rows]) so that each tile owns one contiguous chunk.
         let mut out_t = vec![0.0f32; n_out * rows];
         self.for_chunks(&mut out_t, tile * rows, serial, task);
-        for (j, col) in out_t.chunks_exact(rows).enumerate() {
-            for (m, &v) in col.iter().enumerate() {
-                out[m * n_out + j] = v;
+        // Row by row, so that the writes are sequential (the other order, a store every n_out
+        // floats, took 7% of a prefill).
+        for (m, out_row) in out.chunks_exact_mut(n_out).enumerate() {
+            for (j, o) in out_row.iter_mut().enumerate() {
+                *o = out_t[j * rows + m];
             }
         }
     }
