@@ -235,6 +235,15 @@ pub(super) fn reduce8(v: &Lanes) -> f32 {
     (w[0] + w[2]) + (w[1] + w[3])
 }
 
+/// `a[O..O + L]` as an array reference, bounds checked at compile time.
+#[inline(always)]
+pub(super) fn sub<T, const O: usize, const L: usize, const N: usize>(a: &[T; N]) -> &[T; L] {
+    const { assert!(O + L <= N) };
+    // SAFETY: O + L <= N (checked at compile time above), so the L elements from O lie inside
+    // `a`; [T; L] has the alignment of T.
+    unsafe { &*(a.as_ptr().add(O) as *const [T; L]) }
+}
+
 #[inline(always)]
 pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
