@@ -71,7 +71,22 @@ pub enum Isa {
     /// Avx2 plus AVX-512 F and VL: the same 256-bit kernels and the same bits, but 32 registers
     /// let a decoded weight row serve twice the activation rows (prefill).
     Avx512,
+    /// aarch64 with NEON (baseline there). The f32 row kernels are still the portable ones;
+    /// what this selects is the `fast` precision's NEON integer kernels (neon_int8.rs), so that
+    /// forcing `Portable` keeps meaning plain Rust everywhere.
+    Neon,
 }
+
+static HAS_NEON: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+});
 
 static HAS_AVX512: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
     #[cfg(target_arch = "x86_64")]
@@ -102,6 +117,8 @@ impl Isa {
             Isa::Avx512
         } else if *HAS_AVX2 {
             Isa::Avx2
+        } else if *HAS_NEON {
+            Isa::Neon
         } else {
             Isa::Portable
         }
@@ -113,6 +130,7 @@ impl Isa {
             Isa::Portable => true,
             Isa::Avx2 => *HAS_AVX2,
             Isa::Avx512 => *HAS_AVX512,
+            Isa::Neon => *HAS_NEON,
         }
     }
 }
@@ -152,7 +170,8 @@ pub struct RowKernel {
 }
 
 impl RowKernel {
-    /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run gives the portable kernel.
+    /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run, and `Neon` (no f32 NEON
+    /// kernels yet), give the portable kernel.
     pub fn new(ty: WeightType, isa: Isa) -> RowKernel {
         let (f, many) = match (isa.available(), isa) {
             #[cfg(target_arch = "x86_64")]
