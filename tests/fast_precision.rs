@@ -86,7 +86,7 @@ fn fast_keeps_the_bit_level_invariants_on_every_kernel_path() {
         assert_bits_equal(&all_rows(&one, &tokens), &all_rows(&two, &tokens), &format!("{name} fast: 1 vs 2 threads"));
         // Every kernel path this CPU runs, forced (the AVX2 one on an AVX-512 machine too).
         // Paths agree with each other only within rounding, so each is checked on its own.
-        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()) {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()) {
             let m = open_fast_isa(&p, isa, 3);
             let n = if isa == Isa::Portable { 6 } else { 12 };
             invariants(&m, &tokens[..n], &format!("{name} fast, {isa:?} kernels"));

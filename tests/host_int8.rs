@@ -1,8 +1,10 @@
-//! The `fast` precision's integer kernels (src/backend/host/int8.rs, avx2_int8.rs).
+//! The `fast` precision's integer kernels (src/backend/host/int8.rs, avx2_int8.rs,
+//! neon_int8.rs).
 //!
 //! - The activation rounding against hand-worked blocks and C's `roundf`.
 //! - Every implementation (portable; AVX2 `vpmaddubsw`, also on AVX-512 machines; AVX-512 VNNI
-//!   where the CPU has it) gives the portable bits, for every block format, one row or many.
+//!   where the CPU has it; NEON on aarch64, run under qemu by scripts/aarch64_tests.sh) gives
+//!   the portable bits, for every block format, one row or many.
 //! - The portable kernel against an independent oracle: `quant::dequantize_row` (bit-exact to
 //!   ggml, tested against gguf-py) times the rounded activations `d * q`, summed in f64. Bound:
 //!   gamma(n/32 + 44) * T, T = sum (|w_i - m_i| + |m_i|) |d q_i| (m_i the block's min term),
@@ -25,13 +27,32 @@ use packlm::quant::{dequantize_row, WeightType};
 const BLOCK_TYPES: [WeightType; 6] =
     [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q6_K];
 
+/// Every implementation this CPU runs, of those its architecture has.
 fn isas() -> Vec<Int8Isa> {
-    let all = [Int8Isa::Portable, Int8Isa::Avx2, Int8Isa::Avx512Vnni];
-    let have: Vec<Int8Isa> = all.into_iter().filter(|i| i.available()).collect();
+    let all: &[Int8Isa] = if cfg!(target_arch = "aarch64") {
+        &[Int8Isa::Portable, Int8Isa::Neon]
+    } else {
+        &[Int8Isa::Portable, Int8Isa::Avx2, Int8Isa::Avx512Vnni]
+    };
+    let have: Vec<Int8Isa> = all.iter().copied().filter(|i| i.available()).collect();
     if have.len() < all.len() {
         eprintln!("note: this CPU runs only {have:?} of the integer kernels");
     }
     have
+}
+
+/// The host backend takes the integer kernels of its f32 kernels' instruction set: NEON is
+/// aarch64's best, and a forced `Portable` is portable on every CPU.
+#[test]
+fn integer_kernels_follow_the_backend_isa() {
+    assert_eq!(Int8Isa::for_isa(Isa::Portable), Int8Isa::Portable);
+    assert_eq!(Int8Isa::for_isa(Isa::Neon), Int8Isa::Neon);
+    assert_eq!(Int8Isa::best(), Int8Isa::for_isa(Isa::best()));
+    if cfg!(target_arch = "aarch64") {
+        assert_eq!(Isa::best(), Isa::Neon);
+        assert_eq!(Int8Isa::best(), Int8Isa::Neon);
+    }
+    assert_eq!(Int8Isa::Neon.available(), cfg!(target_arch = "aarch64"));
 }
 
 #[test]
@@ -225,7 +246,7 @@ fn hand_worked_rows() {
 #[test]
 fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
     let mut rng = Rng(9);
-    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()) {
+    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()) {
         let backends: Vec<HostBackend> =
             [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast)).collect();
         for ty in BLOCK_TYPES {

@@ -44,6 +44,9 @@ fn isas() -> Vec<Isa> {
     } else if Isa::Avx2.available() {
         eprintln!("note: this CPU lacks AVX-512 F/VL; the wide kernels are not tested");
         vec![Isa::Portable, Isa::Avx2]
+    } else if Isa::Neon.available() {
+        // aarch64: Neon selects the portable f32 row kernels (only its integer kernels differ).
+        vec![Isa::Portable, Isa::Neon]
     } else {
         eprintln!("note: this CPU lacks AVX2/FMA/F16C; only the portable kernels are tested");
         vec![Isa::Portable]

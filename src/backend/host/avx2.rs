@@ -13,17 +13,8 @@
 
 use std::arch::x86_64::*;
 
-use super::row_dot::{reduce8, Tile, Q4_1_BYTES};
+use super::row_dot::{reduce8, sub, Tile, Q4_1_BYTES};
 use crate::quant::QK;
-
-/// `a[O..O + L]` as an array reference, bounds checked at compile time.
-#[inline(always)]
-pub(super) fn sub<T, const O: usize, const L: usize, const N: usize>(a: &[T; N]) -> &[T; L] {
-    const { assert!(O + L <= N) };
-    // SAFETY: O + L <= N (checked at compile time above), so the L elements from O lie inside
-    // `a`; [T; L] has the alignment of T.
-    unsafe { &*(a.as_ptr().add(O) as *const [T; L]) }
-}
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

@@ -12,9 +12,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, sub};
+use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes};
 use super::int8::QTile;
-use super::row_dot::{reduce8, scale_min_k4};
+use super::row_dot::{reduce8, scale_min_k4, sub};
 use crate::quant::{QK, QK_K};
 
 /// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.

@@ -4,9 +4,9 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    bytes16, bytes32, each_row, f16_scalar, i8x32, lanes32, load32, nibble_runs, runs_f32, sub, sum_lanes,
+    bytes16, bytes32, each_row, f16_scalar, i8x32, lanes32, load32, nibble_runs, runs_f32, sum_lanes,
 };
-use super::row_dot::{finish_float, scale_min_k4, Tile, Q4_K_BYTES, Q6_K_BYTES};
+use super::row_dot::{finish_float, scale_min_k4, sub, Tile, Q4_K_BYTES, Q6_K_BYTES};
 use crate::quant::QK_K;
 
 /// One Q4_K weight row against R activation rows. Sub-block sb (32 elements) goes to

@@ -3,18 +3,9 @@
 //! the portable version does the same lane structure with separate multiply and add. Which one
 //! runs is decided once per process, so every call in a process rounds the same way.
 
-use once_cell::sync::Lazy;
-
-static HAS_AVX2_FMA: Lazy<bool> = Lazy::new(|| {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-});
+#[cfg(target_arch = "x86_64")]
+static HAS_AVX2_FMA: once_cell::sync::Lazy<bool> =
+    once_cell::sync::Lazy::new(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
 
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -20,12 +20,20 @@
 //! # Arithmetic (the same on every instruction set, bit for bit)
 //!
 //! For activation block b and lane l (0..8): `p_l = sum of q_w[i] * q_x[i] for i in 4l..4l+4`,
-//! an exact i32 (the four-byte sums `vpmaddubsw` + `vpmaddwd` or `vpdpbusd` produce). Then, in
-//! f32, `c = ws[l / 4] * d_x[b]` and `acc[b % 2][l] = fma(c, p_l, acc[b % 2][l])`, and the min
-//! chain `mins = fma(wm, s_x[b], mins)` in block order. The result is `reduce8(acc[0] + acc[1])
-//! + mins` (row_dot.rs's fixed tree). The integers are exact whatever instructions make them,
-//! and the float operations are fixed, so the portable code (with `mul_add`), AVX2 and AVX-512
-//! VNNI give the same bits, and an output never depends on the batch size or thread count.
+//! an exact i32 (the four-byte sums `vpmaddubsw` + `vpmaddwd`, `vpdpbusd` or NEON's `smull` +
+//! `saddlp` + `addp` produce). Then, in f32, `c = ws[l / 4] * d_x[b]` and `acc[b % 2][l] =
+//! fma(c, p_l, acc[b % 2][l])`, and the min chain `mins = fma(wm, s_x[b], mins)` in block
+//! order. The result is `reduce8(acc[0] + acc[1]) + mins` (row_dot.rs's fixed tree). The
+//! integers are exact whatever instructions make them, and the float operations are fixed, so
+//! the portable code (with `mul_add`), AVX2, AVX-512 VNNI and NEON give the same bits, and an
+//! output never depends on the batch size or thread count.
+//!
+//! # Which implementation runs
+//!
+//! The host backend has one instruction-set choice, row_dot.rs's `Isa`, and takes the integer
+//! kernels that go with it ([`Int8Isa::for_isa`]): the CPU's best gives the best integer
+//! kernels (VNNI or AVX2 on x86_64, NEON on aarch64), and a forced `Isa::Portable` gives the
+//! portable ones on every CPU, so tests can run each path through the whole backend.
 //!
 //! # Accuracy
 //!
@@ -282,6 +290,8 @@ pub enum Int8Isa {
     /// `vpdpbusd` on 512-bit registers (AVX-512 F, VL, BW, DQ and VNNI): two blocks per
     /// instruction, up to 16 activation rows per decoded pair.
     Avx512Vnni,
+    /// `smull` + `saddlp` + `addp` (aarch64 NEON), with 4 activation rows per decoded block.
+    Neon,
 }
 
 static HAS_VNNI: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
@@ -299,15 +309,22 @@ static HAS_VNNI: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
 });
 
 impl Int8Isa {
-    /// The integer kernels that go with the f32 kernels' `isa`: AVX-512 means VNNI where the
-    /// CPU has it, else the AVX2 kernels.
+    /// The integer kernels that go with the f32 kernels' `isa` (the host backend's one
+    /// choice, so forcing `Isa::Portable` makes both portable): AVX-512 means VNNI where the
+    /// CPU has it, else the AVX2 kernels; `Isa::Neon` (aarch64's best) means NEON.
     pub fn for_isa(isa: Isa) -> Int8Isa {
         match isa {
             Isa::Portable => Int8Isa::Portable,
             Isa::Avx2 => Int8Isa::Avx2,
             Isa::Avx512 if *HAS_VNNI => Int8Isa::Avx512Vnni,
             Isa::Avx512 => Int8Isa::Avx2,
+            Isa::Neon => Int8Isa::Neon,
         }
+    }
+
+    /// The fastest integer kernels this CPU runs: those of [`Isa::best`].
+    pub fn best() -> Int8Isa {
+        Int8Isa::for_isa(Isa::best())
     }
 
     /// Whether this CPU can run `self`.
@@ -316,16 +333,19 @@ impl Int8Isa {
             Int8Isa::Portable => true,
             Int8Isa::Avx2 => Isa::Avx2.available(),
             Int8Isa::Avx512Vnni => *HAS_VNNI,
+            Int8Isa::Neon => Isa::Neon.available(),
         }
     }
 }
 
-/// A kernel entry point; the x86 ones need the CPU features `Int8Kernel::new` checks.
+/// A kernel entry point; the x86 and NEON ones need the CPU features `Int8Kernel::new` checks.
 #[derive(Clone, Copy)]
 enum Entry {
     Portable(WeightType),
     #[cfg(target_arch = "x86_64")]
     X86(unsafe fn(QTile)),
+    #[cfg(target_arch = "aarch64")]
+    Neon(unsafe fn(QTile)),
 }
 
 /// The integer kernel for one weight type on one implementation.
@@ -362,6 +382,20 @@ impl Int8Kernel {
             };
             return Some(Int8Kernel { entry: Entry::X86(f) });
         }
+        #[cfg(target_arch = "aarch64")]
+        if isa == Int8Isa::Neon && isa.available() {
+            use super::neon_int8 as k;
+            let f: unsafe fn(QTile) = match ty {
+                WeightType::Q8_0 => k::q8_0_neon,
+                WeightType::Q4_0 => k::q4_0_neon,
+                WeightType::Q4_1 => k::q4_1_neon,
+                WeightType::Q5_0 => k::q5_0_neon,
+                WeightType::Q4_K => k::q4_k_neon,
+                WeightType::Q6_K => k::q6_k_neon,
+                _ => return None,
+            };
+            return Some(Int8Kernel { entry: Entry::Neon(f) });
+        }
         let _ = isa;
         Some(Int8Kernel { entry: Entry::Portable(ty) })
     }
@@ -374,6 +408,10 @@ impl Int8Kernel {
             // features it is compiled for (AVX2, FMA, F16C; for VNNI also AVX-512 F, VL, VNNI).
             #[cfg(target_arch = "x86_64")]
             Entry::X86(f) => unsafe { f(t) },
+            // SAFETY: `new` stores a NEON entry only after `Int8Isa::Neon.available()` found
+            // NEON, the one feature the NEON kernels are compiled for.
+            #[cfg(target_arch = "aarch64")]
+            Entry::Neon(f) => unsafe { f(t) },
         }
     }
 }

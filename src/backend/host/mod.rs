@@ -15,6 +15,8 @@ mod avx2;
 mod avx2_int8;
 #[cfg(target_arch = "x86_64")]
 mod avx2_k;
+#[cfg(target_arch = "aarch64")]
+mod neon_int8;
 mod portable;
 
 use parking_lot::Mutex;

@@ -71,7 +71,22 @@ pub enum Isa {
     /// Avx2 plus AVX-512 F and VL: the same 256-bit kernels and the same bits, but 32 registers
     /// let a decoded weight row serve twice the activation rows (prefill).
     Avx512,
+    /// aarch64 with NEON (baseline there). The f32 row kernels are still the portable ones;
+    /// what this selects is the `fast` precision's NEON integer kernels (neon_int8.rs), so that
+    /// forcing `Portable` keeps meaning plain Rust everywhere.
+    Neon,
 }
+
+static HAS_NEON: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+});
 
 static HAS_AVX512: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
     #[cfg(target_arch = "x86_64")]
@@ -102,6 +117,8 @@ impl Isa {
             Isa::Avx512
         } else if *HAS_AVX2 {
             Isa::Avx2
+        } else if *HAS_NEON {
+            Isa::Neon
         } else {
             Isa::Portable
         }
@@ -113,6 +130,7 @@ impl Isa {
             Isa::Portable => true,
             Isa::Avx2 => *HAS_AVX2,
             Isa::Avx512 => *HAS_AVX512,
+            Isa::Neon => *HAS_NEON,
         }
     }
 }
@@ -152,7 +170,8 @@ pub struct RowKernel {
 }
 
 impl RowKernel {
-    /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run gives the portable kernel.
+    /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run, and `Neon` (no f32 NEON
+    /// kernels yet), give the portable kernel.
     pub fn new(ty: WeightType, isa: Isa) -> RowKernel {
         let (f, many) = match (isa.available(), isa) {
             #[cfg(target_arch = "x86_64")]
@@ -233,6 +252,15 @@ pub fn block_sums(x: &[f32]) -> impl Iterator<Item = f32> + '_ {
 pub(super) fn reduce8(v: &Lanes) -> f32 {
     let w = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
     (w[0] + w[2]) + (w[1] + w[3])
+}
+
+/// `a[O..O + L]` as an array reference, bounds checked at compile time.
+#[inline(always)]
+pub(super) fn sub<T, const O: usize, const L: usize, const N: usize>(a: &[T; N]) -> &[T; L] {
+    const { assert!(O + L <= N) };
+    // SAFETY: O + L <= N (checked at compile time above), so the L elements from O lie inside
+    // `a`; [T; L] has the alignment of T.
+    unsafe { &*(a.as_ptr().add(O) as *const [T; L]) }
 }
 
 #[inline(always)]

@@ -1,0 +1,296 @@
+//! The `fast` precision's kernels on aarch64: int8.rs's arithmetic with NEON, which every
+//! aarch64 target Rust builds for by default. The four-byte integer sums are `smull` (eight
+//! exact i16 products: |w| <= 128 and |x| <= 127), `saddlp` (pairs, widened to i32) and `addp`
+//! (pairs of pairs), so lane l is the exact sum of the products 4l..4l+4; the f32 steps are
+//! `fmla`, the fused multiply-add of int8.rs's `mul_add`. Every output has the portable bits.
+//!
+//! NEON multiplies signed bytes by signed bytes, so unlike x86 no sign trick is needed. The
+//! `sdot` instruction (the dotprod extension) would make the same lanes in one step, but its
+//! intrinsic `vdotq_s32` is not stable yet (rust-lang/rust#117224), so it is not used.
+//!
+//! Eight f32 lanes are two 4-lane registers: elements 0..16 (lanes 0..4, weight scale 0) and
+//! 16..32 (lanes 4..8, scale 1). A weight row's 32-element block is decoded once for R
+//! activation rows (prefill, verify); each output still goes through exactly the operations it
+//! would alone. No prefetch, unlike avx2_int8.rs: the aarch64 prefetch intrinsic is unstable,
+//! and a row is one sequential stream, which the hardware prefetchers follow.
+
+use std::arch::aarch64::*;
+
+use super::int8::QTile;
+use super::row_dot::{reduce8, scale_min_k4, sub};
+use crate::quant::{QK, QK_K};
+
+/// A decoded 32-element weight block.
+#[derive(Clone, Copy)]
+struct Decoded {
+    /// Elements 0..16 and 16..32, after the format's offset.
+    q: [int8x16_t; 2],
+    /// The weight scale of each half.
+    scale: [f32; 2],
+    /// The coefficient of the activation block's `s` (0 for the formats without a min).
+    min: f32,
+}
+
+/// Lanes 0..4 of one 16-element half: the exact sums of `w[i] * x[i]` over 4 consecutive i.
+#[target_feature(enable = "neon")]
+#[inline]
+fn sums16(w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    let lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+    let hi = vpaddlq_s16(vmull_high_s8(w, x));
+    vpaddq_s32(lo, hi)
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn load_u8(b: &[u8; 16]) -> uint8x16_t {
+    // SAFETY: reads the 16 bytes of the array; vld1q_u8 needs only u8's alignment.
+    unsafe { vld1q_u8(b.as_ptr()) }
+}
+
+/// A rounded activation block as its two halves.
+#[target_feature(enable = "neon")]
+#[inline]
+fn load_x(x: &[i8; QK]) -> [int8x16_t; 2] {
+    // SAFETY: reads bytes 0..16 and 16..32 of the 32-byte array; vld1q_s8 needs only i8's
+    // alignment.
+    unsafe { [vld1q_s8(x.as_ptr()), vld1q_s8(x.as_ptr().add(16))] }
+}
+
+/// The sum of 8 lanes by row_dot.rs's fixed tree.
+#[target_feature(enable = "neon")]
+#[inline]
+fn sum8(v: [float32x4_t; 2]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: writes lanes 0..4 and 4..8 of the 8-f32 array; vst1q_f32 needs only f32's
+    // alignment.
+    unsafe {
+        vst1q_f32(lanes.as_mut_ptr(), v[0]);
+        vst1q_f32(lanes.as_mut_ptr().add(4), v[1]);
+    }
+    reduce8(&lanes)
+}
+
+/// A little-endian f16 (block scales) to f32, exactly.
+#[inline(always)]
+fn f16(h: &[u8; 2]) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes(*h)).to_f32()
+}
+
+/// One weight row (super-blocks of BB bytes, SUBS 32-element blocks each) against R rounded
+/// activation rows.
+#[target_feature(enable = "neon")]
+#[inline]
+fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+    w: &[u8],
+    xq: [&[[i8; QK]]; R],
+    xd: [&[f32]; R],
+    xs: [&[f32]; R],
+    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> [f32; R] {
+    let sbs = w.as_chunks::<BB>().0;
+    let mut nb = sbs.len() * SUBS;
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
+    }
+    // Cut every row to the nb blocks all of them have, so that the loop below needs no checks.
+    let (mut xq_b, mut xd_b, mut xs_b): ([&[[i8; QK]]; R], [&[f32]; R], [&[f32]; R]) = ([&[]; R], [&[]; R], [&[]; R]);
+    for r in 0..R {
+        (xq_b[r], xd_b[r]) = (&xq[r][..nb], &xd[r][..nb]);
+        if MIN {
+            xs_b[r] = &xs[r][..nb];
+        }
+    }
+    let (xq, xd, xs) = (xq_b, xd_b, xs_b);
+    // acc[r][k]: row r's chain k (blocks b with b % 2 == k), lanes 0..4 and 4..8.
+    let mut acc = [[[vdupq_n_f32(0.0); 2]; 2]; R];
+    let mut mins = [0.0f32; R];
+    // SAFETY (every get_unchecked below): b < nb, and nb is at most the block count of the
+    // weight row (sbs.len() * SUBS, so b / SUBS < sbs.len()) and the length of every row's
+    // xq and xd (and xs when MIN), as cut above.
+    let mut block = |b: usize, k: usize| {
+        debug_assert!(b < nb);
+        let blk = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
+        for r in 0..R {
+            let x = load_x(unsafe { xq[r].get_unchecked(b) });
+            let dx = unsafe { *xd[r].get_unchecked(b) };
+            for h in 0..2 {
+                let p = vcvtq_f32_s32(sums16(blk.q[h], x[h]));
+                acc[r][k][h] = vfmaq_f32(acc[r][k][h], vdupq_n_f32(blk.scale[h] * dx), p);
+            }
+            if MIN {
+                mins[r] = blk.min.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
+            }
+        }
+    };
+    let mut b = 0;
+    while b + 2 <= nb {
+        block(b, 0);
+        block(b + 1, 1);
+        b += 2;
+    }
+    if b < nb {
+        block(b, 0);
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        let [a, c] = acc[r];
+        out[r] = sum8([vaddq_f32(a[0], c[0]), vaddq_f32(a[1], c[1])]) + mins[r];
+    }
+    out
+}
+
+/// Every weight row of the tile against every activation row, R at a time, then one at a time.
+#[target_feature(enable = "neon")]
+#[inline]
+fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+    t: QTile,
+    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+) {
+    if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
+        return;
+    }
+    let m = t.m;
+    let row = |r: usize| {
+        let (q, d, s) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
+    };
+    let mut r = 0;
+    while R > 1 && r + R <= m {
+        let rows: [_; R] = std::array::from_fn(|i| row(r + i));
+        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            o[r..r + R].copy_from_slice(&row_dots::<BB, SUBS, MIN, R>(w, xq, xd, xs, decode));
+        }
+        r += R;
+    }
+    for r in r..m {
+        let (xq, xd, xs) = row(r);
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            o[r] = row_dots::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
+        }
+    }
+}
+
+// Decoders: block k (always 0 for the 32-element formats) of one stored block.
+
+/// 16 packed bytes as their low nibbles (elements 0..16) and high nibbles (16..32).
+#[target_feature(enable = "neon")]
+#[inline]
+fn nibbles(qs: &[u8; 16]) -> [uint8x16_t; 2] {
+    let v = load_u8(qs);
+    [vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v)]
+}
+
+/// Unsigned bytes minus `offset`, as signed bytes.
+#[target_feature(enable = "neon")]
+#[inline]
+fn minus(q: [uint8x16_t; 2], offset: i8) -> [int8x16_t; 2] {
+    q.map(|v| vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(offset)))
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q8_0(b: &[u8; 34], _: usize) -> Decoded {
+    let q = [load_u8(sub::<_, 2, 16, 34>(b)), load_u8(sub::<_, 18, 16, 34>(b))].map(|v| vreinterpretq_s8_u8(v));
+    let d = f16(sub::<_, 0, 2, 34>(b));
+    Decoded { q, scale: [d, d], min: 0.0 }
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q4_0(b: &[u8; 18], _: usize) -> Decoded {
+    let d = f16(sub::<_, 0, 2, 18>(b));
+    Decoded { q: minus(nibbles(sub::<_, 2, 16, 18>(b)), 8), scale: [d, d], min: 0.0 }
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q4_1(b: &[u8; 20], _: usize) -> Decoded {
+    let (d, m) = (f16(sub::<_, 0, 2, 20>(b)), f16(sub::<_, 2, 2, 20>(b)));
+    Decoded { q: minus(nibbles(sub::<_, 4, 16, 20>(b)), 0), scale: [d, d], min: m }
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
+    // Element e takes bit e of qh (little-endian), i.e. bit e % 8 of qh's byte e / 8: spread
+    // each byte over 8 lanes and test lane i against bit i % 8.
+    let qh = sub::<_, 2, 4, 22>(b);
+    let bit = vcombine_u8(vcreate_u8(0x8040_2010_0804_0201), vcreate_u8(0x8040_2010_0804_0201));
+    let high = |b0: u8, b1: u8| {
+        let spread = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
+        vandq_u8(vtstq_u8(spread, bit), vdupq_n_u8(0x10))
+    };
+    let [lo, hi] = nibbles(sub::<_, 6, 16, 22>(b));
+    let q = [vorrq_u8(lo, high(qh[0], qh[1])), vorrq_u8(hi, high(qh[2], qh[3]))];
+    let d = f16(sub::<_, 0, 2, 22>(b));
+    Decoded { q: minus(q, 16), scale: [d, d], min: 0.0 }
+}
+
+const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
+const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+
+/// The 32 bytes of `b` from `at` as two halves (at + 32 <= N, checked).
+#[target_feature(enable = "neon")]
+#[inline]
+fn bytes_at<const N: usize>(b: &[u8; N], at: usize) -> [uint8x16_t; 2] {
+    let s: &[u8; 32] = b[at..at + 32].try_into().unwrap_or_else(|_| unreachable!("32 bytes from {at} of {N}"));
+    [load_u8(sub::<_, 0, 16, 32>(s)), load_u8(sub::<_, 16, 16, 32>(s))]
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
+    // Sub-block k: 64-element group k / 2, low nibbles for even k (as int8.rs's `decode`).
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q4_K_BYTES>(b));
+    let v = bytes_at(b, 16 + (k / 2) * 32);
+    let q = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
+    let (d, dmin) = (f16(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16(sub::<_, 2, 2, Q4_K_BYTES>(b)));
+    let s = d * sc as f32;
+    Decoded { q: minus(q, 0), scale: [s, s], min: -(dmin * m as f32) }
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
+    // Block k = 4n + part: half n, ql bytes 32 (part % 2) on, the low nibble for part < 2, qh
+    // bits 2 part; scales n*8 + 2 part (+1) (as int8.rs's `decode`).
+    let (n, part) = (k / 4, k % 4);
+    let ql = bytes_at(b, n * 64 + (part % 2) * 32);
+    let qh = bytes_at(b, QK_K / 2 + n * 32);
+    // vshlq_u8 by a negative count shifts right.
+    let down = vdupq_n_s8(-2 * part as i8);
+    let q: [uint8x16_t; 2] = std::array::from_fn(|h| {
+        let lo = if part < 2 { vandq_u8(ql[h], vdupq_n_u8(0x0F)) } else { vshrq_n_u8::<4>(ql[h]) };
+        let hi = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh[h], down), vdupq_n_u8(3)));
+        vorrq_u8(lo, hi)
+    });
+    let d = f16(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b));
+    let at = QK_K / 2 + QK_K / 4 + n * 8 + part * 2;
+    Decoded { q: minus(q, 32), scale: [d * (b[at] as i8) as f32, d * (b[at + 1] as i8) as f32], min: 0.0 }
+}
+
+/// Activation rows per decoded block: 4 rows' 16 accumulator registers leave half of NEON's 32
+/// for the block, the activations and the products.
+const R: usize = 4;
+
+macro_rules! entries {
+    ($($name:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
+        #[target_feature(enable = "neon")]
+        pub fn $name(t: QTile) {
+            tile::<{ $bb }, { $subs }, $min, R>(t, |b, k| $decode(b, k))
+        }
+    )*};
+}
+
+entries! {
+    q8_0_neon, q8_0, 34, 1, false;
+    q4_0_neon, q4_0, 18, 1, false;
+    q4_1_neon, q4_1, 20, 1, true;
+    q5_0_neon, q5_0, 22, 1, false;
+    q4_k_neon, q4_k, Q4_K_BYTES, 8, true;
+    q6_k_neon, q6_k, Q6_K_BYTES, 8, false;
+}
