@@ -165,6 +165,10 @@ fn main() {
         }
     };
     let open_s = t.elapsed().as_secs_f64();
+    // Open and the first tokenize of a short prompt, as a host sees it (a tokenizer built
+    // lazily would show here).
+    or_fail(m.vocab().encode("Hello, world", true, false), "tokenize a short prompt");
+    let open_tokenize_s = t.elapsed().as_secs_f64();
     // A fixed prompt: the ids of a repeated English text, cut to n_prompt.
     let text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. ".repeat(64);
     let mut prompt = or_fail(m.vocab().encode(&text, true, false), "tokenize the prompt");
@@ -225,6 +229,7 @@ fn main() {
             "threads": threads,
             "precision": m.backend().precision().name(),
             "open_s": open_s,
+            "open_tokenize_s": open_tokenize_s,
             "prompt_tokens": prompt.len(),
             "prefill_tok_s": prompt.len() as f64 / best_prefill,
             "decode_tok_s": n_decode as f64 / decode_s,

@@ -28,6 +28,8 @@ LLAMA_SIDE = textwrap.dedent(
     llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024,
                 n_batch=512, verbose=False)
     open_s = time.perf_counter() - t
+    llm.tokenize(b"Hello, world")
+    open_tokenize_s = time.perf_counter() - t
     best = 1e9
     for _ in range(3):
         llm.reset()
@@ -42,11 +44,34 @@ LLAMA_SIDE = textwrap.dedent(
         llm.eval([tok])
     decode_s = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"engine": "llama.cpp", "threads": threads, "open_s": open_s,
+    print(json.dumps({"engine": "llama.cpp", "threads": threads, "open_s": open_s, "open_tokenize_s": open_tokenize_s,
                       "prompt_tokens": len(ids), "prefill_tok_s": len(ids) / best,
                       "decode_tok_s": n_decode / decode_s, "peak_rss_mib": rss}))
     """
 )
+
+
+def packlm_side(model, threads, prompt_tokens, decode, precision=None, spec_n=128, spec_k=8):
+    """packlm's bench JSON (examples/bench.rs) for one run."""
+    cmd = ["cargo", "run", "-q", "--release", "--example", "bench", "--", model, "--threads", str(threads),
+           "--prompt-tokens", str(prompt_tokens), "--decode", str(decode), "--spec-n", str(spec_n), "--spec-k", str(spec_k)]
+    if precision:
+        cmd += ["--precision", precision]
+    return json.loads(subprocess.check_output(cmd).decode().strip().splitlines()[-1])
+
+
+def prompt_ids(model, n):
+    """The prompt ids packlm's bench uses (its tokenizer; the GGUF's vocabulary is shared)."""
+    text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. " * 64
+    ids = json.loads(subprocess.check_output(
+        ["cargo", "run", "-q", "--release", "--bin", "packlm", "--", "tokenize", model, "--text", text]).decode())
+    return ids[:n]
+
+
+def llama_side(llama_python, model, threads, ids, decode):
+    """llama.cpp's JSON for one run, through llama-cpp-python."""
+    out = subprocess.check_output([llama_python, "-c", LLAMA_SIDE, model, str(threads), json.dumps(ids), str(decode)])
+    return json.loads(out.decode().strip().splitlines()[-1])
 
 
 def main():
@@ -61,23 +86,11 @@ def main():
     ap.add_argument("--spec-n", type=int, default=128, help="tokens generated for spec_speedup_code")
     ap.add_argument("--spec-k", type=int, default=8, help="most tokens drafted per verify for spec_speedup_code")
     a = ap.parse_args()
-    common = ["--threads", str(a.threads), "--prompt-tokens", str(a.prompt_tokens), "--decode", str(a.decode)]
-    ours_only = ["--spec-n", str(a.spec_n), "--spec-k", str(a.spec_k)]
-    if a.precision:
-        ours_only += ["--precision", a.precision]
-    ours = json.loads(subprocess.check_output(
-        ["cargo", "run", "-q", "--release", "--example", "bench", "--", a.model] + common + ours_only
-    ).decode().strip().splitlines()[-1])
-    # The same prompt ids packlm used (its tokenizer; the GGUF's vocabulary is shared).
-    text = "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. " * 64
-    ids = json.loads(subprocess.check_output(
-        ["cargo", "run", "-q", "--release", "--bin", "packlm", "--", "tokenize", a.model, "--text", text]).decode())
-    ids = ids[: a.prompt_tokens]
-    theirs = json.loads(subprocess.check_output(
-        [a.llama_python, "-c", LLAMA_SIDE, a.model, str(a.threads), json.dumps(ids), str(a.decode)]).decode().strip().splitlines()[-1])
+    ours = packlm_side(a.model, a.threads, a.prompt_tokens, a.decode, a.precision, a.spec_n, a.spec_k)
+    theirs = llama_side(a.llama_python, a.model, a.threads, prompt_ids(a.model, a.prompt_tokens), a.decode)
     print(json.dumps(ours))
     print(json.dumps(theirs))
-    for key in ("prefill_tok_s", "decode_tok_s", "open_s", "peak_rss_mib"):
+    for key in ("prefill_tok_s", "decode_tok_s", "open_s", "open_tokenize_s", "peak_rss_mib"):
         print(f"{key}: packlm / llama.cpp = {ours[key] / theirs[key]:.2f}")
     print(f"packlm precision: {ours['precision']}")
     print(f"verify_k8_over_step (8 drafts, all rejected): {ours['verify_k8_over_step']:.2f} decode steps")
