@@ -400,6 +400,15 @@ fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decod
         let (q, d, s) = t.x.row(r, t.n_in);
         (q.as_chunks::<QK>().0, d, s)
     };
+    if m == 1 {
+        // Decode: its own loop (inside the group match below it ran a fifth slower, measured).
+        let (xq, xd, xs) = row(0);
+        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            prefetch_ahead(w);
+            o[0] = row_dots_512::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
+        }
+        return;
+    }
     let mut r = 0;
     while r < m {
         let left = m - r;

@@ -8,7 +8,8 @@
 //! id)`, half away from zero), plus `s = d * sum(q_i)` for the formats with a min. Unlike ggml,
 //! d and s stay f32 (ggml stores them as f16), which costs nothing and loses nothing. A block
 //! holding a NaN or an infinity gets `d = NaN`, so the outputs it reaches are NaN, as in `exact`.
-//! One scalar function quantizes for every instruction set, so every path sees the same integers.
+//! The scalar `quantize_block` defines the values; the AVX2 rounding (avx2_int8.rs) gives the
+//! same ones (tested), so every kernel path sees the same integers.
 //!
 //! # Weights
 //!
@@ -40,7 +41,8 @@
 //! Against the f32 kernels, the difference is the activation rounding, at most `d / 2 =
 //! amax / 254` per element: relative to a block's largest element, 0.4%. tests/host_int8.rs
 //! checks the kernels against an f64 sum over the dequantized weights and the rounded
-//! activations, and the whole `fast` model against `exact` (top-1 agreement, perplexity).
+//! activations; tests/fast_precision.rs the whole `fast` model against `exact`; and
+//! scripts/perplexity_compare.py its perplexity against llama.cpp's on the same ids.
 
 use crate::quant::{WeightType, QK, QK_K};
 

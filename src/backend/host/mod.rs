@@ -3,6 +3,11 @@
 //! the row's stored bytes directly (row_dot.rs). One output element is one kernel computation
 //! over the whole reduction, so neither the tiling, nor the thread that runs a tile, nor the
 //! batch size changes its bits.
+//!
+//! Two precisions: `exact` keeps the activations f32 (row_dot.rs's kernels, every weight type);
+//! `fast` rounds each activation row to 8 bits per 32-element block once per matmul and runs
+//! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
+//! staying on the f32 kernels. The weights are the mapped bytes in both: nothing is repacked.
 
 mod dot;
 pub mod int8;
@@ -210,6 +215,12 @@ impl Kernels for HostBackend {
         self.for_chunks(out, d, serial, |i, o| {
             let (r, h) = (i / nh, i % nh);
             let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
+            #[cfg(target_arch = "x86_64")]
+            if self.isa != Isa::Portable {
+                // SAFETY: an Isa other than Portable was checked available at construction
+                // (`with_isa`), and both imply AVX2.
+                return unsafe { attention::head_avx2(a, qh, h, a.first_position + r, o, dot) };
+            }
             attention::head(a, qh, h, a.first_position + r, o, dot);
         });
     }
