@@ -193,7 +193,7 @@ const PREFETCH_BYTES: usize = 4096;
 /// row has. The address may lie past the tensor: a prefetch never faults or reads it.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn prefetch_ahead(w: &[u8]) {
+pub(super) fn prefetch_ahead(w: &[u8]) {
     let ahead = w.as_ptr().wrapping_add(PREFETCH_BYTES);
     for line in (0..w.len()).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());

@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes};
+use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, prefetch_ahead};
 use super::int8::QTile;
 use super::row_dot::{reduce8, scale_min_k4, sub};
 use crate::quant::{QK, QK_K};
@@ -89,6 +89,20 @@ pub fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
     (d, d * sum as f32)
 }
 
+/// The blocks present in the weight row (`weight_blocks`) and in every activation row: what the
+/// kernels may read without a check.
+#[inline(always)]
+fn common_blocks<const MIN: bool, const R: usize>(weight_blocks: usize, xq: &[&[[i8; QK]]; R], xd: &[&[f32]; R], xs: &[&[f32]; R]) -> usize {
+    let mut nb = weight_blocks;
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
+    }
+    nb
+}
+
 /// One weight row (super-blocks of BB bytes, SUBS 32-element blocks each) against R rounded
 /// activation rows. `sums` makes the four-byte sums (one of the two functions above, inlined).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -102,13 +116,7 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     sums: impl Fn(__m256i, __m256i) -> __m256i,
 ) -> [f32; R] {
     let sbs = w.as_chunks::<BB>().0;
-    let mut nb = sbs.len() * SUBS;
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
+    let nb = common_blocks::<MIN, R>(sbs.len() * SUBS, &xq, &xd, &xs);
     // Cut every row to the nb blocks all of them have, so that the loop below needs no checks.
     let (mut xq_b, mut xd_b, mut xs_b): ([&[[i8; QK]]; R], [&[f32]; R], [&[f32]; R]) = ([&[]; R], [&[]; R], [&[]; R]);
     for r in 0..R {
@@ -188,19 +196,6 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
             prefetch_ahead(w);
             o[r] = row_dots::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode, sums)[0];
         }
-    }
-}
-
-/// As avx2.rs: a decode step streams every weight once; prefetching a few KiB ahead keeps the
-/// kernel from waiting on memory.
-const PREFETCH_BYTES: usize = 4096;
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn prefetch_ahead(w: &[u8]) {
-    let ahead = w.as_ptr().wrapping_add(PREFETCH_BYTES);
-    for line in (0..w.len()).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
     }
 }
 
@@ -330,13 +325,7 @@ fn row_dots_512<const BB: usize, const SUBS: usize, const MIN: bool, const R: us
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [f32; R] {
     let sbs = w.as_chunks::<BB>().0;
-    let mut nb = sbs.len() * SUBS;
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
+    let nb = common_blocks::<MIN, R>(sbs.len() * SUBS, &xq, &xd, &xs);
     let mut acc = [_mm512_setzero_ps(); R];
     let mut mins = [0.0f32; R];
     // (lane i of the pair's scale) = activation scale of block b + i / 8.
