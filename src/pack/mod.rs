@@ -11,6 +11,7 @@ pub mod gguf_tokenizer;
 pub mod safetensors_files;
 pub mod sizes;
 pub mod tensor;
+mod token_texts;
 pub mod vocab;
 
 use std::collections::BTreeMap;
