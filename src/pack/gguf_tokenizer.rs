@@ -18,7 +18,7 @@
 //!   so "<|im_start|>" stays one token when special parsing is on.
 
 use crate::error::{Error, Result};
-use crate::pack::gguf::{GgufFile, GgufValue};
+use crate::pack::gguf::GgufFile;
 use crate::pack::gguf_bpe::{BpeOptions, GgufBpe, MergeSource};
 use std::borrow::Cow;
 use tokenizers::decoders::byte_fallback::ByteFallback;
@@ -171,38 +171,20 @@ impl<'a> Meta<'a> {
             .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.model' is missing".into()))?
             .to_string();
         let pre = g.get_str("tokenizer.ggml.pre")?;
-        let tokens = string_array(g, "tokenizer.ggml.tokens")?
+        let tokens = g
+            .get_str_array("tokenizer.ggml.tokens")?
             .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.tokens' is missing".into()))?;
         if tokens.is_empty() || u32::try_from(tokens.len()).is_err() {
             return Err(fmt(format!("tokenizer.ggml.tokens has {} entries", tokens.len())));
         }
-        let types = match g.get_array("tokenizer.ggml.token_type")? {
-            None => Vec::new(),
-            Some(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v.as_integer().map(|t| t as i64).ok_or_else(|| {
-                    fmt(format!("tokenizer.ggml.token_type[{i}] is {} {v}, expected an integer", v.type_name()))
-                }))
-                .collect::<Result<Vec<_>>>()?,
-        };
-        let scores = match g.get_array("tokenizer.ggml.scores")? {
-            None => Vec::new(),
-            Some(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    GgufValue::F32(s) => Ok(*s),
-                    _ => Err(fmt(format!("tokenizer.ggml.scores[{i}] is {} {v}, expected float32", v.type_name()))),
-                })
-                .collect::<Result<Vec<_>>>()?,
-        };
+        let types = g.get_int_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+        let scores = g.get_f32_array("tokenizer.ggml.scores")?.unwrap_or_default();
         for (key, n) in [("tokenizer.ggml.token_type", types.len()), ("tokenizer.ggml.scores", scores.len())] {
             if n != 0 && n != tokens.len() {
                 return Err(fmt(format!("{key} has {n} entries for {} tokens", tokens.len())));
             }
         }
-        let merges = string_array(g, "tokenizer.ggml.merges")?;
+        let merges = g.get_str_array("tokenizer.ggml.merges")?;
         let mut named_ids = Vec::new();
         for key in ["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"] {
             if let Some(id) = g.get_u64(&format!("tokenizer.ggml.{key}"))? {
@@ -232,19 +214,6 @@ impl<'a> Meta<'a> {
             Some(id) => Err(self.format(format!("{key} is {id}, outside the {} tokens", self.tokens.len()))),
         }
     }
-}
-
-fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Option<Vec<&'a str>>> {
-    let Some(a) = g.get_array(key)? else { return Ok(None) };
-    a.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_str().ok_or_else(|| {
-                Error::format(format!("{}: {key}[{i}] is {} {v}, expected a string", g.path.display(), v.type_name()))
-            })
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
 }
 
 // ---------------------------------------------------------------------------------------------

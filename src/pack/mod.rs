@@ -186,7 +186,7 @@ fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
         .iter()
         .filter_map(|(k, v)| {
             let text = match v {
-                V::Array(_) => return None,
+                V::Array(_) | V::Packed(_) => return None,
                 V::Str(s) => s.clone(),
                 V::Bool(b) => b.to_string(),
                 V::F32(x) => format!("{x:.6}"),
