@@ -5,8 +5,8 @@
 //! Each run (in a fresh process, so that nothing is warm but the page cache) times
 //! `Model::open` and the first `encode("Hello, world", add_special, no parse_special)` apart,
 //! then, with `--prefill N`, one pass over N token ids, and reports the peak resident set
-//! (VmHWM) after the open, after the encode and at the end, and the resident set (VmRSS) after
-//! the encode. The first tokenize is counted
+//! (VmHWM) after the open, after the encode and at the end, and the resident set after the encode
+//! (VmRSS, and its anonymous and file-backed parts). The first tokenize is counted
 //! because a tokenizer built lazily would only move the cost of the open there. With `--runs N`
 //! the program runs itself N times and prints each run and the best of each time.
 
@@ -66,6 +66,7 @@ fn main() {
     let encode_s = t.elapsed().as_secs_f64();
     let rss_encode = peak_rss_mib();
     let rss_now = proc_status_mib("VmRSS:");
+    let (rss_anon, rss_file) = (proc_status_mib("RssAnon:"), proc_status_mib("RssFile:"));
     let m = Arc::new(m);
     if prefill > 0 {
         let mut s = Session::new(m.clone(), 0).unwrap_or_else(|e| fail(format!("session: {e}")));
@@ -83,6 +84,8 @@ fn main() {
             "peak_rss_open_mib": rss_open,
             "peak_rss_encode_mib": rss_encode,
             "rss_after_encode_mib": rss_now,
+            "rss_anon_after_encode_mib": rss_anon,
+            "rss_file_after_encode_mib": rss_file,
             "peak_rss_mib": peak_rss_mib(),
         })
     );
