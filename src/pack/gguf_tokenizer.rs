@@ -10,12 +10,12 @@
 //!   BPE is chosen by `tokenizer.ggml.pre` (see [`byte_level_pre_tokenizer`]).
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece vocabularies as BPE with byte fallback, the
 //!   merges taken from the file or rebuilt from the scores (Gemma: from the token order).
+//! - Tokens typed control (3) become special added tokens, user-defined (4) plain added tokens,
+//!   so "<|im_start|>" stays one token when special parsing is on.
 //!
 //! The BPE model itself is packlm's [`GgufBpe`], which gives the ids `tokenizers`' own BPE gives
 //! but is built straight from the token list (see src/pack/gguf_bpe.rs); normalizers,
 //! pre-tokenizers, added tokens, post-processor and decoders are HF's.
-//! - Tokens typed control (3) become special added tokens, user-defined (4) plain added tokens,
-//!   so "<|im_start|>" stays one token when special parsing is on.
 
 use crate::error::{Error, Result};
 use crate::pack::gguf::GgufFile;
