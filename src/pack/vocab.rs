@@ -70,7 +70,9 @@ impl PackTokenizer {
         }
     }
 
-    /// Whether `id` is an added token marked special.
+    /// For an added token, whether it is special; None when `id` is not an added token. (It
+    /// reads the added vocabulary in place: `get_added_tokens_decoder` copies it, some 6,000
+    /// tokens for Gemma 3, at every call.)
     fn is_special(&self, id: u32) -> Option<bool> {
         self.added_vocabulary().get_added_tokens_decoder().get(&id).map(|t| t.special)
     }
