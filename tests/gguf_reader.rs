@@ -223,6 +223,21 @@ fn synthetic_file_parses() {
         Some(&GgufValue::Array(vec![GgufValue::Array(vec![GgufValue::U8(4), GgufValue::U8(5)])]))
     );
 
+    // the typed array getters read packed arrays without building values, and give the same
+    // elements
+    assert_eq!(g.get_str_array("t.strs").unwrap(), Some(vec!["a", "bé", ""]));
+    assert_eq!(g.get_int_array("t.ints").unwrap(), Some(vec![-7, 9]));
+    assert_eq!(g.get_str_array("absent").unwrap(), None);
+    for (key, e) in [
+        ("t.ints[0]", g.get_str_array("t.ints").unwrap_err()),
+        ("t.strs[0]", g.get_int_array("t.strs").unwrap_err()),
+        ("t.ints[0]", g.get_f32_array("t.ints").unwrap_err()),
+        ("t.u8", g.get_str_array("t.u8").unwrap_err()),
+    ] {
+        assert_eq!(e.status, Status::ErrFormat);
+        assert!(e.message.contains(key), "{e}");
+    }
+
     // wrong types are ErrFormat naming the key
     for (key, e) in [
         ("t.u32", g.get_str("t.u32").unwrap_err()),
@@ -405,6 +420,21 @@ fn hostile_metadata_is_err_format() {
     let mut bad_utf8 = 2u64.to_le_bytes().to_vec();
     bad_utf8.extend([0xc3, 0x28]);
     assert_format_err(&Builder::new().kv_raw("k.u", 8, &bad_utf8).bytes(), "k.u");
+    // in an array of strings: a bad element, and a character split across two elements (each
+    // invalid alone, though the bytes of both together are valid UTF-8)
+    let strings = |parts: &[&[u8]]| {
+        let mut a = 8u32.to_le_bytes().to_vec();
+        a.extend((parts.len() as u64).to_le_bytes());
+        for p in parts {
+            a.extend((p.len() as u64).to_le_bytes());
+            a.extend(*p);
+        }
+        a
+    };
+    let bad_element = strings(&[b"ok", &[0xc3, 0x28]]);
+    assert_format_err(&Builder::new().kv_raw("k.arr", 9, &bad_element).bytes(), "element 1");
+    let split = strings(&[b"a\xc3", &[0xa9]]);
+    assert_format_err(&Builder::new().kv_raw("k.arr", 9, &split).bytes(), "element 0");
     // arrays of arrays 100 deep: refused by depth, not by the stack
     let mut deep = Vec::new();
     for _ in 0..100 {

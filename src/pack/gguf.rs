@@ -15,13 +15,18 @@
 //! shape and offset is checked against the bytes actually present, with checked arithmetic, before
 //! anything is allocated for it, so a truncated or hostile header gives `ErrFormat` and never a
 //! panic or a huge allocation.
+//!
+//! Arrays of strings and numbers are kept packed ([`PackedArray`]): numbers as their bytes in
+//! the map, strings in one buffer. A vocabulary is hundreds of thousands of strings, which as
+//! one `GgufValue` each would cost an allocation and some 60 bytes apiece at every open, to be
+//! read once and dropped.
 
 use crate::error::{Error, Result};
 use crate::quant::WeightType;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// "GGUF" read as a little-endian u32 (gguf.md: `GGUF_MAGIC 0x46554747`).
 const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -38,8 +43,9 @@ const MAX_ARRAY_DEPTH: usize = 8;
 const MAX_METADATA_VALUES: usize = 1 << 23;
 
 /// A metadata value (gguf.md `gguf_metadata_value_type`: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32,
-/// 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64, 12 f64).
-#[derive(Clone, Debug, PartialEq)]
+/// 6 f32, 7 bool, 8 string, 9 array, 10 u64, 11 i64, 12 f64). An array is `Array` or `Packed`
+/// (as a file is read, see [`PackedArray`]); the two compare equal when their elements do.
+#[derive(Clone, Debug)]
 pub enum GgufValue {
     U8(u8),
     I8(i8),
@@ -54,6 +60,162 @@ pub enum GgufValue {
     Bool(bool),
     Str(String),
     Array(Vec<GgufValue>),
+    /// An array of strings or numbers read from a file: what `GgufFile::open` makes of every
+    /// array whose elements are not arrays.
+    Packed(PackedArray),
+}
+
+impl PartialEq for GgufValue {
+    fn eq(&self, other: &GgufValue) -> bool {
+        use GgufValue as V;
+        match (self, other) {
+            (V::U8(a), V::U8(b)) => a == b,
+            (V::I8(a), V::I8(b)) => a == b,
+            (V::U16(a), V::U16(b)) => a == b,
+            (V::I16(a), V::I16(b)) => a == b,
+            (V::U32(a), V::U32(b)) => a == b,
+            (V::I32(a), V::I32(b)) => a == b,
+            (V::U64(a), V::U64(b)) => a == b,
+            (V::I64(a), V::I64(b)) => a == b,
+            (V::F32(a), V::F32(b)) => a == b,
+            (V::F64(a), V::F64(b)) => a == b,
+            (V::Bool(a), V::Bool(b)) => a == b,
+            (V::Str(a), V::Str(b)) => a == b,
+            (V::Array(_) | V::Packed(_), V::Array(_) | V::Packed(_)) => self.as_array() == other.as_array(),
+            _ => false,
+        }
+    }
+}
+
+/// An array of strings or numbers, checked at open (bounds, bools 0 or 1, UTF-8) and kept
+/// packed: numbers as their bytes in the map, strings one after another in one buffer.
+/// [`GgufFile::get_str_array`] and friends borrow or convert the elements without making values
+/// of them; [`PackedArray::values`] (which `as_array` and `get_array` return) builds them on
+/// first use and keeps them.
+#[derive(Clone)]
+pub struct PackedArray {
+    /// gguf.md element type (0..=8, 10..=12).
+    elem_type: u32,
+    len: usize,
+    data: PackedData,
+    values: OnceLock<Vec<GgufValue>>,
+}
+
+#[derive(Clone)]
+enum PackedData {
+    /// Fixed-size elements: bytes start..end of the map.
+    Scalars { map: Arc<memmap2::Mmap>, start: usize, end: usize },
+    /// Strings: element i is text[ends[i - 1]..ends[i]] (from 0 for the first); `text` was
+    /// validated as a whole and every end is a character boundary, so each element is valid
+    /// UTF-8 exactly when it was in the file.
+    Strings { text: String, ends: Vec<usize> },
+}
+
+impl fmt::Debug for PackedArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PackedArray").field("elem_type", &type_name(self.elem_type)).field("len", &self.len).finish()
+    }
+}
+
+impl PackedArray {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The GGUF spelling of the element type, for messages.
+    pub fn elem_type_name(&self) -> &'static str {
+        type_name(self.elem_type)
+    }
+
+    /// The bytes of fixed-size elements (empty for strings).
+    fn scalar_bytes(&self) -> &[u8] {
+        match &self.data {
+            PackedData::Scalars { map, start, end } => map.get(*start..*end).unwrap_or(&[]),
+            PackedData::Strings { .. } => &[],
+        }
+    }
+
+    /// The string elements (none for numbers).
+    fn strings(&self) -> impl Iterator<Item = &str> + '_ {
+        let (text, ends): (&str, &[usize]) = match &self.data {
+            PackedData::Strings { text, ends } => (text, ends),
+            PackedData::Scalars { .. } => ("", &[]),
+        };
+        let mut start = 0;
+        ends.iter().map(move |&end| {
+            // Boundaries were checked when the buffer was built.
+            let s = text.get(start..end).unwrap_or("");
+            start = end;
+            s
+        })
+    }
+
+    /// The elements as values, built on the first call.
+    pub fn values(&self) -> &[GgufValue] {
+        self.values.get_or_init(|| match self.elem_type {
+            8 => self.strings().map(|s| GgufValue::Str(s.to_string())).collect(),
+            ty => {
+                let size = scalar_size(ty).unwrap_or(1);
+                self.scalar_bytes().chunks_exact(size).map(|b| scalar(ty, b)).collect()
+            }
+        })
+    }
+}
+
+/// gguf.md: the byte size of a fixed-size element type, None for string and array.
+fn scalar_size(ty: u32) -> Option<usize> {
+    match ty {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    }
+}
+
+/// The value of a fixed-size element of type `ty` from its `bytes` (exactly its size; a bool
+/// byte was checked at open to be 0 or 1).
+fn scalar(ty: u32, b: &[u8]) -> GgufValue {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    let [b0, b1, b2, b3, ..] = w;
+    match ty {
+        0 => GgufValue::U8(b0),
+        1 => GgufValue::I8(b0 as i8),
+        2 => GgufValue::U16(u16::from_le_bytes([b0, b1])),
+        3 => GgufValue::I16(i16::from_le_bytes([b0, b1])),
+        4 => GgufValue::U32(u32::from_le_bytes([b0, b1, b2, b3])),
+        5 => GgufValue::I32(i32::from_le_bytes([b0, b1, b2, b3])),
+        6 => GgufValue::F32(f32::from_le_bytes([b0, b1, b2, b3])),
+        7 => GgufValue::Bool(b0 == 1),
+        10 => GgufValue::U64(u64::from_le_bytes(w)),
+        11 => GgufValue::I64(i64::from_le_bytes(w)),
+        _ => GgufValue::F64(f64::from_le_bytes(w)),
+    }
+}
+
+/// The GGUF spelling of value type `ty`, for messages.
+fn type_name(ty: u32) -> &'static str {
+    match ty {
+        0 => "uint8",
+        1 => "int8",
+        2 => "uint16",
+        3 => "int16",
+        4 => "uint32",
+        5 => "int32",
+        6 => "float32",
+        7 => "bool",
+        8 => "string",
+        9 => "array",
+        10 => "uint64",
+        11 => "int64",
+        _ => "float64",
+    }
 }
 
 impl GgufValue {
@@ -72,7 +234,7 @@ impl GgufValue {
             GgufValue::F64(_) => "float64",
             GgufValue::Bool(_) => "bool",
             GgufValue::Str(_) => "string",
-            GgufValue::Array(_) => "array",
+            GgufValue::Array(_) | GgufValue::Packed(_) => "array",
         }
     }
 
@@ -107,9 +269,20 @@ impl GgufValue {
         }
     }
 
+    /// The elements of an array (a packed one's are built on the first call).
     pub fn as_array(&self) -> Option<&[GgufValue]> {
         match self {
             GgufValue::Array(a) => Some(a),
+            GgufValue::Packed(p) => Some(p.values()),
+            _ => None,
+        }
+    }
+
+    /// The number of elements of an array, without building a packed one's values.
+    pub fn array_len(&self) -> Option<usize> {
+        match self {
+            GgufValue::Array(a) => Some(a.len()),
+            GgufValue::Packed(p) => Some(p.len()),
             _ => None,
         }
     }
@@ -124,6 +297,7 @@ impl fmt::Display for GgufValue {
             }
             GgufValue::Str(s) => write!(f, "{s:?}"),
             GgufValue::Array(a) => write!(f, "[{} elements]", a.len()),
+            GgufValue::Packed(p) => write!(f, "[{} elements]", p.len()),
             GgufValue::F32(v) => write!(f, "{v}"),
             GgufValue::F64(v) => write!(f, "{v}"),
             GgufValue::Bool(v) => write!(f, "{v}"),
@@ -189,15 +363,9 @@ impl GgufFile {
         // SAFETY: the map is read-only. Like every mmap-based loader (llama.cpp, safetensors) we
         // rely on the file not being truncated or rewritten while it is open; that is the
         // documented contract of opening a model.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
         let header = parse(&map, path)?;
-        Ok(GgufFile {
-            path: path.to_path_buf(),
-            version: header.version,
-            metadata: header.metadata,
-            tensors: header.tensors,
-            map: Arc::new(map),
-        })
+        Ok(GgufFile { path: path.to_path_buf(), version: header.version, metadata: header.metadata, tensors: header.tensors, map })
     }
 
     /// The bytes of a tensor of this file (validated at open). A `GgufTensorInfo` that did not
@@ -262,7 +430,66 @@ impl GgufFile {
         }
     }
 
-    /// An array value; Err(ErrFormat) naming the key if present with another type.
+    /// The strings of an array of strings, borrowed (no value is built for a packed array);
+    /// Err(ErrFormat) naming the key when it is not an array, or the first element that is not
+    /// a string.
+    pub fn get_str_array(&self, key: &str) -> Result<Option<Vec<&str>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        if let GgufValue::Packed(p) = v {
+            if p.elem_type == 8 {
+                return Ok(Some(p.strings().collect()));
+            }
+        }
+        self.elements(key, v, "a string", |e| e.as_str()).map(Some)
+    }
+
+    /// An array of integers (of any integer type) as i64 (a uint64 above i64::MAX wraps, as
+    /// a C cast does); Err(ErrFormat) naming the key, or the first element that is not one.
+    pub fn get_int_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        if let GgufValue::Packed(p) = v {
+            if let (Some(size), 0..=5 | 10 | 11) = (scalar_size(p.elem_type), p.elem_type) {
+                let ints = p.scalar_bytes().chunks_exact(size).map(|b| scalar(p.elem_type, b).as_integer().unwrap_or(0) as i64);
+                return Ok(Some(ints.collect()));
+            }
+        }
+        self.elements(key, v, "an integer", |e| e.as_integer().map(|i| i as i64)).map(Some)
+    }
+
+    /// An array of float32; Err(ErrFormat) naming the key, or the first element of another
+    /// type.
+    pub fn get_f32_array(&self, key: &str) -> Result<Option<Vec<f32>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        if let GgufValue::Packed(p) = v {
+            if p.elem_type == 6 {
+                let floats = p.scalar_bytes().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                return Ok(Some(floats.collect()));
+            }
+        }
+        self.elements(key, v, "float32", |e| match e {
+            GgufValue::F32(x) => Some(*x),
+            _ => None,
+        })
+        .map(Some)
+    }
+
+    /// Every element of array value `v` (metadata key `key`) through `get`; Err names the key
+    /// when `v` is not an array, else the first element `get` refuses (as not `want`).
+    fn elements<'v, T>(&self, key: &str, v: &'v GgufValue, want: &str, get: impl Fn(&'v GgufValue) -> Option<T>) -> Result<Vec<T>> {
+        let a = v.as_array().ok_or_else(|| self.wrong_type(key, "an array", v))?;
+        a.iter()
+            .enumerate()
+            .map(|(i, e)| {
+                get(e).ok_or_else(|| {
+                    Error::format(format!("{}: {key}[{i}] is {} {e}, expected {want}", self.path.display(), e.type_name()))
+                })
+            })
+            .collect()
+    }
+
+    /// An array value; Err(ErrFormat) naming the key if present with another type. A packed
+    /// array's values are built on the first call (see [`GgufFile::get_str_array`] and the
+    /// other typed getters, which build none).
     pub fn get_array(&self, key: &str) -> Result<Option<&[GgufValue]>> {
         match self.get(key) {
             None => Ok(None),
@@ -285,9 +512,9 @@ struct Header {
     tensors: Vec<GgufTensorInfo>,
 }
 
-/// Parse the header and tensor table of the GGUF bytes `buf` (the whole file).
-fn parse(buf: &[u8], path: &Path) -> Result<Header> {
-    let mut r = Reader { buf, pos: 0, path, n_values: 0 };
+/// Parse the header and tensor table of the GGUF file mapped at `map`.
+fn parse(map: &Arc<memmap2::Mmap>, path: &Path) -> Result<Header> {
+    let mut r = Reader { buf: map, map, pos: 0, path, n_values: 0 };
 
     let magic = r.take(4, &"the magic")?;
     if magic != GGUF_MAGIC {
@@ -344,7 +571,7 @@ fn parse(buf: &[u8], path: &Path) -> Result<Header> {
     let data_start = (r.pos as u64)
         .checked_next_multiple_of(alignment)
         .ok_or_else(|| r.format("data section offset overflows".into()))?;
-    let file_len = buf.len() as u64;
+    let file_len = map.len() as u64;
     let mut tensors = Vec::with_capacity(infos.len());
     for (name, dims, ty, rel_offset, n_bytes) in infos {
         if !rel_offset.is_multiple_of(alignment) {
@@ -372,6 +599,8 @@ fn parse(buf: &[u8], path: &Path) -> Result<Header> {
 /// A cursor over the file bytes. Every read is bounds-checked and names what it was reading.
 struct Reader<'a> {
     buf: &'a [u8],
+    /// The map `buf` is, for the arrays of numbers left in it.
+    map: &'a Arc<memmap2::Mmap>,
     pos: usize,
     path: &'a Path,
     /// Metadata values held so far (array elements included), against MAX_METADATA_VALUES.
@@ -444,7 +673,13 @@ impl<'a> Reader<'a> {
     }
 
     fn count_value(&mut self, key: &str) -> Result<()> {
-        self.n_values += 1;
+        self.count_values(key, 1)
+    }
+
+    /// Counts `n` more values (the elements of a packed array count too: its values may be
+    /// built later).
+    fn count_values(&mut self, key: &str, n: usize) -> Result<()> {
+        self.n_values = self.n_values.saturating_add(n);
         if self.n_values > MAX_METADATA_VALUES {
             return Err(self.format(format!(
                 "metadata key '{key}': more than {MAX_METADATA_VALUES} metadata values in the file"
@@ -502,11 +737,57 @@ impl<'a> Reader<'a> {
             t => return Err(self.format(format!("array '{key}' has unknown element type {t}"))),
         };
         let n = self.check_count(n, min_elem, &format!("elements of array '{key}'"))?;
+        if elem_ty != 9 {
+            return self.packed_array(key, elem_ty, n);
+        }
         let mut items = Vec::with_capacity(n.min(MAX_METADATA_VALUES.saturating_sub(self.n_values)));
         for _ in 0..n {
             items.push(self.typed_value(key, elem_ty, depth + 1)?);
         }
         Ok(GgufValue::Array(items))
+    }
+
+    /// The `n` elements of type `elem_ty` (not array) of array `key`, checked as
+    /// `typed_value` checks each (bounds, bools 0 or 1, strings UTF-8) and packed.
+    fn packed_array(&mut self, key: &str, elem_ty: u32, n: usize) -> Result<GgufValue> {
+        self.count_values(key, n)?;
+        let what = format_args!("the value of metadata key '{key}'");
+        let data = match scalar_size(elem_ty) {
+            Some(size) => {
+                let start = self.pos;
+                // check_count bounded n by the bytes left, so this does not overflow.
+                let bytes = self.take(n.saturating_mul(size), &what)?;
+                if let Some(b) = bytes.iter().find(|&&b| elem_ty == 7 && b > 1) {
+                    return Err(self.format(format!("metadata key '{key}': bool byte is {b}, expected 0 or 1")));
+                }
+                PackedData::Scalars { map: self.map.clone(), start, end: self.pos }
+            }
+            None => {
+                // One pass gathers the strings, one validation checks them all: the buffer is
+                // UTF-8 and each end a character boundary exactly when every string is UTF-8.
+                let mut bytes = Vec::new();
+                let mut ends = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = self.u64(&format_args!("the length of {what}"))?;
+                    let len = usize::try_from(len).unwrap_or(usize::MAX);
+                    bytes.extend_from_slice(self.take(len, &what)?);
+                    ends.push(bytes.len());
+                }
+                let text = match String::from_utf8(bytes) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        let at = e.utf8_error().valid_up_to();
+                        let i = ends.partition_point(|&end| end <= at);
+                        return Err(self.format(format!("metadata key '{key}': element {i} is not valid UTF-8")));
+                    }
+                };
+                if let Some(i) = ends.iter().position(|&end| !text.is_char_boundary(end)) {
+                    return Err(self.format(format!("metadata key '{key}': element {i} is not valid UTF-8 (it ends inside a character)")));
+                }
+                PackedData::Strings { text, ends }
+            }
+        };
+        Ok(GgufValue::Packed(PackedArray { elem_type: elem_ty, len: n, data, values: OnceLock::new() }))
     }
 
     /// One tensor info: name, dims, ggml type, relative offset; the byte size is computed and

@@ -215,14 +215,13 @@ fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_
     out.try_reserve_exact(data.len()).map_err(|_| {
         Error::new(crate::Status::ErrOutOfMemory, format!("GGUF: no memory for a copy of tensor {name} ({} bytes)", data.len()))
     })?;
-    out.resize(data.len(), 0u8);
+    // HF rows in order (dst = h*hd + s*half + i counts up), each appended from its GGUF row:
+    // no zero fill to overwrite.
     for h in 0..n_head {
         for s in 0..2 {
             for i in 0..half {
                 let src = h * hd + 2 * i + s;
-                let dst = h * hd + s * half + i;
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
+                out.extend_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! A `tokenizers::Tokenizer` rebuilt from GGUF metadata.
+//! A tokenizer rebuilt from GGUF metadata.
 //!
 //! A GGUF carries no tokenizer.json, only llama.cpp's `tokenizer.ggml.*` keys. We rebuild the
 //! tokenizer the way HF transformers does when it opens a GGUF (transformers 5.24,
@@ -12,17 +12,21 @@
 //!   merges taken from the file or rebuilt from the scores (Gemma: from the token order).
 //! - Tokens typed control (3) become special added tokens, user-defined (4) plain added tokens,
 //!   so "<|im_start|>" stays one token when special parsing is on.
+//!
+//! The BPE model itself is packlm's [`GgufBpe`], which gives the ids `tokenizers`' own BPE gives
+//! but is built straight from the token list (see src/pack/gguf_bpe.rs); normalizers,
+//! pre-tokenizers, added tokens, post-processor and decoders are HF's.
 
 use crate::error::{Error, Result};
-use crate::pack::gguf::{GgufFile, GgufValue};
-use std::collections::{HashMap, HashSet};
+use crate::pack::gguf::GgufFile;
+use crate::pack::gguf_bpe::{BpeOptions, GgufBpe, MergeSource};
+use std::borrow::Cow;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
-use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
@@ -30,13 +34,19 @@ use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, NormalizerWrapper, SplitDelimiterBehavior, Tokenizer};
+use tokenizers::{AddedToken, Model, NormalizerWrapper, PostProcessorWrapper, SplitDelimiterBehavior, TokenizerImpl};
+
+/// A tokenizer rebuilt from GGUF metadata: HF's pipeline around packlm's BPE model.
+pub type GgufTokenizer = TokenizerImpl<GgufBpe, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, DecoderWrapper>;
 
 /// The tokenizer of a GGUF file and the token ids its metadata names.
 pub struct GgufVocab {
     /// The rebuilt tokenizer. Its post-processor adds BOS when `add_bos` is true (and EOS when
     /// `add_eos` is), so `encode(text, true)` follows the file's rules.
-    pub tokenizer: Tokenizer,
+    pub tokenizer: GgufTokenizer,
+    /// `tokenizer.get_vocab_size(true)` (distinct texts of the vocabulary and the added tokens),
+    /// counted without building the map that call builds.
+    pub vocab_size: usize,
     /// `tokenizer.ggml.bos_token_id`.
     pub bos: Option<u32>,
     /// `tokenizer.ggml.eos_token_id`.
@@ -58,7 +68,7 @@ pub struct GgufVocab {
 impl std::fmt::Debug for GgufVocab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufVocab")
-            .field("vocab_size", &self.tokenizer.get_vocab_size(true))
+            .field("vocab_size", &self.vocab_size)
             .field("bos", &self.bos)
             .field("eos", &self.eos)
             .field("eot", &self.eot)
@@ -124,7 +134,16 @@ pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
     tokenizer.with_post_processor(Some(post_processor(bos_piece, eos_piece).map_err(|e| meta.format(e))?));
 
     let chat_template = g.get_str("tokenizer.chat_template")?.map(str::to_string);
-    Ok(GgufVocab { tokenizer, bos, eos, eot, pad, add_bos, add_eos, chat_template })
+    let vocab_size = vocab_size_with_added(&tokenizer);
+    Ok(GgufVocab { tokenizer, vocab_size, bos, eos, eot, pad, add_bos, add_eos, chat_template })
+}
+
+/// What `TokenizerImpl::get_vocab_size(true)` returns, the size of the union of the model's
+/// texts and the added tokens' contents (it builds that map of strings to count it).
+fn vocab_size_with_added(tokenizer: &GgufTokenizer) -> usize {
+    let model = tokenizer.get_model();
+    let added = tokenizer.get_added_vocabulary().get_vocab();
+    model.get_vocab_size() + added.keys().filter(|t| model.token_to_id(t).is_none()).count()
 }
 
 /// The `tokenizer.ggml.*` arrays, checked for type and length.
@@ -152,38 +171,20 @@ impl<'a> Meta<'a> {
             .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.model' is missing".into()))?
             .to_string();
         let pre = g.get_str("tokenizer.ggml.pre")?;
-        let tokens = string_array(g, "tokenizer.ggml.tokens")?
+        let tokens = g
+            .get_str_array("tokenizer.ggml.tokens")?
             .ok_or_else(|| fmt("metadata key 'tokenizer.ggml.tokens' is missing".into()))?;
         if tokens.is_empty() || u32::try_from(tokens.len()).is_err() {
             return Err(fmt(format!("tokenizer.ggml.tokens has {} entries", tokens.len())));
         }
-        let types = match g.get_array("tokenizer.ggml.token_type")? {
-            None => Vec::new(),
-            Some(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v.as_integer().map(|t| t as i64).ok_or_else(|| {
-                    fmt(format!("tokenizer.ggml.token_type[{i}] is {} {v}, expected an integer", v.type_name()))
-                }))
-                .collect::<Result<Vec<_>>>()?,
-        };
-        let scores = match g.get_array("tokenizer.ggml.scores")? {
-            None => Vec::new(),
-            Some(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    GgufValue::F32(s) => Ok(*s),
-                    _ => Err(fmt(format!("tokenizer.ggml.scores[{i}] is {} {v}, expected float32", v.type_name()))),
-                })
-                .collect::<Result<Vec<_>>>()?,
-        };
+        let types = g.get_int_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+        let scores = g.get_f32_array("tokenizer.ggml.scores")?.unwrap_or_default();
         for (key, n) in [("tokenizer.ggml.token_type", types.len()), ("tokenizer.ggml.scores", scores.len())] {
             if n != 0 && n != tokens.len() {
                 return Err(fmt(format!("{key} has {n} entries for {} tokens", tokens.len())));
             }
         }
-        let merges = string_array(g, "tokenizer.ggml.merges")?;
+        let merges = g.get_str_array("tokenizer.ggml.merges")?;
         let mut named_ids = Vec::new();
         for key in ["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"] {
             if let Some(id) = g.get_u64(&format!("tokenizer.ggml.{key}"))? {
@@ -213,33 +214,6 @@ impl<'a> Meta<'a> {
             Some(id) => Err(self.format(format!("{key} is {id}, outside the {} tokens", self.tokens.len()))),
         }
     }
-
-    /// `tokenizer.ggml.merges` split into pairs (HF `get_merges`: `tuple(merge.split(" "))`).
-    fn merge_pairs(&self) -> Result<Option<Vec<(String, String)>>> {
-        let Some(merges) = &self.merges else { return Ok(None) };
-        merges
-            .iter()
-            .enumerate()
-            .map(|(i, m)| match m.split_once(' ') {
-                Some((l, r)) if !r.contains(' ') => Ok((l.to_string(), r.to_string())),
-                _ => Err(self.format(format!("tokenizer.ggml.merges[{i}] is {m:?}, expected \"left right\""))),
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
-    }
-}
-
-fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Option<Vec<&'a str>>> {
-    let Some(a) = g.get_array(key)? else { return Ok(None) };
-    a.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_str().ok_or_else(|| {
-                Error::format(format!("{}: {key}[{i}] is {} {v}, expected a string", g.path.display(), v.type_name()))
-            })
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,125 +286,55 @@ fn byte_level_pre_tokenizer(pre: Option<&str>) -> std::result::Result<PreTokeniz
 
 /// HF `byte_level_tokenizer` + `GPT2Tokenizer`: BPE without unk or byte fallback, ByteLevel
 /// pre-tokenizer and decoder.
-fn byte_level_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+fn byte_level_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
     // Check the pre-tokenizer name first: an unknown one is a clear ErrUnsupported.
     let pre = byte_level_pre_tokenizer(meta.pre).map_err(|e| meta.unsupported(e))?;
     let spelling = bytes_to_unicode();
-    let alphabet: HashSet<char> = spelling.iter().copied().collect();
-    let mut vocab = Vocab::with_capacity(meta.tokens.len());
-    for (id, token) in meta.tokens.iter().enumerate() {
-        // A token written outside the byte alphabet (a control token with a space, say) is
-        // respelled byte by byte, as HF does; a later duplicate overwrites, as in a Python dict.
-        let key = if token.chars().all(|c| alphabet.contains(&c)) {
-            token.to_string()
+    // A token written outside the byte alphabet (a control token with a space, say) is
+    // respelled byte by byte, as HF does; a later duplicate overwrites, as in a Python dict.
+    let keys = meta.tokens.iter().map(|&token| -> Cow<str> {
+        if token.chars().all(in_byte_alphabet) {
+            Cow::Borrowed(token)
         } else {
-            token.bytes().map(|b| spelling[b as usize]).collect()
-        };
-        vocab.insert(key, id as u32);
-    }
+            Cow::Owned(token.bytes().map(|b| spelling[b as usize]).collect())
+        }
+    });
     let merges = meta
-        .merge_pairs()?
+        .merges
+        .as_deref()
         .ok_or_else(|| meta.format("metadata key 'tokenizer.ggml.merges' is missing (needed by a gpt2 tokenizer)".into()))?;
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(|e| meta.format(format!("tokenizer.ggml.merges: {e}")))?;
-    let mut tokenizer = Tokenizer::new(bpe);
+    let options = BpeOptions { byte_fallback: false, unk_token: None, fuse_unk: false };
+    let bpe = GgufBpe::new(keys, MergeSource::Listed(merges), &options).map_err(|e| meta.format(e))?;
+    let mut tokenizer = GgufTokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(pre));
     tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
     Ok(tokenizer)
+}
+
+/// Whether `c` is one of the 256 characters of [`bytes_to_unicode`]: a printable Latin-1 byte
+/// (0x21..=0x7E, 0xA1..=0xAC, 0xAE..=0xFF) or one of the 68 shifted ones (U+0100..=U+0143).
+fn in_byte_alphabet(c: char) -> bool {
+    matches!(c, '!'..='~' | '\u{A1}'..='\u{AC}' | '\u{AE}'..='\u{143}')
 }
 
 // ---------------------------------------------------------------------------------------------
 // SentencePiece vocabularies ("llama")
 // ---------------------------------------------------------------------------------------------
 
-/// {token: id}, a later duplicate winning (a Python dict built from the token list).
-fn token_index<'t>(tokens: impl Iterator<Item = &'t str>) -> HashMap<&'t str, u32> {
-    let mut index = HashMap::new();
-    for (id, token) in tokens.enumerate() {
-        index.insert(token, id as u32);
-    }
-    index
-}
-
-/// transformers tokenization_utils_base.py `generate_merges(vocab, vocab_scores)`: every split of
-/// every token into two tokens of the vocabulary, sorted by the token's score (high first), then
-/// by the lengths of the left and right parts (long first); within a token by (left id, right
-/// id). Python's sort is stable, and so is this one. `ordered` lists each distinct token once,
-/// in the order the Python dict `vocab_scores` iterates (first occurrence), with its score.
-fn generate_merges(ordered: &[(&str, f64)], index: &HashMap<&str, u32>) -> Vec<(String, String)> {
-    struct Merge<'t> {
-        left: &'t str,
-        right: &'t str,
-        score: f64,
-        left_chars: usize,
-        right_chars: usize,
-    }
-    let mut merges: Vec<Merge> = Vec::new();
-    let mut local: Vec<(u32, u32, &str, &str)> = Vec::new();
-    for &(token, score) in ordered {
-        local.clear();
-        for (at, _) in token.char_indices().skip(1) {
-            let (left, right) = token.split_at(at);
-            if let (Some(&l), Some(&r)) = (index.get(left), index.get(right)) {
-                local.push((l, r, left, right));
-            }
-        }
-        local.sort_by_key(|&(l, r, _, _)| (l, r));
-        merges.extend(local.iter().map(|&(_, _, left, right)| Merge {
-            left,
-            right,
-            score,
-            left_chars: left.chars().count(),
-            right_chars: right.chars().count(),
-        }));
-    }
-    // sorted(key=(score, len(left), len(right)), reverse=True): descending, ties keep their order.
-    merges.sort_by(|a, b| {
-        b.score
-            .partial_cmp(&a.score)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(b.left_chars.cmp(&a.left_chars))
-            .then(b.right_chars.cmp(&a.right_chars))
-    });
-    merges.into_iter().map(|m| (m.left.to_string(), m.right.to_string())).collect()
-}
-
-/// The distinct tokens in first-occurrence order, each with the value of its last occurrence:
-/// how a Python dict built from (token, value) pairs iterates.
-fn python_dict_order<'t>(pairs: impl Iterator<Item = (&'t str, f64)>) -> Vec<(&'t str, f64)> {
-    let mut position: HashMap<&str, usize> = HashMap::new();
-    let mut ordered: Vec<(&str, f64)> = Vec::new();
-    for (token, value) in pairs {
-        match position.get(token) {
-            Some(&at) => ordered[at].1 = value,
-            None => {
-                position.insert(token, ordered.len());
-                ordered.push((token, value));
-            }
-        }
-    }
-    ordered
-}
-
 /// BPE with byte fallback over `tokens` (HF `sentencepiece_tokenizer`): merges from the file, or
-/// `generate_merges` over `merge_order`.
-fn spm_bpe(meta: &Meta, tokens: &[&str], merge_order: Vec<(&str, f64)>, unk: Option<&str>) -> Result<BPE> {
-    let index = token_index(tokens.iter().copied());
-    let (merges, source) = match meta.merge_pairs()? {
-        Some(m) => (m, "tokenizer.ggml.merges"),
-        None => (generate_merges(&merge_order, &index), "merges rebuilt from tokenizer.ggml.tokens"),
+/// HF's `generate_merges` ranked by `generated` (see [`GgufBpe`], which ranks them without
+/// building the list).
+fn spm_bpe<I>(meta: &Meta, tokens: I, generated: MergeSource, unk: Option<&str>) -> Result<GgufBpe>
+where
+    I: ExactSizeIterator,
+    I::Item: AsRef<str>,
+{
+    let merges = match meta.merges.as_deref() {
+        Some(listed) => MergeSource::Listed(listed),
+        None => generated,
     };
-    let mut vocab = Vocab::with_capacity(index.len());
-    for (token, id) in &index {
-        vocab.insert(token.to_string(), *id);
-    }
-    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).fuse_unk(true).byte_fallback(true);
-    if let Some(unk) = unk {
-        builder = builder.unk_token(unk.to_string());
-    }
-    builder.build().map_err(|e| meta.format(format!("{source}: {e}")))
+    let options = BpeOptions { byte_fallback: true, unk_token: unk, fuse_unk: true };
+    GgufBpe::new(tokens, merges, &options).map_err(|e| meta.format(e))
 }
 
 /// The SentencePiece decoder: "▁" back to spaces, <0xNN> pieces to bytes, joined; LlamaTokenizer
@@ -448,19 +352,14 @@ fn spm_decoder(strip_prefix_space: bool) -> Result<DecoderWrapper> {
     Ok(DecoderWrapper::Sequence(DecoderSequence::new(steps)))
 }
 
-fn scores_order<'t>(meta: &Meta<'t>) -> Result<Vec<(&'t str, f64)>> {
+/// HF `LlamaTokenizer` (legacy = False, add_prefix_space = True): no normalizer, Metaspace
+/// pre-tokenizer that puts "▁" before the first word only, no unk token in the BPE model.
+fn llama_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
     if meta.scores.is_empty() && meta.merges.is_none() {
         return Err(meta.format("a llama tokenizer needs tokenizer.ggml.scores or tokenizer.ggml.merges".into()));
     }
-    Ok(python_dict_order(meta.tokens.iter().copied().zip(meta.scores.iter().map(|&s| f64::from(s)))))
-}
-
-/// HF `LlamaTokenizer` (legacy = False, add_prefix_space = True): no normalizer, Metaspace
-/// pre-tokenizer that puts "▁" before the first word only, no unk token in the BPE model.
-fn llama_tokenizer(meta: &Meta) -> Result<Tokenizer> {
-    let order = scores_order(meta)?;
-    let bpe = spm_bpe(meta, &meta.tokens, order, None)?;
-    let mut tokenizer = Tokenizer::new(bpe);
+    let bpe = spm_bpe(meta, meta.tokens.iter(), MergeSource::Scores(&meta.scores), None)?;
+    let mut tokenizer = GgufTokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Metaspace(Metaspace::new('\u{2581}', PrependScheme::First, false))));
     tokenizer.with_decoder(Some(spm_decoder(true)?));
     Ok(tokenizer)
@@ -468,7 +367,7 @@ fn llama_tokenizer(meta: &Meta) -> Result<Tokenizer> {
 
 /// HF `phi3_tokenizer`: as Llama, but the prefix "▁" comes from a normalizer (Prepend, then
 /// spaces to "▁") and there is no pre-tokenizer.
-fn phi3_tokenizer(meta: &Meta) -> Result<Tokenizer> {
+fn phi3_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
     let mut tokenizer = llama_tokenizer(meta)?;
     let replace = Replace::new(" ", SPM_SPACE).map_err(|e| meta.format(format!("normalizer: {e}")))?;
     tokenizer.with_normalizer(Some(NormalizerWrapper::Sequence(NormalizerSequence::new(vec![
@@ -487,23 +386,18 @@ fn python_isspace(c: char) -> bool {
 /// HF `gemma_tokenizer` + `GemmaTokenizer`: tokens made only of whitespace and containing a space
 /// are respelled as that many "▁"; the merges (absent from Gemma files) are rebuilt in token
 /// order, not score order; spaces become "▁" in a normalizer, with no prefix; unk is "<unk>".
-fn gemma_tokenizer(meta: &Meta) -> Result<Tokenizer> {
-    let respelled: Vec<String> = meta
-        .tokens
-        .iter()
-        .map(|t| {
-            if t.contains(' ') && t.chars().all(python_isspace) {
-                SPM_SPACE.repeat(t.chars().count())
-            } else {
-                t.to_string()
-            }
-        })
-        .collect();
-    let tokens: Vec<&str> = respelled.iter().map(String::as_str).collect();
+fn gemma_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
+    let respelled = meta.tokens.iter().map(|&t| -> Cow<str> {
+        // A byte loop: memchr's call costs more than it saves on strings this short.
+        if t.bytes().any(|b| b == b' ') && t.chars().all(python_isspace) {
+            Cow::Owned(SPM_SPACE.repeat(t.chars().count()))
+        } else {
+            Cow::Borrowed(t)
+        }
+    });
     // positions = {token: -index}
-    let order = python_dict_order(tokens.iter().enumerate().map(|(i, &t)| (t, -(i as f64))));
-    let bpe = spm_bpe(meta, &tokens, order, Some("<unk>"))?;
-    let mut tokenizer = Tokenizer::new(bpe);
+    let bpe = spm_bpe(meta, respelled, MergeSource::TokenOrder, Some("<unk>"))?;
+    let mut tokenizer = GgufTokenizer::new(bpe);
     let replace = Replace::new(" ", SPM_SPACE).map_err(|e| meta.format(format!("normalizer: {e}")))?;
     tokenizer.with_normalizer(Some(NormalizerWrapper::Replace(replace)));
     let split = Split::new(SplitPattern::String(" ".into()), SplitDelimiterBehavior::MergedWithPrevious, false)
@@ -528,7 +422,7 @@ fn gemma_tokenizer(meta: &Meta) -> Result<Tokenizer> {
 /// 3. TokenizersBackend's named special tokens: the texts of bos/eos/unk/padding ids.
 ///
 /// Every one is `normalized = false`: matched in the raw text.
-fn add_special_tokens(tokenizer: &mut Tokenizer, meta: &Meta, arch: &str) {
+fn add_special_tokens(tokenizer: &mut GgufTokenizer, meta: &Meta, arch: &str) {
     let byte_level = meta.model == "gpt2";
     let class_defaults: &[&str] = match (meta.model.as_str(), arch) {
         ("gpt2", _) => &["<|endoftext|>"],
@@ -540,16 +434,21 @@ fn add_special_tokens(tokenizer: &mut Tokenizer, meta: &Meta, arch: &str) {
         class_defaults.iter().filter(|t| tokenizer.token_to_id(t).is_some()).map(|t| special(t)).collect();
     tokenizer.add_special_tokens(&defaults);
 
-    let alphabet: HashSet<char> = bytes_to_unicode().iter().copied().collect();
     let control: Vec<AddedToken> = meta
         .tokens
         .iter()
         .enumerate()
         .filter(|&(id, t)| {
-            meta.token_type(id) == Some(TOKEN_TYPE_CONTROL) && (!byte_level || t.chars().all(|c| alphabet.contains(&c)))
+            meta.token_type(id) == Some(TOKEN_TYPE_CONTROL) && (!byte_level || t.chars().all(in_byte_alphabet))
         })
         .map(|(_, t)| special(t))
         .collect();
+    let model = tokenizer.get_model();
+    if defaults.iter().chain(&control).all(|t| model.token_to_id(&t.content).is_some()) {
+        let all = added_tokens_in_one_list(model, meta, defaults, control);
+        tokenizer.add_tokens(&all);
+        return;
+    }
     tokenizer.add_special_tokens(&control);
 
     let user_defined: Vec<AddedToken> = meta
@@ -568,6 +467,35 @@ fn add_special_tokens(tokenizer: &mut Tokenizer, meta: &Meta, arch: &str) {
         .map(special)
         .collect();
     tokenizer.add_special_tokens(&named);
+}
+
+/// The four lists of [`add_special_tokens`] as one, when every token of the first two is in
+/// the model's vocabulary. Then no token gets a new id, and one `add_tokens` call over the
+/// lists in order leaves what four calls leave (tokenizers added_vocabulary.rs `add_tokens`
+/// handles its tokens one by one; between calls only the counter for new ids and the matcher
+/// rebuilt at the end of each call differ), with the matcher of some 6,000 special tokens
+/// (Gemma 3) built once rather than three times. The filters are the four calls' own: a text
+/// known to the tokenizer is one the model knows, as everything added so far is.
+fn added_tokens_in_one_list(model: &GgufBpe, meta: &Meta, defaults: Vec<AddedToken>, control: Vec<AddedToken>) -> Vec<AddedToken> {
+    let user_defined: Vec<AddedToken> = meta
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|&(id, t)| meta.token_type(id) == Some(TOKEN_TYPE_USER_DEFINED) && model.token_to_id(t).is_some())
+        .map(|(_, t)| AddedToken::from(*t, false).normalized(false))
+        .collect();
+    let mut all = defaults;
+    all.extend(control);
+    all.extend(user_defined);
+    let added: std::collections::HashSet<&str> = all.iter().map(|t| t.content.as_str()).collect();
+    let named: Vec<AddedToken> = ["bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id"]
+        .iter()
+        .filter_map(|key| meta.named_token(key))
+        .filter(|t| model.token_to_id(t).is_some() && !added.contains(t))
+        .map(|t| AddedToken::from(t, true).normalized(false))
+        .collect();
+    all.extend(named);
+    all
 }
 
 impl<'a> Meta<'a> {

@@ -5,11 +5,13 @@
 pub mod chat;
 pub mod files;
 pub mod gguf;
+pub mod gguf_bpe;
 mod gguf_pack;
 pub mod gguf_tokenizer;
 pub mod safetensors_files;
 pub mod sizes;
 pub mod tensor;
+mod token_texts;
 pub mod vocab;
 
 use std::collections::BTreeMap;
@@ -23,7 +25,7 @@ use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 use tensor::WeightTensor;
 use files::FileKind;
-use vocab::Vocab;
+use vocab::{PackTokenizer, Vocab};
 
 pub struct Pack {
     pub path: PathBuf,
@@ -125,7 +127,7 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     check_token_ids(&spec, bos, &eos, &extra_stop, &dir.display().to_string())?;
     spec.bos_token_id = bos;
     spec.eos_token_ids = eos.clone();
-    let vocab = Vocab::new(tokenizer, bos, eos, extra_stop, add_bos, template);
+    let vocab = Vocab::new(PackTokenizer::Json(tokenizer), bos, eos, extra_stop, add_bos, template);
     let metadata = folder_metadata(&spec, &vocab);
     Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab, metadata })
 }
@@ -157,7 +159,7 @@ fn post_processor_adds(tokenizer: &Tokenizer, bos: Option<u32>) -> bool {
 fn open_gguf(path: &Path) -> Result<Pack> {
     let g = gguf::GgufFile::open(path)?;
     let gv = gguf_tokenizer::vocab_from_gguf(&g)?;
-    let n_tokens = gv.tokenizer.get_vocab_size(true);
+    let n_tokens = gv.vocab_size;
     let config = gguf_pack::config_from_gguf(&g, n_tokens)?;
     let source = format!("{} (metadata)", path.display());
     let tensors = gguf_pack::tensors_from_gguf(&g, &config)?;
@@ -169,7 +171,8 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     check_token_ids(&spec, gv.bos, &eos, &eot, &source)?;
     spec.bos_token_id = gv.bos;
     spec.eos_token_ids = eos.clone();
-    let vocab = Vocab::new(gv.tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template);
+    let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
+    let vocab = Vocab::new(tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template);
     let metadata = gguf_metadata(&g);
     Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab, metadata })
 }
@@ -183,7 +186,7 @@ fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
         .iter()
         .filter_map(|(k, v)| {
             let text = match v {
-                V::Array(_) => return None,
+                V::Array(_) | V::Packed(_) => return None,
                 V::Str(s) => s.clone(),
                 V::Bool(b) => b.to_string(),
                 V::F32(x) => format!("{x:.6}"),

@@ -4,18 +4,86 @@
 //! pack says to and the caller asks for special tokens), and never a second one when the text
 //! already produced it. That gives one rule for HF folders and GGUF files alike.
 
-use tokenizers::Tokenizer;
+use tokenizers::{AddedVocabulary, DecoderWrapper, Tokenizer};
 
 use crate::error::{Error, Result, Status};
+use crate::pack::gguf_tokenizer::GgufTokenizer;
 
 /// Chat end-of-turn markers that are stop tokens when the vocabulary has them as specials.
 const END_OF_TURN: &[&str] = &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>"];
 
+/// A pack's tokenizer: an HF folder's tokenizer.json as `tokenizers` loads it, or one rebuilt
+/// from a GGUF's metadata (HF's pipeline around packlm's BPE model, src/pack/gguf_bpe.rs).
+#[derive(Clone)]
+pub enum PackTokenizer {
+    Json(Tokenizer),
+    /// `vocab_size` is its `get_vocab_size(true)`, counted when it was built (that call builds
+    /// a map of every token text to count them).
+    Gguf { tokenizer: GgufTokenizer, vocab_size: usize },
+}
+
+/// `$body` with `$t` bound to the tokenizer inside either kind (the two are `TokenizerImpl`s
+/// with different models, and share every other type).
+macro_rules! with_tokenizer {
+    ($tokenizer:expr, $t:ident => $body:expr) => {
+        match $tokenizer {
+            PackTokenizer::Json($t) => $body,
+            PackTokenizer::Gguf { tokenizer: $t, .. } => $body,
+        }
+    };
+}
+
+impl PackTokenizer {
+    fn encode(&self, text: &str) -> tokenizers::Result<Vec<u32>> {
+        with_tokenizer!(self, t => t.encode(text, false).map(|e| e.get_ids().to_vec()))
+    }
+
+    fn decode(&self, ids: &[u32], skip_special: bool) -> tokenizers::Result<String> {
+        with_tokenizer!(self, t => t.decode(ids, skip_special))
+    }
+
+    fn token_to_id(&self, text: &str) -> Option<u32> {
+        with_tokenizer!(self, t => t.token_to_id(text))
+    }
+
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        with_tokenizer!(self, t => t.id_to_token(id))
+    }
+
+    fn added_vocabulary(&self) -> &AddedVocabulary {
+        with_tokenizer!(self, t => t.get_added_vocabulary())
+    }
+
+    fn decoder(&self) -> Option<&DecoderWrapper> {
+        with_tokenizer!(self, t => t.get_decoder())
+    }
+
+    fn set_encode_special_tokens(&mut self, value: bool) {
+        with_tokenizer!(self, t => t.set_encode_special_tokens(value))
+    }
+
+    /// Distinct texts of the vocabulary and the added tokens (`get_vocab_size(true)`).
+    fn vocab_size(&self) -> usize {
+        match self {
+            PackTokenizer::Json(t) => t.get_vocab_size(true),
+            PackTokenizer::Gguf { vocab_size, .. } => *vocab_size,
+        }
+    }
+
+    /// For an added token, whether it is special; None when `id` is not an added token. (It
+    /// reads the added vocabulary in place: `get_added_tokens_decoder` copies it, some 6,000
+    /// tokens for Gemma 3, at every call.)
+    fn is_special(&self, id: u32) -> Option<bool> {
+        self.added_vocabulary().get_added_tokens_decoder().get(&id).map(|t| t.special)
+    }
+}
+
 pub struct Vocab {
     /// Matches special tokens in text ("parse special").
-    tokenizer: Tokenizer,
-    /// Treats special-token text as plain text.
-    tokenizer_plain: Tokenizer,
+    tokenizer: PackTokenizer,
+    /// Treats special-token text as plain text. For a GGUF it shares the BPE tables with
+    /// `tokenizer`; only the added-token matcher is copied.
+    tokenizer_plain: PackTokenizer,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
     /// Generation stops at any of these (EOS ids, EOT, chat end-of-turn specials).
@@ -27,7 +95,7 @@ pub struct Vocab {
 
 impl Vocab {
     pub fn new(
-        tokenizer: Tokenizer,
+        tokenizer: PackTokenizer,
         bos: Option<u32>,
         eos: Vec<u32>,
         extra_stop: Vec<u32>,
@@ -36,17 +104,12 @@ impl Vocab {
     ) -> Vocab {
         let mut plain = tokenizer.clone();
         plain.set_encode_special_tokens(true);
-        let size = tokenizer.get_vocab_size(true);
+        let size = tokenizer.vocab_size();
         let mut stop = eos.clone();
         stop.extend(extra_stop);
         for marker in END_OF_TURN {
             if let Some(id) = tokenizer.token_to_id(marker) {
-                let is_special = tokenizer
-                    .get_added_tokens_decoder()
-                    .get(&id)
-                    .map(|t| t.special)
-                    .unwrap_or(false);
-                if is_special {
+                if tokenizer.is_special(id) == Some(true) {
                     stop.push(id);
                 }
             }
@@ -60,10 +123,7 @@ impl Vocab {
     /// `parse_special`: text like "<|im_start|>" becomes its special token.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let tk = if parse_special { &self.tokenizer } else { &self.tokenizer_plain };
-        let enc = tk
-            .encode(text, false)
-            .map_err(|e| Error::new(Status::ErrTokenizer, format!("encode: {e}")))?;
-        let mut ids = enc.get_ids().to_vec();
+        let mut ids = tk.encode(text).map_err(|e| Error::new(Status::ErrTokenizer, format!("encode: {e}")))?;
         if add_special && self.add_bos {
             if let Some(b) = self.bos {
                 if ids.first() != Some(&b) {
@@ -105,9 +165,9 @@ impl Vocab {
     /// NORMAL); None for an id outside the vocabulary.
     pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
         let text = self.tokenizer.id_to_token(id)?;
-        Some(match self.tokenizer.get_added_tokens_decoder().get(&id) {
-            Some(t) if t.special => TokenKind::Control,
-            Some(_) => TokenKind::UserDefined,
+        Some(match self.tokenizer.is_special(id) {
+            Some(true) => TokenKind::Control,
+            Some(false) => TokenKind::UserDefined,
             None if !self.is_byte_level() && byte_token(&text).is_some() => TokenKind::Byte,
             None => TokenKind::Normal,
         })
@@ -116,7 +176,7 @@ impl Vocab {
     /// Whether tokens are GPT-2 byte-level BPE (else SentencePiece-style, "▁" for a space and
     /// <0xNN> byte tokens).
     pub fn is_byte_level(&self) -> bool {
-        matches!(self.tokenizer.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)))
+        matches!(self.tokenizer.decoder(), Some(DecoderWrapper::ByteLevel(_)))
     }
 
     /// The raw bytes one token stands for, as llama.cpp's `llama_token_to_piece` gives them: a
