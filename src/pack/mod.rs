@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod gguf_bpe;
 mod gguf_pack;
 pub mod gguf_tokenizer;
+mod gguf_value;
 pub mod safetensors_files;
 pub mod sizes;
 pub mod tensor;
