@@ -311,10 +311,6 @@ entries! {
 // 256-bit operations on the low half alone. AVX-512 has no `vpsignb`: the activation is negated
 // under the mask of the weight's negative bytes instead, and the weight is |w| (`vpabsb`).
 
-/// Rows per pass over the weights, largest first: 16 fill the 32 registers with one
-/// accumulator each; 9 is a verify of 8 drafted tokens; smaller groups take what is left.
-const GROUPS_512: [usize; 6] = [16, 9, 8, 4, 2, 1];
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn row_dots_512<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
@@ -377,7 +373,7 @@ fn row_dots_512<const BB: usize, const SUBS: usize, const MIN: bool, const R: us
     out
 }
 
-/// `tile` for the 512-bit kernels: activation rows in the groups of `GROUPS_512`.
+/// `tile` for the 512-bit kernels: one activation row alone, several in groups (below).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
@@ -398,28 +394,24 @@ fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decod
         }
         return;
     }
+    // Rows per pass over the weights, largest first, each size while it fits: 16 fill the 32
+    // registers with one accumulator each; 9 is a verify of 8 drafted tokens; smaller groups
+    // take what is left.
     let mut r = 0;
-    while r < m {
-        let left = m - r;
-        let Some(&g) = GROUPS_512.iter().find(|&&g| g <= left) else { break };
-        macro_rules! group {
-            ($($n:literal)*) => {
-                match g {
-                    $($n => {
-                        let rows: [_; $n] = std::array::from_fn(|i| row(r + i));
-                        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
-                        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-                            if $n == 1 {
-                                prefetch_ahead(w);
-                            }
-                            o[r..r + $n].copy_from_slice(&row_dots_512::<BB, SUBS, MIN, $n>(w, xq, xd, xs, decode));
-                        }
-                    })*
-                    _ => unreachable!("GROUPS_512 lists only the sizes above"),
+    macro_rules! groups {
+        ($($n:literal)*) => {$(
+            while m - r >= $n {
+                let rows: [_; $n] = std::array::from_fn(|i| row(r + i));
+                let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
+                for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+                    if $n == 1 {
+                        prefetch_ahead(w);
+                    }
+                    o[r..r + $n].copy_from_slice(&row_dots_512::<BB, SUBS, MIN, $n>(w, xq, xd, xs, decode));
                 }
-            };
-        }
-        group!(16 9 8 4 2 1);
-        r += g;
+                r += $n;
+            }
+        )*};
     }
+    groups!(16 9 8 4 2 1);
 }

@@ -146,11 +146,6 @@ pub fn has_min(ty: WeightType) -> bool {
     matches!(ty, WeightType::Q4_1 | WeightType::Q4_K)
 }
 
-/// Whether the `fast` kernels cover `ty` (the block formats; floats stay on the f32 kernels).
-pub fn covers(ty: WeightType) -> bool {
-    ty.is_quantized()
-}
-
 /// Block `b` (of 32 elements) of the weight row `row` of type `ty` (a block format).
 pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
     let mut q = [0i8; QK];
@@ -360,7 +355,8 @@ impl Int8Kernel {
     /// The kernel for `ty` on `isa`, or None for a float type; an `isa` this CPU cannot run
     /// gives the portable kernel.
     pub fn new(ty: WeightType, isa: Int8Isa) -> Option<Int8Kernel> {
-        if !covers(ty) {
+        // The block formats; float weights stay on the f32 kernels.
+        if !ty.is_quantized() {
             return None;
         }
         #[cfg(target_arch = "x86_64")]
