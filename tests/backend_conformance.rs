@@ -64,12 +64,6 @@ fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
     all
 }
 
-fn put(be: &dyn Backend, data: &[f32]) -> Tensor {
-    let mut t = be.tensor(data.len());
-    be.upload(data, &mut t);
-    t
-}
-
 /// A `[rows, cols]` weight of random values in type `ty` (F32, F16 or Q8_0).
 fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTensor {
     let bytes: Vec<u8> = match ty {
@@ -85,12 +79,6 @@ fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTens
         other => panic!("no random weights of type {other:?} here"),
     };
     WeightTensor::new("w".into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes))).unwrap()
-}
-
-fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let d = max_abs_diff(got, want);
-    assert!(d <= tol, "{what}: max difference {d} > {tol}");
 }
 
 /// Runs `op` on the backend under test and on the reference with the same inputs; returns both
@@ -317,34 +305,6 @@ fn kv_store_truncates_exports_and_imports() {
         other.import(vec![Some((k0.clone(), v0.clone())), None, Some((k2.clone(), v2.clone()))], 5).unwrap();
         assert_eq!(other.positions(), 5, "{name}");
         assert_eq!(export(other.as_ref(), 2), Some((k2.clone(), v2.clone())), "{name}: imported plane");
-    }
-}
-
-/// The model-level invariants on a backend: batched == sequential, truncate == fresh,
-/// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
-/// softcaps and qkv bias.
-fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
-    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"] {
-        let m = open_model(&tiny(fixture));
-        let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
-        let what = |s: &str| format!("{name}, {fixture}: {s}");
-        let batched = all_rows(&m, &tokens);
-        assert_bits_equal(&batched, &stepped(&m, &tokens), &what("batched vs sequential"));
-        let mut s = Session::new(m.clone(), 0).unwrap();
-        s.step_batch(&tokens, Want::None).unwrap();
-        let snap7 = {
-            let mut t = Session::new(m.clone(), 0).unwrap();
-            t.step_batch(&tokens[..7], Want::None).unwrap();
-            t.snapshot()
-        };
-        s.truncate(7).unwrap();
-        assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
-        let after_truncate = s.step(tokens[7]).unwrap();
-        let v = m.spec().vocab_size;
-        assert_bits_equal(&after_truncate, &batched[7 * v..8 * v], &what("truncate vs fresh"));
-        let mut r = Session::new(m.clone(), 0).unwrap();
-        r.restore(&snap7).unwrap();
-        assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
     }
 }
 

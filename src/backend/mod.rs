@@ -38,6 +38,8 @@
 
 pub mod attention;
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod host;
 pub mod pass;
 pub mod reference;
@@ -48,7 +50,7 @@ use crate::error::{Error, Result, Status};
 pub use crate::kv::KvStore;
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::RopeSpec;
-use crate::semantics::{Activation, LayerSpec};
+use crate::semantics::{Activation, LayerSpec, ModelSpec};
 
 /// An activation buffer owned by a backend: `len` f32 elements, laid out as rows of the width
 /// each op is given. Opaque to the engine.
@@ -207,6 +209,24 @@ impl std::str::FromStr for Precision {
     }
 }
 
+/// What a device backend has done, cumulative since it was made (`Backend::counters`): the
+/// tests read differences around a pass to show the device path is real.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Buffer-to-buffer copies recorded (KV appends, plane growth, activation copies).
+    pub copies: u64,
+    /// Queue submissions.
+    pub submissions: u64,
+    /// Bytes of activations brought back to host memory by `Backend::read` (the logits).
+    pub bytes_read: u64,
+    /// Bytes of KV planes brought back to host memory (snapshots).
+    pub kv_bytes_read: u64,
+    /// Bytes of weights resident on the device (matrices and vectors).
+    pub weight_bytes: u64,
+}
+
 /// Most threads one model may ask for, the calling thread included: a larger request is
 /// refused with `ErrLimitExceeded`, not clamped.
 pub const MAX_THREADS: usize = 256;
@@ -229,6 +249,30 @@ pub trait Backend: Send + Sync {
     fn precision(&self) -> Precision {
         Precision::Exact
     }
+    /// The device a backend computes on, for `packlm info` (None for host memory).
+    fn device(&self) -> Option<String> {
+        None
+    }
+    /// What a device backend has done so far (None for host memory).
+    fn counters(&self) -> Option<DeviceCounters> {
+        None
+    }
+    /// Refuses, at open, a model this backend cannot run (a head wider than its kernels take).
+    fn accepts(&self, _spec: &ModelSpec) -> Result<()> {
+        Ok(())
+    }
+    /// Most rows one pass may carry; the engine splits a longer one (the bits of a row do not
+    /// depend on the pass it is in). A device backend bounds it by its largest binding.
+    fn max_pass_rows(&self, _spec: &ModelSpec) -> usize {
+        usize::MAX
+    }
+    /// Most positions a session may hold on this backend (sessions are capped to it).
+    fn max_positions(&self, _spec: &ModelSpec) -> usize {
+        usize::MAX
+    }
+    /// The engine's call after each layer of a pass: a device backend submits the layer's work
+    /// here, so that the abort flag, checked between layers, is seen while a pass runs.
+    fn layer_done(&self) {}
 
     // Memory.
     /// Prepares a matrix once at open.
@@ -303,7 +347,20 @@ impl BackendKind {
             0 => Ok(BackendKind::Host),
             1 => Ok(BackendKind::Reference),
             2 => Ok(BackendKind::Accelerator),
-            other => Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (accelerator)"))),
+            other => Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (gpu)"))),
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+    /// The names of the CLI and bench: host, reference, gpu (accelerator is an alias).
+    fn from_str(s: &str) -> Result<BackendKind> {
+        match s {
+            "host" => Ok(BackendKind::Host),
+            "reference" => Ok(BackendKind::Reference),
+            "gpu" | "accelerator" => Ok(BackendKind::Accelerator),
+            other => Err(Error::invalid(format!("backend {other:?} is not host, reference or gpu"))),
         }
     }
 }
@@ -314,10 +371,13 @@ pub fn create(kind: BackendKind, threads: usize, precision: Precision) -> Result
     match kind {
         BackendKind::Host => Ok(Box::new(cpu::CpuBackend::new(host::HostBackend::new(threads)?.with_precision(precision)))),
         BackendKind::Reference => Ok(Box::new(cpu::CpuBackend::new(reference::ReferenceBackend))),
-        // The seam for an NPU/GPU backend: none is built into this library yet.
+        // The GPU through wgpu; NPUs would join here.
+        #[cfg(feature = "gpu")]
+        BackendKind::Accelerator => Ok(Box::new(gpu::GpuBackend::new()?)),
+        #[cfg(not(feature = "gpu"))]
         BackendKind::Accelerator => Err(Error::new(
             Status::ErrBackendUnavailable,
-            "no accelerator backend is available in this build",
+            "this build of packlm has no GPU backend (built without the cargo feature `gpu`)",
         )),
     }
 }

@@ -11,7 +11,7 @@
 //! prompt gives the tokens the template would; `--no-special` treats it as plain text. BOS is
 //! added by the pack's rule (never twice) either way.
 //!
-//! Common options: --threads N, --backend host|reference, --precision exact|fast (default: the
+//! Common options: --threads N, --backend host|reference|gpu, --precision exact|fast (default: the
 //! pack's, fast for block-quantized weights, exact for float ones; `info` prints the precision in
 //! use, exact on a backend without reduced-precision kernels). Errors print the status and
 //! message and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
@@ -76,7 +76,7 @@ const USAGE: &str = "usage:
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
-options: --threads N  --backend host|reference  --precision exact|fast";
+options: --threads N  --backend host|reference|gpu  --precision exact|fast";
 
 /// Writes to stderr without panicking when stderr is closed too.
 fn report(text: &str) {
@@ -120,10 +120,9 @@ fn main() {
 
 fn open(pack: &str, args: &mut Args) -> Result<Arc<Model>> {
     let threads = args.parsed(&["--threads"], 0usize)?;
-    let backend = match args.value(&["--backend"])?.as_deref() {
-        None | Some("host") => BackendKind::Host,
-        Some("reference") => BackendKind::Reference,
-        Some(other) => return Err(Error::invalid(format!("--backend {other}: host or reference"))),
+    let backend = match args.value(&["--backend"])? {
+        None => BackendKind::Host,
+        Some(v) => v.parse::<BackendKind>()?,
     };
     let precision = match args.value(&["--precision"])? {
         None => None,

@@ -26,7 +26,38 @@ pub enum Want {
 /// logits of the wanted rows (`rows x vocab`). On failure (abort), and also when the pass
 /// panics, the cache is as before: the rows a pass appended are dropped while unwinding, so a
 /// caller that catches the panic (the C boundary does) keeps a usable session.
+///
+/// A pass longer than the backend's `max_pass_rows` runs as consecutive passes of at most that
+/// many rows (a row's bits do not depend on the pass it is in), rolled back together on failure.
 pub fn forward(
+    model: &Model,
+    kv: &mut dyn KvStore,
+    bufs: &mut PassBuffers,
+    tokens: &[u32],
+    want: Want,
+    abort: &Arc<AtomicBool>,
+) -> Result<Vec<f32>> {
+    let cap = model.backend.max_pass_rows(&model.spec).max(1);
+    if tokens.len() <= cap {
+        return forward_one(model, kv, bufs, tokens, want, abort);
+    }
+    let mut pass = Rollback { start: kv.positions(), kv, done: false };
+    let mut logits = Vec::new();
+    let n_parts = tokens.len().div_ceil(cap);
+    for (i, part) in tokens.chunks(cap).enumerate() {
+        let part_want = match want {
+            Want::All => Want::All,
+            Want::Last if i + 1 == n_parts => Want::Last,
+            _ => Want::None,
+        };
+        logits.extend(forward_one(model, &mut *pass.kv, bufs, part, part_want, abort)?);
+    }
+    pass.done = true;
+    Ok(logits)
+}
+
+/// `forward` of at most `max_pass_rows` rows.
+fn forward_one(
     model: &Model,
     kv: &mut dyn KvStore,
     bufs: &mut PassBuffers,
@@ -214,6 +245,7 @@ fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<
             panic!("injected panic after layer {il}");
         }
         mlp_block(model, il, ls, lw, x, m, ple.as_ref(), s);
+        be.layer_done();
     }
     // A kernel of the last layer may have stopped early.
     check_abort(abort, || "after the last layer".into())

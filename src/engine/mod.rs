@@ -85,6 +85,10 @@ impl Model {
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
     }
+    /// Every tensor of the pack, by name, as mapped.
+    pub fn tensors(&self) -> &BTreeMap<String, WeightTensor> {
+        &self.tensors
+    }
     /// The path the model was opened from.
     pub fn source(&self) -> &str {
         &self.source
@@ -152,6 +156,7 @@ impl Model {
         const READ_SHARE: f32 = 0.1;
         report(READ_SHARE)?;
         let mut step = |done: usize, total: usize| report(READ_SHARE + (1.0 - READ_SHARE) * done as f32 / total as f32);
+        backend.accepts(&pack.spec)?;
         let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref(), &mut step)?;
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
@@ -160,11 +165,12 @@ impl Model {
         log::log(
             log::Level::Info,
             &format!(
-                "opened {} ({}, {} layers, backend {}, precision {})",
+                "opened {} ({}, {} layers, backend {}{}, precision {})",
                 path.display(),
                 pack.spec.family,
                 pack.spec.layers.len(),
                 backend.name(),
+                backend.device().map(|d| format!(" on {d}")).unwrap_or_default(),
                 backend.precision().name()
             ),
         );
@@ -253,9 +259,14 @@ pub struct Session {
 impl Session {
     /// `n_ctx == 0` means the model's context length; more than that is refused.
     pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
-        let max = model.spec.max_context;
+        // A device backend may hold fewer positions than the model's context (its largest binding).
+        let max = model.spec.max_context.min(model.backend.max_positions(&model.spec));
         if n_ctx > max {
-            return Err(Error::invalid(format!("n_ctx {n_ctx} is larger than the model's context length {max}")));
+            return Err(Error::invalid(if max < model.spec.max_context {
+                format!("n_ctx {n_ctx} is larger than the {max} positions the {} backend holds for this model", model.backend.name())
+            } else {
+                format!("n_ctx {n_ctx} is larger than the model's context length {max}")
+            }));
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
@@ -415,6 +426,7 @@ pub fn info_json(m: &Model) -> serde_json::Value {
         "add_bos": m.vocab.add_bos,
         "tie_word_embeddings": s.tie_word_embeddings,
         "backend": m.backend.name(),
+        "device": m.backend.device(),
         "layers": s.layers_json(),
     })
 }

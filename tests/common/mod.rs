@@ -6,7 +6,7 @@ pub mod quant;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use packlm::backend::{BackendKind, Precision};
+use packlm::backend::{Backend, BackendKind, Precision, Tensor};
 use packlm::engine::{Model, OpenOptions, Session, Want};
 
 pub fn fixtures() -> PathBuf {
@@ -172,5 +172,47 @@ impl Rng {
     }
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A backend tensor holding `data`.
+pub fn put(be: &dyn Backend, data: &[f32]) -> Tensor {
+    let mut t = be.tensor(data.len());
+    be.upload(data, &mut t);
+    t
+}
+
+/// Every element within `tol` of `want`.
+pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let d = max_abs_diff(got, want);
+    assert!(d <= tol, "{what}: max difference {d} > {tol}");
+}
+
+/// The model-level invariants on a backend: batched == sequential, truncate == fresh,
+/// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
+/// softcaps and qkv bias.
+pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
+    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"] {
+        let m = open_model(&tiny(fixture));
+        let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
+        let what = |s: &str| format!("{name}, {fixture}: {s}");
+        let batched = all_rows(&m, &tokens);
+        assert_bits_equal(&batched, &stepped(&m, &tokens), &what("batched vs sequential"));
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens, Want::None).unwrap();
+        let snap7 = {
+            let mut t = Session::new(m.clone(), 0).unwrap();
+            t.step_batch(&tokens[..7], Want::None).unwrap();
+            t.snapshot()
+        };
+        s.truncate(7).unwrap();
+        assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
+        let after_truncate = s.step(tokens[7]).unwrap();
+        let v = m.spec().vocab_size;
+        assert_bits_equal(&after_truncate, &batched[7 * v..8 * v], &what("truncate vs fresh"));
+        let mut r = Session::new(m.clone(), 0).unwrap();
+        r.restore(&snap7).unwrap();
+        assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
     }
 }

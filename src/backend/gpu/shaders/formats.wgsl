@@ -1,0 +1,137 @@
+// One loader per weight type: `load_<type>(r, u, &out)` writes unit `u` of row `r` of the
+// bound chunk as f32, with the arithmetic of src/quant/dequant.rs (ggml's reference
+// dequantization). A unit is 32 elements for the block formats (a K-quant super-block is 8
+// units) and 1 element for the float types.
+//
+// The chunk layout (src/backend/gpu/weights.rs): the rows' blocks as stored, except that a
+// block's 2-byte f16 scale is moved to a separate run of halves at word p.b.y when the block is
+// not a whole number of words (Q8_0, Q4_0, Q5_0, Q6_K); p.a.w = columns, p.b.w = units per row.
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+
+fn w_byte(word0: u32, i: u32) -> u32 {
+    return (w[word0 + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
+fn w_half(i: u32) -> u32 {
+    return (w[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
+}
+
+fn moved_scale(g: u32) -> f32 {
+    return half_to_f32(w_half(p.b.y * 2u + g));
+}
+
+fn load_f32(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    (*o)[0] = bitcast<f32>(w[r * p.a.w + u]);
+}
+
+fn load_f16(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    (*o)[0] = half_to_f32(w_half(r * p.a.w + u));
+}
+
+fn load_bf16(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    (*o)[0] = bitcast<f32>(w_half(r * p.a.w + u) << 16u);
+}
+
+// Q8_0 body: 32 signed bytes (8 words); y = q * d.
+fn load_q8_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    let d = moved_scale(g);
+    let base = g * 8u;
+    for (var i = 0u; i < 32u; i++) {
+        let word = w[base + (i >> 2u)];
+        let q = i32(word << (24u - (i & 3u) * 8u)) >> 24u;
+        (*o)[i] = f32(q) * d;
+    }
+}
+
+// Q4_0 body: 16 bytes; element j < 16 the low nibble of byte j, j + 16 its high nibble.
+fn load_q4_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    let d = moved_scale(g);
+    let base = g * 4u;
+    for (var j = 0u; j < 16u; j++) {
+        let q = w_byte(base, j);
+        (*o)[j] = f32(i32(q & 15u) - 8) * d;
+        (*o)[j + 16u] = f32(i32(q >> 4u) - 8) * d;
+    }
+}
+
+// Q4_1: the whole 20-byte block (d, m, 16 bytes); y = nibble * d + m.
+fn load_q4_1(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    let base = g * 5u;
+    let dm = w[base];
+    let d = half_to_f32(dm & 0xffffu);
+    let m = half_to_f32(dm >> 16u);
+    for (var j = 0u; j < 16u; j++) {
+        let q = w_byte(base + 1u, j);
+        (*o)[j] = f32(q & 15u) * d + m;
+        (*o)[j + 16u] = f32(q >> 4u) * d + m;
+    }
+}
+
+// Q5_0 body: qh (one word) then 16 bytes; bit j of qh is the fifth bit of element j.
+fn load_q5_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    let d = moved_scale(g);
+    let base = g * 5u;
+    let qh = w[base];
+    for (var j = 0u; j < 16u; j++) {
+        let q = w_byte(base + 1u, j);
+        let h0 = ((qh >> j) << 4u) & 0x10u;
+        let h1 = (qh >> (j + 12u)) & 0x10u;
+        (*o)[j] = f32(i32((q & 15u) | h0) - 16) * d;
+        (*o)[j + 16u] = f32(i32((q >> 4u) | h1) - 16) * d;
+    }
+}
+
+// Q4_K: the whole 144-byte super-block (36 words): d, dmin, 12 bytes of 6-bit scales and
+// mins, 128 bytes of nibbles. Unit s of the super-block: group s / 2, low (even s) or high
+// nibbles; y = (d * sc) * nibble - (dmin * m).
+fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * (p.b.w / 8u) + u / 8u;
+    let s = u % 8u;
+    let base = g * 36u;
+    let dd = w[base];
+    let d = half_to_f32(dd & 0xffffu);
+    let dmin = half_to_f32(dd >> 16u);
+    let sb = base + 1u;
+    var sc: u32;
+    var mn: u32;
+    if (s < 4u) {
+        sc = w_byte(sb, s) & 63u;
+        mn = w_byte(sb, s + 4u) & 63u;
+    } else {
+        sc = (w_byte(sb, s + 4u) & 15u) | ((w_byte(sb, s - 4u) >> 6u) << 4u);
+        mn = (w_byte(sb, s + 4u) >> 4u) | ((w_byte(sb, s) >> 6u) << 4u);
+    }
+    let d1 = d * f32(sc);
+    let m1 = dmin * f32(mn);
+    let qb = base + 4u;
+    let shift = (s & 1u) * 4u;
+    for (var l = 0u; l < 32u; l++) {
+        let q = (w_byte(qb, (s / 2u) * 32u + l) >> shift) & 15u;
+        (*o)[l] = d1 * f32(q) - m1;
+    }
+}
+
+// Q6_K body: ql (128 bytes), qh (64), 16 signed scales (52 words); d moved. Unit s: half s / 4,
+// k = s % 4; element l takes ql[half * 64 + l + 32 (k & 1)] (low nibble for k < 2, high
+// otherwise) and bits 2k of qh[half * 32 + l]; y = (d * scale) * (q - 32).
+fn load_q6_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * (p.b.w / 8u) + u / 8u;
+    let s = u % 8u;
+    let d = moved_scale(g);
+    let base = g * 52u;
+    let hf = s / 4u;
+    let k = s % 4u;
+    let nib_shift = (k / 2u) * 4u;
+    for (var l = 0u; l < 32u; l++) {
+        let ql = (w_byte(base, hf * 64u + l + 32u * (k & 1u)) >> nib_shift) & 15u;
+        let qh = (w_byte(base, 128u + hf * 32u + l) >> (2u * k)) & 3u;
+        let q = i32(ql | (qh << 4u)) - 32;
+        let scb = w_byte(base, 192u + hf * 8u + l / 16u + 2u * k);
+        let sc = i32(scb << 24u) >> 24u;
+        (*o)[l] = d * f32(sc) * f32(q);
+    }
+}
