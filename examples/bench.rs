@@ -2,14 +2,15 @@
 //! the cost of a verify relative to a decode step (drafts all rejected, and all accepted), the
 //! speedup of n-gram drafting on a code-editing request, and peak RSS, printed as one JSON line.
 //!
-//!   cargo run --release --example bench -- PACK [--threads N] [--precision exact|fast]
+//!   cargo run --release --example bench -- PACK [--threads N] [--backend host|gpu] [--precision exact|fast]
 //!       [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]
 //!
 //! `--precision` defaults to the pack's (fast for block-quantized weights, exact for float ones);
 //! the JSON's "precision" is the one in use. `spec_speedup_code` is the time of a greedy
 //! generation of `--spec-n` tokens after examples/bench/code_edit.txt (through the pack's chat
 //! template when it has one), plain over with the n-gram drafter proposing up to `--spec-k`; the
-//! two outputs must be equal, or the bench stops.
+//! two outputs must be equal, or the bench stops. With `--backend gpu` the JSON's "device"
+//! names the adapter.
 //!
 //! scripts/bench_compare.py runs this and llama.cpp (through an installed llama-cpp-python) on
 //! the same file, token ids and thread count, and prints the ratios.
@@ -145,7 +146,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(pack) = args.first() else {
         eprintln!(
-            "usage: bench PACK [--threads N] [--precision exact|fast] [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]"
+            "usage: bench PACK [--threads N] [--backend host|gpu] [--precision exact|fast] [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]"
         );
         std::process::exit(2);
     };
@@ -156,8 +157,14 @@ fn main() {
     let spec_n = arg(&args, "--spec-n", 128usize);
     let spec_k = arg(&args, "--spec-k", 8usize);
     let precision = precision_arg(&args);
+    let backend = match args.iter().position(|a| a == "--backend").map(|i| args.get(i + 1).map(|v| v.parse::<BackendKind>())) {
+        None => BackendKind::Host,
+        Some(Some(Ok(b))) => b,
+        Some(Some(Err(e))) => fail(&format!("--backend: {e}")),
+        Some(None) => fail("--backend needs a value: host, reference or gpu"),
+    };
     let t = Instant::now();
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision }) {
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend, threads, precision }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("bench: {e}");
@@ -228,6 +235,8 @@ fn main() {
             "engine": "packlm",
             "threads": threads,
             "precision": m.backend().precision().name(),
+            "backend": m.backend().name(),
+            "device": m.backend().device(),
             "open_s": open_s,
             "open_tokenize_s": open_tokenize_s,
             "prompt_tokens": prompt.len(),

@@ -57,6 +57,15 @@
 
 #define PACKLM_BACKEND_REFERENCE 1
 
+/**
+ * The GPU backend (wgpu: Vulkan, Metal or DX12); PACKLM_ERR_BACKEND_UNAVAILABLE, saying why,
+ * where there is no usable adapter or the library was built without it.
+ */
+#define PACKLM_BACKEND_GPU 2
+
+/**
+ * The earlier name of PACKLM_BACKEND_GPU (the accelerator seam): the same value.
+ */
 #define PACKLM_BACKEND_ACCELERATOR 2
 
 /**
@@ -203,7 +212,7 @@ typedef struct {
    */
   size_t size;
   /**
-   * PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_ACCELERATOR.
+   * PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU.
    */
   uint32_t backend;
   /**

@@ -177,3 +177,15 @@ fn info_prints_the_precision_in_use() {
     assert_eq!(precision(&["--precision", "exact"]).as_deref(), Some("exact"));
     assert_eq!(precision(&["--backend", "reference", "--precision", "fast"]).as_deref(), Some("exact"));
 }
+
+/// Without a usable adapter (here: only the GL backend allowed, which this build leaves out),
+/// `--backend gpu` fails with "backend unavailable" and says why; the process exits normally.
+#[test]
+fn the_gpu_backend_without_an_adapter_says_why() {
+    let dir = tiny("llama");
+    let o = Command::new(env!("CARGO_BIN_EXE_packlm")).args(["info", dir.to_str().unwrap(), "--backend", "gpu"]).env("WGPU_BACKEND", "gl").output().expect("run packlm");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("backend unavailable") || err.contains("BACKEND_UNAVAILABLE"), "{err}");
+    assert!(err.contains("GPU"), "{err}");
+}

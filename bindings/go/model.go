@@ -24,6 +24,8 @@ type Backend uint32
 const (
 	BackendHost        Backend = C.PACKLM_BACKEND_HOST
 	BackendReference   Backend = C.PACKLM_BACKEND_REFERENCE
+	BackendGPU         Backend = C.PACKLM_BACKEND_GPU
+	// BackendAccelerator is the earlier name of BackendGPU.
 	BackendAccelerator Backend = C.PACKLM_BACKEND_ACCELERATOR
 )
 

@@ -26,6 +26,10 @@ pub struct packlm_model {
 /// Backend codes for `packlm_open_options.backend`.
 pub const PACKLM_BACKEND_HOST: u32 = 0;
 pub const PACKLM_BACKEND_REFERENCE: u32 = 1;
+/// The GPU backend (wgpu: Vulkan, Metal or DX12); PACKLM_ERR_BACKEND_UNAVAILABLE, saying why,
+/// where there is no usable adapter or the library was built without it.
+pub const PACKLM_BACKEND_GPU: u32 = 2;
+/// The earlier name of PACKLM_BACKEND_GPU (the accelerator seam): the same value.
 pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
 
 /// `packlm_open_options.precision`: the pack's default, PACKLM_PRECISION_FAST when its weights
@@ -54,7 +58,7 @@ pub type packlm_progress_fn = Option<extern "C" fn(fraction: f32, user_data: *mu
 pub struct packlm_open_options {
     /// sizeof(packlm_open_options) as the caller compiled it.
     pub size: usize,
-    /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_ACCELERATOR.
+    /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU.
     pub backend: u32,
     /// Worker threads of the host backend, the calling thread included; 0 = one per core. More
     /// than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per

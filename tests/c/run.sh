@@ -26,7 +26,7 @@ head -c $((size / 2)) "$tiny/model.safetensors" > "$tmp/trunc_st/model.safetenso
 gguf="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ -f "$gguf" ]; then head -c 65536 "$gguf" > "$tmp/trunc.gguf"; else printf 'GGUF\003\000\000\000\001' > "$tmp/trunc.gguf"; fi
 
-cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_api"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_api.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -lm -o "$tmp/test_api"
 needed=$(readelf -d "$tmp/test_api" | sed -n 's/.*(NEEDED).*\[\(libpacklm[^]]*\)\]/\1/p')
 [ "$needed" = "$soname" ] || { echo "FAIL: a program linked with -lpacklm needs '$needed', not $soname" >&2; exit 1; }
 "${runner[@]}" "$tmp/test_api" "$tiny" "$tmp"

@@ -120,7 +120,8 @@ impl Gpu {
     }
 
     fn open() -> std::result::Result<Arc<Gpu>, String> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        // WGPU_BACKEND (vulkan, metal, dx12, ...) and WGPU_ADAPTER_NAME, when set, narrow the choice.
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             force_fallback_adapter: false,

@@ -267,7 +267,8 @@ impl Backend for GpuBackend {
         for c in &w.chunks {
             let p = params([u(c.rows), u(c.row0), u(w.rows), u(w.cols)], [u(rows), c.scale_word, 0, units], [0; 4]);
             let binds = [(1, Bind::Buffer(&c.buf)), (2, Bind::Buffer(buf(x))), (3, Bind::Buffer(buf(out)))];
-            rec.dispatch(Kernel::Matmul, Some(w.ty), p, &binds, u(c.rows), u(rows.div_ceil(8)));
+            // 8 weight rows and 8 batch rows per workgroup (shaders/matmul.wgsl).
+            rec.dispatch(Kernel::Matmul, Some(w.ty), p, &binds, u(c.rows.div_ceil(8)), u(rows.div_ceil(8)));
         }
     }
     fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {

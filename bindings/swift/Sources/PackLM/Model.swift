@@ -9,7 +9,10 @@ import Darwin
 public enum Backend: UInt32, Sendable {
     case host = 0
     case reference = 1
+    /// The GPU through wgpu (PACKLM_BACKEND_GPU).
     case accelerator = 2
+    /// The same backend by its newer name.
+    public static var gpu: Backend { .accelerator }
 }
 
 /// What activations are computed in (PACKLM_PRECISION_*).

@@ -6,30 +6,36 @@
 @group(0) @binding(4) var<storage, read> ids: array<u32>;
 
 const WG: u32 = 64u;
+// Weight rows per workgroup, and threads per weight row (LANES * ROWS_PER_GROUP = WG).
+const ROWS_PER_GROUP: u32 = 8u;
+const LANES: u32 = 8u;
 // Batch rows one workgroup carries (grid z covers the rest).
 const TM: u32 = 8u;
+// [row of the group][batch row][lane]
 var<workgroup> part: array<f32, 512>;
 
-// y[m][row0 + r] = sum_k w[r][k] x[m][k], one workgroup per weight row r of the chunk and
-// per TM batch rows. Thread t takes units t, t + 64, ... in order, one fused multiply-add per
-// element into its partial sum of each batch row; the 64 partials then meet in a fixed tree.
-// Nothing in that order depends on the batch size, so a row's bits are the same whatever M is.
+// y[m][row0 + r] = sum_k w[r][k] x[m][k]. A workgroup takes 8 weight rows and TM batch rows;
+// lane l of a weight row takes units l, l + 8, ... in order, one fused multiply-add per element
+// into its partial sum of each batch row; then one thread per (weight row, batch row) adds the
+// 8 partials in lane order. Nothing in that order depends on the batch size, so a row's bits
+// are the same whatever M is. One barrier per workgroup.
 //
 // p.a = (rows in the chunk, first output column of the chunk, output row stride, columns)
 // p.b = (batch rows M, moved-scale word offset, -, units per row)
 // p.c = (x element offset, y element offset, -, -)
 @compute @workgroup_size(64)
 fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let r = group_index(wg);
+    let g = t / LANES;
+    let lane = t % LANES;
+    let r = group_index(wg) * ROWS_PER_GROUP + g;
     let m0 = wg.z * TM;
-    let live = r < p.a.x;
     let mrows = min(TM, p.b.x - m0);
     var acc: array<f32, TM>;
     for (var m = 0u; m < TM; m++) {
         acc[m] = 0.0;
     }
-    if (live) {
-        for (var u = t; u < p.b.w; u += WG) {
+    if (r < p.a.x) {
+        for (var u = lane; u < p.b.w; u += LANES) {
             var wv: array<f32, UNIT_SIZE>;
             LOAD_UNIT(r, u, &wv);
             for (var m = 0u; m < mrows; m++) {
@@ -42,20 +48,19 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
             }
         }
     }
-    for (var m = 0u; m < TM; m++) {
-        part[m * WG + t] = acc[m];
+    for (var m = 0u; m < mrows; m++) {
+        part[(g * TM + m) * LANES + lane] = acc[m];
     }
     workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (t < half) {
-            for (var m = 0u; m < TM; m++) {
-                part[m * WG + t] = part[m * WG + t] + part[m * WG + t + half];
-            }
+    let out_g = t / TM;
+    let out_m = t % TM;
+    let out_r = group_index(wg) * ROWS_PER_GROUP + out_g;
+    if (out_r < p.a.x && out_m < mrows) {
+        var s = 0.0;
+        for (var l = 0u; l < LANES; l++) {
+            s = s + part[(out_g * TM + out_m) * LANES + l];
         }
-        workgroupBarrier();
-    }
-    if (live && t < mrows) {
-        y[p.c.y + (m0 + t) * p.a.z + p.a.y + r] = part[t * WG];
+        y[p.c.y + (m0 + out_m) * p.a.z + p.a.y + out_r] = s;
     }
 }
 
