@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # The host kernels' tests; the GPU backend (tests/gpu_backend.rs, a cargo feature) is tested on
 # the build machine, so the cross build leaves it out.
-tests=(--no-default-features --test host_int8 --test host_kernels --test backend_conformance)
+tests=(--no-default-features --test host_int8 --test host_kernels --test host_act --test backend_conformance)
 
 if [ "$(uname -m)" = aarch64 ]; then
   exec cargo test --release "${tests[@]}"

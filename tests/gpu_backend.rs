@@ -500,3 +500,18 @@ fn real_models_continue_as_the_host_does() {
         assert_eq!(g, h, "{what}: greedy continuation on the GPU vs the host");
     }
 }
+
+/// Opened through the engine's options: the backend is "gpu", names its adapter, and runs
+/// exact (f32) whatever precision was asked.
+#[test]
+fn the_gpu_runs_exact_whatever_is_asked() {
+    if gpus().is_none() {
+        return;
+    }
+    for asked in [None, Some(Precision::Fast), Some(Precision::Exact)] {
+        let m = Model::open(&tiny("llama"), &packlm::engine::OpenOptions { backend: BackendKind::Accelerator, threads: 0, precision: asked }).unwrap();
+        assert_eq!(m.backend().name(), "gpu");
+        assert_eq!(m.backend().precision(), Precision::Exact, "asked {asked:?}");
+        assert!(m.backend().device().is_some_and(|d| !d.is_empty()));
+    }
+}

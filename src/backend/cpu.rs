@@ -32,6 +32,10 @@ pub trait Kernels: Send + Sync + 'static {
     /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
     /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]);
+    /// `gate[i] = act(gate[i]) * up[i]`; a kernel set may use faster forms at `fast`.
+    fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
+        gated_activation(act, gate, up)
+    }
     /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) against a KV plane;
     /// see `attention::AttentionArgs`.
     fn attention(&self, args: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]);
@@ -225,7 +229,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         }
     }
     fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
-        gated_activation(act, &mut data_mut(gate)[..len], &data(up)[..len]);
+        self.kernels.gated_activation(act, &mut data_mut(gate)[..len], &data(up)[..len]);
     }
     fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
         add_into(&mut data_mut(x)[..len], &data(y)[..len]);

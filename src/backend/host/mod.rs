@@ -9,6 +9,7 @@
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
 //! staying on the f32 kernels. The weights are the mapped bytes in both: nothing is repacked.
 
+pub mod act;
 mod dot;
 pub mod int8;
 pub mod row_dot;
@@ -31,6 +32,7 @@ use crate::backend::{pass, Precision};
 use crate::backend::cpu::Kernels;
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
+use crate::semantics::Activation;
 
 pub use dot::dot;
 use int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
@@ -181,6 +183,12 @@ impl Kernels for HostBackend {
 
     fn precision(&self) -> Precision {
         self.precision
+    }
+    fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
+        match self.precision {
+            Precision::Exact => crate::backend::cpu::gated_activation(act, gate, up),
+            Precision::Fast => act::gated_fast(act, gate, up, self.isa),
+        }
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {

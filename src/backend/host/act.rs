@@ -1,0 +1,134 @@
+//! The gated activations at the `fast` precision, with a polynomial exp in place of libm's:
+//!
+//! - SiLU: `g / (1 + e^-g) * u`, as at `exact`;
+//! - GELU (tanh form): `0.5 x (1 + tanh(z)) = x / (1 + e^(-2z))`, `z = sqrt(2/pi) (x + 0.044715 x^3)`.
+//!
+//! `exp_poly` is written once in f32 operations (fused multiply-adds, a rounding to the nearest
+//! integer, an exponent built in the bits); the AVX2 loop performs the same operations lane by
+//! lane, so every path gives the same bits, and the result of an element never depends on the
+//! batch or the thread count. At `exact` the activations stay libm's (cpu::gated_activation).
+//! The exp is Cephes' single-precision polynomial over [-ln2/2, ln2/2] (within 2 ulp);
+//! tests/host_act.rs bounds the distance to the exact forms.
+
+use crate::backend::host::row_dot::Isa;
+use crate::semantics::Activation;
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 split so that `n * LN2_HI` is exact for the n that occur.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// The clamp keeps 2^n a normal number and e^x finite.
+const EXP_LO: f32 = -87.0;
+const EXP_HI: f32 = 88.0;
+const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+/// sqrt(2/pi), as cpu::gated_activation has it.
+const GELU_C: f32 = 0.797_884_6;
+
+/// e^x for the fast activations. NaN stays NaN.
+#[inline(always)]
+pub fn exp_poly(x: f32) -> f32 {
+    // max/min in the order of _mm256_max_ps(lo, x) / _mm256_min_ps(hi, x): a NaN x passes.
+    let x = if x > EXP_LO || x.is_nan() { x } else { EXP_LO };
+    let x = if x < EXP_HI || x.is_nan() { x } else { EXP_HI };
+    let n = (x * LOG2E).round_ties_even();
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p = P[0];
+    for c in &P[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    // n is in [-126, 127] here (0 for a NaN x, whose y is NaN anyway).
+    let ni = if n.is_nan() { 0 } else { n as i32 };
+    y * f32::from_bits(((ni + 127) as u32) << 23)
+}
+
+#[inline(always)]
+fn silu(g: f32, u: f32) -> f32 {
+    g / (1.0 + exp_poly(-g)) * u
+}
+
+#[inline(always)]
+fn gelu(x: f32, u: f32) -> f32 {
+    let inner = (x * x * x).mul_add(0.044715, x);
+    x / (1.0 + exp_poly(inner * (-2.0 * GELU_C))) * u
+}
+
+/// `gate[i] = act(gate[i]) * up[i]` with the fast forms, on the kernels of `isa`.
+pub fn gated_fast(act: Activation, gate: &mut [f32], up: &[f32], isa: Isa) {
+    let n = gate.len().min(up.len());
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) {
+        // SAFETY: the Avx2 and Avx512 kernels are only selected on a CPU with AVX2 and FMA
+        // (Isa::available).
+        done = unsafe { avx2::gated(act, &mut gate[..n], &up[..n]) };
+    }
+    let _ = isa;
+    let f = match act {
+        Activation::Silu => silu,
+        Activation::GeluTanh => gelu,
+    };
+    for (g, &u) in gate[done..n].iter_mut().zip(&up[done..n]) {
+        *g = f(*g, u);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// `-x`: the sign bit flipped, as the scalar negation does (0 - x would turn -0 into +0).
+    #[inline(always)]
+    unsafe fn neg8(x: __m256) -> __m256 {
+        _mm256_xor_ps(x, _mm256_set1_ps(-0.0))
+    }
+
+    /// `exp_poly` on 8 lanes, operation for operation.
+    #[inline(always)]
+    unsafe fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
+        let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
+        let neg = neg8(n);
+        let r = _mm256_fmadd_ps(neg, _mm256_set1_ps(LN2_HI), x);
+        let r = _mm256_fmadd_ps(neg, _mm256_set1_ps(LN2_LO), r);
+        let mut p = _mm256_set1_ps(P[0]);
+        for c in &P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        // A NaN lane converts to i32::MIN: its 2^n is garbage, its y NaN, the product NaN.
+        let ni = _mm256_cvtps_epi32(n);
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127))));
+        _mm256_mul_ps(y, scale)
+    }
+
+    /// The whole groups of 8; returns how many elements were done.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn gated(act: Activation, gate: &mut [f32], up: &[f32]) -> usize {
+        let n = gate.len() / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        for i in (0..n).step_by(8) {
+            let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let u = _mm256_loadu_ps(up.as_ptr().add(i));
+            let out = match act {
+                Activation::Silu => {
+                    let e = exp8(neg8(g));
+                    _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u)
+                }
+                Activation::GeluTanh => {
+                    let x3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+                    let inner = _mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715), g);
+                    let e = exp8(_mm256_mul_ps(inner, _mm256_set1_ps(-2.0 * GELU_C)));
+                    _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u)
+                }
+            };
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), out);
+        }
+        n
+    }
+}
