@@ -22,9 +22,9 @@ import (
 type Backend uint32
 
 const (
-	BackendHost        Backend = C.PACKLM_BACKEND_HOST
-	BackendReference   Backend = C.PACKLM_BACKEND_REFERENCE
-	BackendGPU         Backend = C.PACKLM_BACKEND_GPU
+	BackendHost      Backend = C.PACKLM_BACKEND_HOST
+	BackendReference Backend = C.PACKLM_BACKEND_REFERENCE
+	BackendGPU       Backend = C.PACKLM_BACKEND_GPU
 	// BackendAccelerator is the earlier name of BackendGPU.
 	BackendAccelerator Backend = C.PACKLM_BACKEND_ACCELERATOR
 )

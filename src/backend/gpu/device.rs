@@ -249,6 +249,9 @@ pub struct Recorder {
     latest: Option<wgpu::SubmissionIndex>,
     previous: Option<wgpu::SubmissionIndex>,
     pub counters: DeviceCounters,
+    /// The most bytes one binding covers: the device's, or less when a test simulates a
+    /// smaller device (a buffer beyond it is bound only that far, as a device would refuse).
+    pub max_binding: u64,
     /// The last rope table staged in this submission: (spec address, first position, rows, offset).
     pub rope_table: Option<(usize, usize, usize, u64)>,
 }
@@ -262,9 +265,10 @@ pub enum Bind<'a> {
 const RING_BYTES: u64 = 1 << 20;
 
 impl Recorder {
-    pub fn new(gpu: Arc<Gpu>) -> Recorder {
+    pub fn new(gpu: Arc<Gpu>, max_binding: u64) -> Recorder {
         let ring = ring_buffer(&gpu, RING_BYTES);
-        Recorder { gpu, encoder: None, ring, staged: Vec::new(), latest: None, previous: None, counters: DeviceCounters::default(), rope_table: None }
+        let counters = DeviceCounters::default();
+        Recorder { gpu, encoder: None, ring, staged: Vec::new(), latest: None, previous: None, counters, max_binding, rope_table: None }
     }
 
     fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
@@ -317,7 +321,7 @@ impl Recorder {
         }];
         for (i, b) in binds {
             if let Bind::Buffer(buf) = b {
-                let size = buf.size().min(self.gpu.max_binding);
+                let size = buf.size().min(self.max_binding);
                 entries.push(wgpu::BindGroupEntry {
                     binding: *i,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: buf, offset: 0, size: NonZeroU64::new(size) }),

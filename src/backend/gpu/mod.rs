@@ -44,6 +44,8 @@ pub struct GpuBackend {
     rec: Arc<Mutex<Recorder>>,
     /// The largest binding this backend uses: the device's, or less when a test asks.
     max_binding: u64,
+    /// The most bytes of one weight chunk (at most `max_binding`).
+    chunk_bytes: u64,
     /// Prepared matrices by their bytes' address, so that a tied embedding and output
     /// projection are one upload.
     prepared: Mutex<HashMap<(usize, usize), Arc<GpuWeight>>>,
@@ -56,21 +58,30 @@ impl GpuBackend {
     pub fn new() -> Result<GpuBackend> {
         let gpu = Gpu::get()?;
         let max_binding = gpu.max_binding;
-        GpuBackend::with_max_binding(gpu, max_binding)
+        GpuBackend::with_max_binding(gpu, max_binding, max_binding)
     }
 
-    /// As `new`, splitting weights and capping passes as if the device's largest binding were
-    /// `max_binding` bytes (tests use it to split the tiny fixtures' matrices).
+    /// As `new`, as if the device's largest binding were `max_binding` bytes: weights split,
+    /// passes and sessions capped, and buffers bound no further (tests run the tiny fixtures
+    /// so, to exercise every split path).
     pub fn with_binding_limit(max_binding: u64) -> Result<GpuBackend> {
         let gpu = Gpu::get()?;
         let limit = max_binding.min(gpu.max_binding) & !3;
-        GpuBackend::with_max_binding(gpu, limit)
+        GpuBackend::with_max_binding(gpu, limit, limit)
     }
 
-    fn with_max_binding(gpu: Arc<Gpu>, max_binding: u64) -> Result<GpuBackend> {
+    /// As `new`, splitting weights into chunks of at most `chunk_bytes` (and nothing else:
+    /// op-level tests feed activations of any size).
+    pub fn with_chunk_limit(chunk_bytes: u64) -> Result<GpuBackend> {
+        let gpu = Gpu::get()?;
+        let max_binding = gpu.max_binding;
+        GpuBackend::with_max_binding(gpu, max_binding, chunk_bytes.min(max_binding) & !3)
+    }
+
+    fn with_max_binding(gpu: Arc<Gpu>, max_binding: u64, chunk_bytes: u64) -> Result<GpuBackend> {
         let dummy = gpu.buffer(16);
-        let rec = Arc::new(Mutex::new(Recorder::new(gpu.clone())));
-        Ok(GpuBackend { gpu, rec, max_binding, prepared: Mutex::new(HashMap::new()), dummy })
+        let rec = Arc::new(Mutex::new(Recorder::new(gpu.clone(), max_binding)));
+        Ok(GpuBackend { gpu, rec, max_binding, chunk_bytes, prepared: Mutex::new(HashMap::new()), dummy })
     }
 
     fn rec(&self) -> MutexGuard<'_, Recorder> {
@@ -215,7 +226,7 @@ impl Backend for GpuBackend {
         let gw = match prepared.get(&key) {
             Some(g) if g.ty == w.ty && g.rows == w.rows() && g.cols == w.cols() => g.clone(),
             _ => {
-                let g = Arc::new(weights::upload(&self.gpu, w, self.max_binding)?);
+                let g = Arc::new(weights::upload(&self.gpu, w, self.chunk_bytes)?);
                 self.rec().counters.weight_bytes += g.bytes;
                 prepared.insert(key, g.clone());
                 g
