@@ -51,8 +51,17 @@ fn head_inline(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f
         _ => 0,
     };
     let n = pos + 1 - lo;
-    SCORES.with_borrow_mut(|scores| head_with(a, qh, kvh, lo, pos, n, out, dot, scores));
+    // The buffer is taken out of the thread-local and put back (no allocation) rather than
+    // used inside a `with` closure: a closure is compiled without its caller's target
+    // features, so `head_avx2`'s value loop would run 4 lanes wide there.
+    let mut scores = SCORES.with_borrow_mut(std::mem::take);
+    head_with(a, qh, kvh, lo, pos, n, out, dot, &mut scores);
+    SCORES.with_borrow_mut(|s| *s = scores);
 }
+
+/// Dims of a head whose value sums one pass over the keys keeps in registers (8 AVX2 registers:
+/// 8 independent chains of adds, enough to hide the add latency).
+const VALUE_RUN: usize = 64;
 
 thread_local! {
     /// Each thread's score buffer, reused by every head it computes: no allocation per head.
@@ -90,11 +99,32 @@ fn head_with(
         *s = (*s - max).exp();
         sum += *s;
     }
-    out.iter_mut().for_each(|x| *x = 0.0);
+    for s in scores.iter_mut() {
+        *s /= sum;
+    }
+    // out = sum over keys, in key order, of p * v: for each run of 64 dims the running sums
+    // stay in registers across all keys (one multiply then one add per element and key, in key
+    // order, as a plain loop over keys would do it: the same bits).
+    let base = kvh * d;
+    let mut chunks = out.chunks_exact_mut(VALUE_RUN);
+    for (c, oc) in (&mut chunks).enumerate() {
+        let mut acc = [0.0f32; VALUE_RUN];
+        for (i, t) in (lo..=pos).enumerate() {
+            let p = scores[i];
+            let vt = &a.v[t * kvw + base + c * VALUE_RUN..][..VALUE_RUN];
+            for (x, &v) in acc.iter_mut().zip(vt) {
+                *x += p * v;
+            }
+        }
+        oc.copy_from_slice(&acc);
+    }
+    let tail = chunks.into_remainder();
+    let off = d - tail.len();
+    tail.iter_mut().for_each(|x| *x = 0.0);
     for (i, t) in (lo..=pos).enumerate() {
-        let p = scores[i] / sum;
-        let vt = &a.v[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-        for (o, &v) in out.iter_mut().zip(vt) {
+        let p = scores[i];
+        let vt = &a.v[t * kvw + base + off..t * kvw + base + d];
+        for (o, &v) in tail.iter_mut().zip(vt) {
             *o += p * v;
         }
     }
