@@ -227,10 +227,6 @@ fn matmul_equals_the_reference_and_batched_equals_sequential() {
     }
 }
 
-/// A layer of the given attention geometry (the rest copied from a tiny fixture's layer).
-fn layer_like(base: &LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usize, kv_source: KvSource) -> LayerSpec {
-    LayerSpec { n_heads, n_kv_heads, head_dim, kv_source, ..base.clone() }
-}
 
 #[test]
 fn attention_equals_the_reference_and_batched_equals_sequential() {

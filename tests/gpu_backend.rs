@@ -30,7 +30,7 @@ use packlm::error::Status;
 use packlm::pack::tensor::{TensorBytes, WeightTensor};
 use packlm::quant::WeightType;
 use packlm::semantics::rope::RopeSpec;
-use packlm::semantics::{Activation, KvSource, LayerSpec};
+use packlm::semantics::{Activation, KvSource};
 
 const ROWS: [usize; 4] = [1, 3, 8, 17];
 const ROW_TOL: f32 = 1e-5;
@@ -242,9 +242,6 @@ fn matmul_of_every_type_matches_the_reference_and_batched_equals_sequential() {
     }
 }
 
-fn layer_like(base: &LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usize, kv_source: KvSource) -> LayerSpec {
-    LayerSpec { n_heads, n_kv_heads, head_dim, kv_source, ..base.clone() }
-}
 
 #[test]
 fn attention_matches_the_reference_and_batched_equals_sequential() {

@@ -120,14 +120,7 @@ impl KvStore for CpuKv {
     }
     fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
         let widths: Vec<Option<usize>> = self.planes.iter().map(|p| p.as_ref().map(|p| p.kv_width)).collect();
-        self.planes = planes
-            .into_iter()
-            .zip(widths)
-            .map(|(p, w)| match (p, w) {
-                (Some((k, v)), Some(kv_width)) => Some(Plane { kv_width, k, v }),
-                _ => None,
-            })
-            .collect();
+        self.planes = crate::kv::pair_planes(widths, planes, |kv_width, k, v| Plane { kv_width, k, v });
         self.positions = positions;
         Ok(())
     }
@@ -319,6 +312,9 @@ pub fn rms_normalize_inplace(x: &mut [f32], eps: f32) {
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
+/// sqrt(2/pi), of gelu_pytorch_tanh.
+pub const GELU_C: f32 = 0.797_884_6;
+
 /// `act(gate) * up`, written into `gate`.
 pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
     match act {
@@ -329,10 +325,9 @@ pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
         }
         // gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
         Activation::GeluTanh => {
-            const C: f32 = 0.797_884_6;
             for (g, &u) in gate.iter_mut().zip(up) {
                 let x = *g;
-                *g = 0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh()) * u;
+                *g = 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh()) * u;
             }
         }
     }

@@ -38,9 +38,6 @@ pub fn forward(
     abort: &Arc<AtomicBool>,
 ) -> Result<Vec<f32>> {
     let cap = model.backend.max_pass_rows(&model.spec).max(1);
-    if tokens.len() <= cap {
-        return forward_one(model, kv, bufs, tokens, want, abort);
-    }
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
     let mut logits = Vec::new();
     let n_parts = tokens.len().div_ceil(cap);
@@ -50,23 +47,16 @@ pub fn forward(
             Want::Last if i + 1 == n_parts => Want::Last,
             _ => Want::None,
         };
-        logits.extend(forward_one(model, &mut *pass.kv, bufs, part, part_want, abort)?);
+        logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort)?);
     }
     pass.done = true;
     Ok(logits)
 }
 
-/// `forward` of at most `max_pass_rows` rows.
-fn forward_one(
-    model: &Model,
-    kv: &mut dyn KvStore,
-    bufs: &mut PassBuffers,
-    tokens: &[u32],
-    want: Want,
-    abort: &Arc<AtomicBool>,
-) -> Result<Vec<f32>> {
-    let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let x = layers(model, &mut *pass.kv, bufs, tokens, abort)?;
+/// One part of `forward` (at most `max_pass_rows` rows): its logits, its rows counted as held.
+/// On failure the caller's rollback drops what it appended.
+fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], want: Want, abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
+    let x = layers(model, kv, bufs, tokens, abort)?;
     let m = tokens.len();
     let last = [m - 1];
     let all: Vec<usize>;
@@ -87,8 +77,7 @@ fn forward_one(
         logits?
     };
     bufs.keep_x(x, m);
-    pass.kv.advance(m);
-    pass.done = true;
+    kv.advance(m);
     Ok(logits)
 }
 

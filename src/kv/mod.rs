@@ -36,3 +36,21 @@ pub trait KvStore: Any + Send + Sync {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+
+/// The planes of a `KvStore::import` paired with the store's own plane widths (one per layer,
+/// None where a layer holds no plane): `make(width, keys, values)` builds each owning layer's
+/// plane; the others stay None.
+pub fn pair_planes<P>(
+    widths: impl IntoIterator<Item = Option<usize>>,
+    planes: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    mut make: impl FnMut(usize, Vec<f32>, Vec<f32>) -> P,
+) -> Vec<Option<P>> {
+    planes
+        .into_iter()
+        .zip(widths)
+        .map(|(p, w)| match (p, w) {
+            (Some((k, v)), Some(width)) => Some(make(width, k, v)),
+            _ => None,
+        })
+        .collect()
+}

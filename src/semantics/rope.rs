@@ -247,16 +247,20 @@ fn yarn_inv_freq(y: &Yarn, theta: f64, dims: usize) -> (Vec<f32>, f32) {
 /// (HF `apply_rotary_pos_emb` with `rotate_half`: pairs (i, i + half)).
 pub fn apply_rope(rope: &RopeSpec, head: &mut [f32], position: usize) {
     let half = rope.rotary_dims / 2;
-    let pos = position as f32;
     for i in 0..half {
-        // HF: freqs = position (f32) * inv_freq (f32); cos/sin in f32, times attention_factor.
-        let angle = pos * rope.inv_freq[i];
-        let (s, c) = (angle as f64).sin_cos();
-        let (c, s) = (c as f32 * rope.attention_factor, s as f32 * rope.attention_factor);
+        let (c, s) = cos_sin(rope, position, i);
         let (x0, x1) = (head[i], head[i + half]);
         head[i] = x0 * c - x1 * s;
         head[i + half] = x1 * c + x0 * s;
     }
+}
+
+/// The (cos, sin) that rotate pair `i` at `position`. HF: freqs = position (f32) * inv_freq
+/// (f32); cos/sin in f32, times attention_factor (evaluated here in f64, then rounded).
+pub fn cos_sin(rope: &RopeSpec, position: usize, i: usize) -> (f32, f32) {
+    let angle = position as f32 * rope.inv_freq[i];
+    let (s, c) = (angle as f64).sin_cos();
+    (c as f32 * rope.attention_factor, s as f32 * rope.attention_factor)
 }
 
 #[cfg(test)]

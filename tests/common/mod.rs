@@ -216,3 +216,8 @@ pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc
         assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
     }
 }
+
+/// A layer of the given attention geometry (the rest copied from `base`, a tiny fixture's layer).
+pub fn layer_like(base: &packlm::semantics::LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usize, kv_source: packlm::semantics::KvSource) -> packlm::semantics::LayerSpec {
+    packlm::semantics::LayerSpec { n_heads, n_kv_heads, head_dim, kv_source, ..base.clone() }
+}

@@ -93,21 +93,12 @@ impl KvStore for GpuKv {
         visit(&k, &v);
     }
     fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
-        let rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
-        let gpu = rec.gpu.clone();
-        drop(rec);
+        let gpu = self.rec.lock().unwrap_or_else(|e| e.into_inner()).gpu.clone();
         let widths: Vec<Option<usize>> = self.planes.iter().map(|p| p.as_ref().map(|p| p.width)).collect();
-        self.planes = planes
-            .into_iter()
-            .zip(widths)
-            .map(|(p, w)| match (p, w) {
-                (Some((k, v)), Some(width)) => {
-                    let rows = k.len() / width.max(1);
-                    Some(Plane { width, len: rows, cap: rows, k: gpu.buffer_with(&bytes_of(&k)), v: gpu.buffer_with(&bytes_of(&v)) })
-                }
-                _ => None,
-            })
-            .collect();
+        self.planes = crate::kv::pair_planes(widths, planes, |width, k, v| {
+            let rows = k.len() / width.max(1);
+            Plane { width, len: rows, cap: rows, k: gpu.buffer_with(&bytes_of(&k)), v: gpu.buffer_with(&bytes_of(&v)) }
+        });
         self.positions = positions;
         Ok(())
     }

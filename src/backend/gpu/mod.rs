@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::backend::{AttentionShape, Backend, DeviceCounters, KvStore, Tensor, Vector, Weight};
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
-use crate::semantics::rope::RopeSpec;
+use crate::semantics::rope::{self, RopeSpec};
 use crate::semantics::{Activation, LayerSpec, ModelSpec};
 use device::{bytes_of, f32s, Bind, Gpu, Kernel, Recorder};
 use kv::GpuKv;
@@ -165,12 +165,10 @@ impl GpuBackend {
         }
         let mut table = Vec::with_capacity(rows * half * 2);
         for r in 0..rows {
-            let pos = (start + r) as f32;
-            for &f in &rope.inv_freq[..half] {
-                // semantics::rope::apply_rope, term for term.
-                let (s, c) = ((pos * f) as f64).sin_cos();
-                table.push(c as f32 * rope.attention_factor);
-                table.push(s as f32 * rope.attention_factor);
+            for i in 0..half {
+                // The host's values (semantics::rope::apply_rope rotates by the same).
+                let (c, s) = rope::cos_sin(rope, start + r, i);
+                table.extend([c, s]);
             }
         }
         let at = rec.stage(&bytes_of(&table));

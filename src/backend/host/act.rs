@@ -11,6 +11,7 @@
 //! SiLU stays libm's at `fast` too: its exp is cheap next to GELU's tanh, the polynomial form
 //! bought no measurable decode speed on SmolLM2, and it changed SmolLM2's greedy replies.
 
+use crate::backend::cpu::GELU_C;
 use crate::backend::host::row_dot::Isa;
 use crate::semantics::Activation;
 
@@ -22,8 +23,6 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 const EXP_LO: f32 = -87.0;
 const EXP_HI: f32 = 88.0;
 const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
-/// sqrt(2/pi), as cpu::gated_activation has it.
-const GELU_C: f32 = 0.797_884_6;
 
 /// e^x for the fast activations. NaN stays NaN.
 #[inline(always)]

@@ -28,6 +28,12 @@ fn workgroup_sum(t: u32, v: f32) -> f32 {
     return total;
 }
 
+// 1 / sqrt(mean + eps) of a row, from each thread's partial sum of squares (p.a.y = width,
+// p.a.z = eps).
+fn rms_scale(t: u32, partial: f32) -> f32 {
+    return 1.0 / sqrt(workgroup_sum(t, partial) / f32(p.a.y) + bitcast<f32>(p.a.z));
+}
+
 // dst row = aux * (src row * 1 / sqrt(mean(src^2) + eps)), one workgroup per row.
 // p.a = (rows, width, eps, -)
 @compute @workgroup_size(64)
@@ -43,7 +49,7 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_inde
             s = fma(v, v, s);
         }
     }
-    let inv = 1.0 / sqrt(workgroup_sum(t, s) / f32(width) + bitcast<f32>(p.a.z));
+    let inv = rms_scale(t, s);
     if (live) {
         for (var k = t; k < width; k += WG) {
             dst[base + k] = aux[k] * (src[base + k] * inv);
@@ -66,7 +72,7 @@ fn rms_norm_inplace(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocat
             s = fma(v, v, s);
         }
     }
-    let inv = 1.0 / sqrt(workgroup_sum(t, s) / f32(width) + bitcast<f32>(p.a.z));
+    let inv = rms_scale(t, s);
     if (live) {
         for (var k = t; k < width; k += WG) {
             if (p.a.w == 1u) {
