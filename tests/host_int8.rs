@@ -126,6 +126,16 @@ fn quantize_gives_the_scalar_values() {
     assert_eq!(a.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     assert_eq!((b.q[1], b.q[2]), (-15, -14), "-14.5 rounds away from zero; -13.5 too");
     assert!(b.d[2].is_nan() && b.d[3].is_nan());
+    // The 512-bit kernels' views: each scale over its block's 8 lanes, and -128 times each
+    // lane's four values (the first block: 127, -14.5 -> -15, -13.5 -> -14, -12.5 -> -13).
+    assert_eq!(a.c[0], -128 * (127 - 15 - 14 - 13));
+    for (l, &c) in a.c.iter().enumerate() {
+        assert_eq!(c, -128 * a.q[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum::<i32>());
+    }
+    assert_eq!(a.d8.len(), 8 * a.d.len());
+    for (i, v) in a.d8.iter().enumerate() {
+        assert_eq!(v.to_bits(), a.d[i / 8].to_bits());
+    }
 }
 
 /// One kernel call over `w` (rows of `n_in`) and the rounded `x` (m rows).
@@ -162,11 +172,7 @@ fn every_implementation_gives_the_portable_bits() {
                     }
                     // Each row alone gives the bits it has in the group.
                     for r in 0..m {
-                        let mut one = Q8Rows::default();
-                        let xr = &x.q[r * n..(r + 1) * n];
-                        one.q = xr.to_vec();
-                        one.d = x.d[r * n / 32..(r + 1) * n / 32].to_vec();
-                        one.s = x.s[r * n / 32..(r + 1) * n / 32].to_vec();
+                        let one = x.single_row(r, n);
                         let alone = run(ty, isa, &w, n, &one, 1);
                         for j in 0..n_out {
                             assert_eq!(alone[j].to_bits(), got[j * m + r].to_bits(), "{ty} n={n} {isa:?}: row {r} of {m} alone");

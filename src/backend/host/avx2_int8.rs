@@ -26,12 +26,6 @@ fn sums_maddubs(w_abs: __m256i, x_signed: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, x_signed), _mm256_set1_epi16(1))
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-#[inline]
-fn sums_vnni(w_abs: __m256i, x_signed: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, x_signed)
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn load_i8(x: &[i8; QK]) -> __m256i {
@@ -302,116 +296,176 @@ entries! {
     q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false;
 }
 
-// ---- 512-bit registers: two blocks at once -----------------------------------------------------
+// ---- 512-bit registers: two blocks at once, a tile of weight rows by activation rows --------
 //
 // int8.rs's two accumulators acc[b % 2] are the two halves of one 512-bit register: the low
 // half takes the even blocks, the high half the odd ones, so a pair (b, b + 1) is one
-// `vpdpbusd`, one conversion and one fused multiply-add, and each lane sees exactly the
-// operations of the 256-bit code in the same order. A last unpaired block goes through the
-// 256-bit operations on the low half alone. AVX-512 has no `vpsignb`: the activation is negated
-// under the mask of the weight's negative bytes instead, and the weight is |w| (`vpabsb`).
+// `vpdpbusd`, one conversion, one multiply and one fused multiply-add per (weight row,
+// activation row), and each lane sees exactly the operations of the 256-bit code in the same
+// order. A last unpaired block goes through the 256-bit operations on the low half alone.
+//
+// Signs without a per-pair instruction: `vpdpbusd` multiplies unsigned bytes by signed ones.
+// The formats with a min (Q4_1, Q4_K) have unsigned integers already. The others go in as
+// w + 128 (the sign bit flipped, once per decoded block), which adds 128 * (x[4l] + .. +
+// x[4l + 3]) to lane l; each activation row carries minus that (`Q8Rows::c`), and the sum
+// starts there, so the lane ends at the exact i32 of the other paths. (AVX2's `vpmaddubsw`
+// cannot take this route: its pair sums of 255 * 127 would saturate i16.)
+//
+// Tiles: RW weight rows are decoded once per block pair for RX activation rows, and each
+// activation pair is loaded once for the RW weight rows; 4 x 4 keeps 16 accumulators, the 8
+// decoded vectors and the activation's 3 in the 32 registers.
 
+/// An activation row as the 512-bit tiles read it: values, repeated scales, offset
+/// corrections, block sums (`Q8Rows::row`, `Q8Rows::row_wide`), each cut to `nb` blocks.
+#[derive(Clone, Copy)]
+struct WideRow<'a> {
+    q: &'a [i8],
+    d8: &'a [f32],
+    c: &'a [i32],
+    s: &'a [f32],
+}
+
+/// RW consecutive weight rows (`row_bytes` each, super-blocks of BB bytes holding SUBS blocks)
+/// against RX activation rows over `nb` blocks: `out[i][j]` = weight row i . activation row j.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn row_dots_512<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, const RX: usize>(
     w: &[u8],
-    xq: [&[[i8; QK]]; R],
-    xd: [&[f32]; R],
-    xs: [&[f32]; R],
+    row_bytes: usize,
+    x: [WideRow; RX],
+    nb: usize,
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
-) -> [f32; R] {
-    let sbs = w.as_chunks::<BB>().0;
-    let nb = common_blocks::<MIN, R>(sbs.len() * SUBS, &xq, &xd, &xs);
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut mins = [0.0f32; R];
-    // (lane i of the pair's scale) = activation scale of block b + i / 8.
-    let pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+) -> [[f32; RX]; RW] {
+    // Every read below is in bounds: checked here once, so the loop needs no checks.
+    assert!(w.len() >= RW * row_bytes);
+    for r in &x {
+        assert!(r.q.len() >= nb * QK && r.d8.len() >= nb * 8 && r.c.len() >= nb * 8 && (!MIN || r.s.len() >= nb));
+    }
+    // (A loop, not array::from_fn: that one was not inlined, and its call cost a decode step
+    // a third of its time.)
+    let mut sbs: [&[[u8; BB]]; RW] = [&[]; RW];
+    for i in 0..RW {
+        sbs[i] = w[i * row_bytes..(i + 1) * row_bytes].as_chunks::<BB>().0;
+        assert!(sbs[i].len() * SUBS >= nb);
+    }
+    let flip = _mm512_set1_epi8(-128);
+    let mut acc = [[_mm512_setzero_ps(); RX]; RW];
+    let mut mins = [[0.0f32; RX]; RW];
     let mut b = 0;
-    // SAFETY (every get_unchecked and pointer read below): b + 1 < nb, and nb is at most the
-    // block count of the weight row (sbs.len() * SUBS, so b / SUBS < sbs.len()) and the length of
-    // every row's xq and xd (and xs when MIN); SUBS is 1 or even, so b and b + 1 are blocks 0 and
-    // 1 of consecutive stored blocks, or k and k + 1 of one.
+    // SAFETY (every get_unchecked and pointer read below): b + 1 < nb (b < nb for the tail), and
+    // nb is at most the blocks of every weight row (b / SUBS < sbs[i].len()) and of every
+    // activation row's slices, as asserted above; SUBS is 1 or even, so b and b + 1 are blocks 0
+    // of consecutive stored blocks, or k and k + 1 of one.
     while b + 2 <= nb {
-        let (q0, ws0, m0) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
-        let (q1, ws1, m1) = decode(unsafe { sbs.get_unchecked((b + 1) / SUBS) }, (b + 1) % SUBS);
-        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1);
-        let ws = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1);
-        let neg = if MIN { 0 } else { _mm512_movepi8_mask(q) };
-        let q_abs = if MIN { q } else { _mm512_abs_epi8(q) };
-        for r in 0..R {
-            let x = unsafe { _mm512_loadu_si512(xq[r].as_ptr().add(b).cast()) };
-            let x = if MIN { x } else { _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x) };
-            let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q_abs, x));
-            let d2 = _mm_castpd_ps(unsafe { _mm_load_sd(xd[r].as_ptr().add(b).cast()) });
-            let c = _mm512_mul_ps(ws, _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(d2)));
-            acc[r] = _mm512_fmadd_ps(c, p, acc[r]);
-            if MIN {
-                mins[r] = m0.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
-                mins[r] = m1.mul_add(unsafe { *xs[r].get_unchecked(b + 1) }, mins[r]);
+        let mut wq = [_mm512_setzero_si512(); RW];
+        let mut ws = [_mm512_setzero_ps(); RW];
+        let mut wm = [[0.0f32; 2]; RW];
+        for i in 0..RW {
+            let (q0, ws0, m0) = decode(unsafe { sbs[i].get_unchecked(b / SUBS) }, b % SUBS);
+            let (q1, ws1, m1) = decode(unsafe { sbs[i].get_unchecked((b + 1) / SUBS) }, (b + 1) % SUBS);
+            let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1);
+            wq[i] = if MIN { q } else { _mm512_xor_si512(q, flip) };
+            ws[i] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1);
+            wm[i] = [m0, m1];
+        }
+        for j in 0..RX {
+            let xv = unsafe { _mm512_loadu_si512(x[j].q.as_ptr().add(b * QK).cast()) };
+            let c = if MIN { _mm512_setzero_si512() } else { unsafe { _mm512_loadu_si512(x[j].c.as_ptr().add(b * 8).cast()) } };
+            let d = unsafe { _mm512_loadu_ps(x[j].d8.as_ptr().add(b * 8)) };
+            for i in 0..RW {
+                let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, wq[i], xv));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(ws[i], d), p, acc[i][j]);
+                if MIN {
+                    let s = x[j].s;
+                    mins[i][j] = wm[i][0].mul_add(unsafe { *s.get_unchecked(b) }, mins[i][j]);
+                    mins[i][j] = wm[i][1].mul_add(unsafe { *s.get_unchecked(b + 1) }, mins[i][j]);
+                }
             }
         }
         b += 2;
     }
-    let mut out = [0.0f32; R];
-    for r in 0..R {
-        let (mut even, odd) = (_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps::<1>(acc[r]));
-        if b < nb {
-            // SAFETY: b < nb, as above.
-            let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
-            let q_abs = if MIN { q } else { _mm256_sign_epi8(q, q) };
-            let x = load_i8(unsafe { xq[r].get_unchecked(b) });
-            let x = if MIN { x } else { _mm256_sign_epi8(x, q) };
-            let p = _mm256_cvtepi32_ps(sums_vnni(q_abs, x));
-            let c = _mm256_mul_ps(ws, _mm256_set1_ps(unsafe { *xd[r].get_unchecked(b) }));
-            even = _mm256_fmadd_ps(c, p, even);
-            if MIN {
-                mins[r] = wm.mul_add(unsafe { *xs[r].get_unchecked(b) }, mins[r]);
+    let mut out = [[0.0f32; RX]; RW];
+    for i in 0..RW {
+        let tail = (b < nb).then(|| decode(unsafe { sbs[i].get_unchecked(b / SUBS) }, b % SUBS));
+        for j in 0..RX {
+            let (mut even, odd) = (_mm512_castps512_ps256(acc[i][j]), _mm512_extractf32x8_ps::<1>(acc[i][j]));
+            if let Some((q, ws, wm)) = tail {
+                let q = if MIN { q } else { _mm256_xor_si256(q, _mm512_castsi512_si256(flip)) };
+                let xv = load_i8(unsafe { x[j].q.as_ptr().add(b * QK).cast::<[i8; QK]>().as_ref().unwrap_unchecked() });
+                let c = if MIN { _mm256_setzero_si256() } else { unsafe { _mm256_loadu_si256(x[j].c.as_ptr().add(b * 8).cast()) } };
+                let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, q, xv));
+                let d = unsafe { _mm256_loadu_ps(x[j].d8.as_ptr().add(b * 8)) };
+                even = _mm256_fmadd_ps(_mm256_mul_ps(ws, d), p, even);
+                if MIN {
+                    mins[i][j] = wm.mul_add(unsafe { *x[j].s.get_unchecked(b) }, mins[i][j]);
+                }
             }
+            out[i][j] = sum8(_mm256_add_ps(even, odd)) + mins[i][j];
         }
-        out[r] = sum8(_mm256_add_ps(even, odd)) + mins[r];
     }
     out
 }
 
-/// `tile` for the 512-bit kernels: one activation row alone, several in groups (below).
+/// Every weight row of `w` (`rb` bytes each) against the RX activation rows `xs` (rows r0.. of
+/// the tile's m), 4 weight rows at a time when RX > 1, into `out` laid out (weight rows, m).
+/// Not inlined: one compact function per format and group size (inlined into one large
+/// function, the same loops ran up to four times slower, by register allocation and layout).
+/// (One pass for all the groups, each block of weight rows meeting every group in turn, was
+/// measured too: no faster for 9 rows, a fifth slower for 64, a third slower for one.)
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline(never)]
+fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usize>(
+    w: &[u8],
+    rb: usize,
+    xs: [WideRow; RX],
+    nb: usize,
+    (out, m, r0): (&mut [f32], usize, usize),
+    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+) {
+    let n_rows = w.len() / rb;
+    let mut j = 0;
+    while RX > 1 && j + 4 <= n_rows {
+        prefetch_ahead(&w[j * rb..(j + 4) * rb]);
+        let o = tile_rw_rx::<BB, SUBS, MIN, 4, RX>(&w[j * rb..(j + 4) * rb], rb, xs, nb, decode);
+        for (i, o) in o.iter().enumerate() {
+            out[(j + i) * m + r0..(j + i) * m + r0 + RX].copy_from_slice(o);
+        }
+        j += 4;
+    }
+    while j < n_rows {
+        let wr = &w[j * rb..(j + 1) * rb];
+        prefetch_ahead(wr);
+        let o = tile_rw_rx::<BB, SUBS, MIN, 1, RX>(wr, rb, xs, nb, decode);
+        out[j * m + r0..j * m + r0 + RX].copy_from_slice(&o[0]);
+        j += 1;
+    }
+}
+
+/// `tile` for the 512-bit kernels: the activation rows in ceil(m / 4) groups as even as
+/// possible (9 rows: 3 + 3 + 3), each one `pass` over the weights.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
-    let m = t.m;
+    let (m, rb, nb) = (t.m, t.row_bytes, t.n_in / QK);
     let row = |r: usize| {
-        let (q, d, s) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
+        let (q, _, s) = t.x.row(r, t.n_in);
+        let (d8, c) = t.x.row_wide(r, t.n_in);
+        WideRow { q, d8, c, s }
     };
-    if m == 1 {
-        // Decode: its own loop (inside the group match below it ran a fifth slower, measured).
-        let (xq, xd, xs) = row(0);
-        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            prefetch_ahead(w);
-            o[0] = row_dots_512::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
-        }
-        return;
-    }
-    // Rows per pass over the weights, largest first, each size while it fits: 16 fill the 32
-    // registers with one accumulator each; 9 is a verify of 8 drafted tokens; smaller groups
-    // take what is left.
+    let groups = m.div_ceil(4);
     let mut r = 0;
-    macro_rules! groups {
-        ($($n:literal)*) => {$(
-            while m - r >= $n {
-                let rows: [_; $n] = std::array::from_fn(|i| row(r + i));
-                let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
-                for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-                    if $n == 1 {
-                        prefetch_ahead(w);
-                    }
-                    o[r..r + $n].copy_from_slice(&row_dots_512::<BB, SUBS, MIN, $n>(w, xq, xd, xs, decode));
-                }
-                r += $n;
-            }
-        )*};
+    for g in 0..groups {
+        let size = m / groups + usize::from(g < m % groups);
+        let o = (&mut *t.out, m, r);
+        match size {
+            4 => pass::<BB, SUBS, MIN, 4>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
+            3 => pass::<BB, SUBS, MIN, 3>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
+            2 => pass::<BB, SUBS, MIN, 2>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
+            _ => pass::<BB, SUBS, MIN, 1>(t.w, rb, [row(r)], nb, o, decode),
+        }
+        r += size;
     }
-    groups!(16 9 8 4 2 1);
 }

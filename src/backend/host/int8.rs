@@ -57,6 +57,12 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// (m, n_in / 32): each block's `d * sum(q)`.
     pub s: Vec<f32>,
+    /// (m, n_in / 32 * 8): each block's `d` repeated over its 8 lanes, so that a 512-bit
+    /// kernel loads the scales of a block pair as one vector.
+    pub d8: Vec<f32>,
+    /// (m, n_in / 4): `-128 * (q[4l] + ... + q[4l + 3])` for each lane l: what a weight read as
+    /// unsigned bytes (w + 128) adds to a lane's sum, taken back by starting the sum there.
+    pub c: Vec<i32>,
 }
 
 impl Q8Rows {
@@ -87,12 +93,35 @@ impl Q8Rows {
                 _ => quantize_block(xb, qb),
             };
         }
+        self.derive();
+    }
+
+    /// Fills `d8` and `c` from `q` and `d`.
+    fn derive(&mut self) {
+        self.d8.clear();
+        self.d8.extend(self.d.iter().flat_map(|&d| [d; 8]));
+        self.c.clear();
+        self.c.extend(self.q.as_chunks::<4>().0.iter().map(|g| -128 * g.iter().map(|&v| v as i32).sum::<i32>()));
+    }
+
+    /// Row r (of `n_in` elements) alone, as `quantize` would give it for that row alone.
+    pub fn single_row(&self, r: usize, n_in: usize) -> Q8Rows {
+        let (q, d, s) = self.row(r, n_in);
+        let mut one = Q8Rows { q: q.to_vec(), d: d.to_vec(), s: s.to_vec(), ..Q8Rows::default() };
+        one.derive();
+        one
     }
 
     /// Row r's values, scales and sums, for rows of `n_in` elements.
     pub fn row(&self, r: usize, n_in: usize) -> (&[i8], &[f32], &[f32]) {
         let nb = n_in / QK;
         (&self.q[r * n_in..(r + 1) * n_in], &self.d[r * nb..(r + 1) * nb], &self.s[r * nb..(r + 1) * nb])
+    }
+
+    /// Row r's repeated scales (`d8`) and offset corrections (`c`), for rows of `n_in` elements.
+    pub fn row_wide(&self, r: usize, n_in: usize) -> (&[f32], &[i32]) {
+        let nl = n_in / QK * 8;
+        (&self.d8[r * nl..(r + 1) * nl], &self.c[r * nl..(r + 1) * nl])
     }
 }
 

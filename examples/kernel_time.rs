@@ -1,0 +1,67 @@
+//! Times the `fast` integer kernels alone, one thread, on weights that do not fit the caches:
+//!
+//!   cargo run --release --example kernel_time [-- ISA]
+//!
+//! For each block format and a few activation row counts (1: decode; 9: a verify of 8 drafted
+//! rows; 64: prefill), prints the best of 5 runs in ns per weight row per activation row. ISA is
+//! portable, avx2, vnni or neon (default: the CPU's best). A tool for comparing kernel changes
+//! on one machine; the model-level numbers come from examples/bench.rs.
+
+use std::time::Instant;
+
+use packlm::backend::host::int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
+use packlm::quant::WeightType;
+
+fn main() {
+    let isa = match std::env::args().nth(1).as_deref() {
+        None => Int8Isa::best(),
+        Some("portable") => Int8Isa::Portable,
+        Some("avx2") => Int8Isa::Avx2,
+        Some("vnni") => Int8Isa::Avx512Vnni,
+        Some("neon") => Int8Isa::Neon,
+        Some(other) => {
+            eprintln!("kernel_time: unknown ISA {other:?} (portable, avx2, vnni, neon)");
+            std::process::exit(2);
+        }
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let types = [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q6_K];
+    for ty in types {
+        let n_in = if ty.block_elems() == 256 { 768 } else { 640 };
+        let row_bytes = ty.row_bytes(n_in).expect("a block format");
+        let n_out = (64 << 20) / row_bytes;
+        let mut w: Vec<u8> = (0..n_out * row_bytes).map(|_| next() as u8).collect();
+        // Small finite f16 scales where each format keeps them (0x2000..0x27ff: about 2^-7).
+        let bb = ty.block_bytes();
+        for b in w.chunks_exact_mut(bb) {
+            let at = if ty == WeightType::Q6_K { bb - 2 } else { 0 };
+            b[at + 1] = 0x20 | (b[at + 1] & 0x07);
+            if matches!(ty, WeightType::Q4_1 | WeightType::Q4_K) {
+                b[3] = 0x20 | (b[3] & 0x07);
+            }
+        }
+        let kernel = Int8Kernel::new(ty, isa).expect("a block format");
+        let mut line = format!("{ty:>5} {isa:?}:");
+        for m in [1, 2, 3, 4, 9, 64] {
+            let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+            let mut q8 = Q8Rows::default();
+            q8.quantize(&x, n_in);
+            let mut out = vec![0.0f32; n_out * m];
+            let rows = if m == 64 { n_out / 8 } else { n_out };
+            let mut best = f64::INFINITY;
+            for _ in 0..5 {
+                let t = Instant::now();
+                kernel.run(QTile { w: &w[..rows * row_bytes], row_bytes, n_in, x: &q8, m, out: &mut out[..rows * m] });
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            line += &format!("  m={m}: {:.2} ns", best * 1e9 / (rows * m) as f64);
+        }
+        println!("{line}");
+    }
+}
