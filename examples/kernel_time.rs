@@ -35,7 +35,7 @@ fn main() {
     for ty in types {
         let n_in = if ty.block_elems() == 256 { 768 } else { 640 };
         let row_bytes = ty.row_bytes(n_in).expect("a block format");
-        let n_out = (64 << 20) / row_bytes;
+        let n_out = (std::env::var("KT_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(64usize) << 20) / row_bytes;
         let mut w: Vec<u8> = (0..n_out * row_bytes).map(|_| next() as u8).collect();
         // Small finite f16 scales where each format keeps them (0x2000..0x27ff: about 2^-7).
         let bb = ty.block_bytes();
@@ -48,7 +48,7 @@ fn main() {
         }
         let kernel = Int8Kernel::new(ty, isa).expect("a block format");
         let mut line = format!("{ty:>5} {isa:?}:");
-        for m in [1, 2, 3, 4, 9, 64] {
+        for m in [1, 2, 3, 4, 9, 12, 64] {
             let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
             let mut q8 = Q8Rows::default();
             q8.quantize(&x, n_in);

@@ -407,14 +407,12 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
 }
 
 /// Every weight row of `w` (`rb` bytes each) against the RX activation rows `xs` (rows r0.. of
-/// the tile's m), 4 weight rows at a time when RX > 1, into `out` laid out (weight rows, m).
-/// Not inlined: one compact function per format and group size (inlined into one large
-/// function, the same loops ran up to four times slower, by register allocation and layout).
-/// (One pass for all the groups, each block of weight rows meeting every group in turn, was
-/// measured too: no faster for 9 rows, a fifth slower for 64, a third slower for one.)
+/// the tile's m), RW weight rows at a time (then one at a time), into `out` laid out (weight
+/// rows, m). Not inlined: one compact function per format and tile shape (inlined into one
+/// large function, the same loops ran up to four times slower, by register allocation).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline(never)]
-fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usize>(
+fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, const RX: usize>(
     w: &[u8],
     rb: usize,
     xs: [WideRow; RX],
@@ -424,13 +422,13 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usize>(
 ) {
     let n_rows = w.len() / rb;
     let mut j = 0;
-    while RX > 1 && j + 4 <= n_rows {
-        prefetch_ahead(&w[j * rb..(j + 4) * rb]);
-        let o = tile_rw_rx::<BB, SUBS, MIN, 4, RX>(&w[j * rb..(j + 4) * rb], rb, xs, nb, decode);
+    while RW > 1 && j + RW <= n_rows {
+        prefetch_ahead(&w[j * rb..(j + RW) * rb]);
+        let o = tile_rw_rx::<BB, SUBS, MIN, RW, RX>(&w[j * rb..(j + RW) * rb], rb, xs, nb, decode);
         for (i, o) in o.iter().enumerate() {
             out[(j + i) * m + r0..(j + i) * m + r0 + RX].copy_from_slice(o);
         }
-        j += 4;
+        j += RW;
     }
     while j < n_rows {
         let wr = &w[j * rb..(j + 1) * rb];
@@ -441,8 +439,10 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usize>(
     }
 }
 
-/// `tile` for the 512-bit kernels: the activation rows in ceil(m / 4) groups as even as
-/// possible (9 rows: 3 + 3 + 3), each one `pass` over the weights.
+/// `tile` for the 512-bit kernels: up to 12 activation rows in one pass, 2 weight
+/// rows at a time; more (prefill) in ceil(m / 4) groups as even as possible, each one pass of 4
+/// weight rows at a time over a task's weight rows, which are few enough to stay in the
+/// caches (host/mod.rs's PREFILL_TASK_MACS).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
@@ -455,16 +455,29 @@ fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decod
         let (d8, c) = t.x.row_wide(r, t.n_in);
         WideRow { q, d8, c, s }
     };
+    // Up to 12 rows in one pass over the weights, as 2 weight rows by all of them: 2 x 12
+    // accumulators, the 4 decoded vectors and the activation's 3 fill the 32 registers. A
+    // verify of 8 drafted rows (9) is one such pass; on a 180 MB Q8_0 matrix (Gemma3's output),
+    // a pass per group of 3 rows read it three times and took 1.6 times as long (kernel_time).
+    macro_rules! one_pass {
+        ($($n:literal)*) => {
+            match m {
+                1 => return pass::<BB, SUBS, MIN, 1, 1>(t.w, rb, [row(0)], nb, (t.out, 1, 0), decode),
+                $($n => return pass::<BB, SUBS, MIN, 2, $n>(t.w, rb, std::array::from_fn(row), nb, (t.out, m, 0), decode),)*
+                _ => {}
+            }
+        };
+    }
+    one_pass!(2 3 4 5 6 7 8 9 10 11 12);
     let groups = m.div_ceil(4);
     let mut r = 0;
     for g in 0..groups {
         let size = m / groups + usize::from(g < m % groups);
         let o = (&mut *t.out, m, r);
+        let xs = |k| row(r + k);
         match size {
-            4 => pass::<BB, SUBS, MIN, 4>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
-            3 => pass::<BB, SUBS, MIN, 3>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
-            2 => pass::<BB, SUBS, MIN, 2>(t.w, rb, std::array::from_fn(|k| row(r + k)), nb, o, decode),
-            _ => pass::<BB, SUBS, MIN, 1>(t.w, rb, [row(r)], nb, o, decode),
+            4 => pass::<BB, SUBS, MIN, 4, 4>(t.w, rb, std::array::from_fn(xs), nb, o, decode),
+            _ => pass::<BB, SUBS, MIN, 4, 3>(t.w, rb, std::array::from_fn(xs), nb, o, decode),
         }
         r += size;
     }
