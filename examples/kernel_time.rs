@@ -1,9 +1,10 @@
 //! Times the `fast` integer kernels alone, one thread, on weights that do not fit the caches:
 //!
-//!   cargo run --release --example kernel_time [-- ISA]
+//!   [KT_MIB=64] cargo run --release --example kernel_time [-- ISA]
 //!
-//! For each block format and a few activation row counts (1: decode; 9: a verify of 8 drafted
-//! rows; 64: prefill), prints the best of 5 runs in ns per weight row per activation row. ISA is
+//! For each block format, a matrix of KT_MIB MiB (default 64; Gemma3's output matrix is 180)
+//! and a few activation row counts (1: decode; 9: a verify of 8 drafted rows; 64: prefill, on
+//! an eighth of the rows), prints the best of 5 runs in ns per weight row per activation row. ISA is
 //! portable, avx2, vnni or neon (default: the CPU's best). A tool for comparing kernel changes
 //! on one machine; the model-level numbers come from examples/bench.rs.
 

@@ -71,7 +71,7 @@ fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tok
     let logits = if rows.is_empty() {
         Vec::new()
     } else {
-        let mut out = bufs.out.take().filter(|o| o.rows >= rows.len()).unwrap_or_else(|| OutputTile::new(model, rows.len()));
+        let mut out = bufs.take_output(model, rows.len());
         let logits = out.project(model, &x, rows, abort);
         bufs.keep_output(out);
         logits?
@@ -98,7 +98,12 @@ pub struct PassBuffers {
 pub const KEPT_ROWS: usize = 64;
 
 impl PassBuffers {
-    fn keep_output(&mut self, out: OutputTile) {
+    /// The kept output tile when it has room for `rows` rows, else a new one.
+    pub fn take_output(&mut self, model: &Model, rows: usize) -> OutputTile {
+        self.out.take().filter(|o| o.rows >= rows).unwrap_or_else(|| OutputTile::new(model, rows))
+    }
+    /// Keeps `out` for the next pass (up to `KEPT_ROWS` rows).
+    pub fn keep_output(&mut self, out: OutputTile) {
         if out.rows <= KEPT_ROWS {
             self.out = Some(out);
         }

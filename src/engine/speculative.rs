@@ -10,7 +10,7 @@
 //! tokens had been stepped one by one.
 
 use crate::engine::draft::Drafter;
-use crate::engine::forward::{self, OutputTile, OUTPUT_TILE_ROWS};
+use crate::engine::forward::{self, OUTPUT_TILE_ROWS};
 use crate::engine::{Session, Want};
 use crate::error::{Error, Result, Status};
 use crate::sample::{argmax, draw, next_f64, probabilities, sample, SamplerParams};
@@ -101,7 +101,7 @@ impl Session {
         let model = self.model.clone();
         let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
         self.tokens.extend_from_slice(&rows);
-        let mut tile = OutputTile::new(&model, rows.len().min(OUTPUT_TILE_ROWS));
+        let mut tile = self.bufs.take_output(&model, rows.len().min(OUTPUT_TILE_ROWS));
         let mut n_accepted = 0;
         let mut chosen: Option<(u32, Vec<f32>)> = None;
         'tiles: for first in (0..rows.len()).step_by(OUTPUT_TILE_ROWS) {
@@ -153,6 +153,7 @@ impl Session {
                 n_accepted += 1;
             }
         }
+        self.bufs.keep_output(tile);
         let Some((next, kept_logits)) = chosen else {
             // The last row always decides (it has no draft to judge), so this cannot be reached.
             return Err(Error::new(Status::ErrPanic, "verify ended without choosing a token"));

@@ -249,10 +249,24 @@ pub fn apply_rope(rope: &RopeSpec, head: &mut [f32], position: usize) {
     let half = rope.rotary_dims / 2;
     for i in 0..half {
         let (c, s) = cos_sin(rope, position, i);
-        let (x0, x1) = (head[i], head[i + half]);
-        head[i] = x0 * c - x1 * s;
-        head[i + half] = x1 * c + x0 * s;
+        rotate_pair(head, i, half, c, s);
     }
+}
+
+/// `apply_rope` with the pairs' (cos, sin) already made (`cos_sin` for i in 0..rotary_dims / 2):
+/// the same bits, for the heads of one position sharing one table.
+pub fn apply_rope_table(table: &[(f32, f32)], head: &mut [f32]) {
+    let half = table.len();
+    for (i, &(c, s)) in table.iter().enumerate() {
+        rotate_pair(head, i, half, c, s);
+    }
+}
+
+#[inline(always)]
+fn rotate_pair(head: &mut [f32], i: usize, half: usize, c: f32, s: f32) {
+    let (x0, x1) = (head[i], head[i + half]);
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x1 * c + x0 * s;
 }
 
 /// The (cos, sin) that rotate pair `i` at `position`. HF: freqs = position (f32) * inv_freq

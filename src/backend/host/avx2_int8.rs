@@ -333,11 +333,11 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     w: &[u8],
     row_bytes: usize,
     x: [WideRow; RX],
-    nb: usize,
+    (nb, st): (usize, &[f32]),
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [[f32; RX]; RW] {
     // Every read below is in bounds: checked here once, so the loop needs no checks.
-    assert!(w.len() >= RW * row_bytes);
+    assert!(w.len() >= RW * row_bytes && (!MIN || st.len() >= nb * 16) && RX <= 16);
     for r in &x {
         assert!(r.q.len() >= nb * QK && r.d8.len() >= nb * 8 && r.c.len() >= nb * 8 && (!MIN || r.s.len() >= nb));
     }
@@ -350,7 +350,11 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     }
     let flip = _mm512_set1_epi8(-128);
     let mut acc = [[_mm512_setzero_ps(); RX]; RW];
-    let mut mins = [[0.0f32; RX]; RW];
+    // With MIN, lane j of mins[i] is the chain of weight row i and activation row j: the
+    // scalar chain's fused multiply-adds, 16 rows to an instruction (`st` holds each block's
+    // sums of the RX rows, 16 lanes to a block).
+    let mut mins = [_mm512_setzero_ps(); RW];
+    let st_at = |b: usize| unsafe { _mm512_loadu_ps(st.as_ptr().add(b * 16)) };
     let mut b = 0;
     // SAFETY (every get_unchecked and pointer read below): b + 1 < nb (b < nb for the tail), and
     // nb is at most the blocks of every weight row (b / SUBS < sbs[i].len()) and of every
@@ -375,11 +379,13 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
             for i in 0..RW {
                 let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, wq[i], xv));
                 acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(ws[i], d), p, acc[i][j]);
-                if MIN {
-                    let s = x[j].s;
-                    mins[i][j] = wm[i][0].mul_add(unsafe { *s.get_unchecked(b) }, mins[i][j]);
-                    mins[i][j] = wm[i][1].mul_add(unsafe { *s.get_unchecked(b + 1) }, mins[i][j]);
-                }
+            }
+        }
+        if MIN {
+            let (s0, s1) = (st_at(b), st_at(b + 1));
+            for i in 0..RW {
+                mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(wm[i][0]), s0, mins[i]);
+                mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(wm[i][1]), s1, mins[i]);
             }
         }
         b += 2;
@@ -387,20 +393,23 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     let mut out = [[0.0f32; RX]; RW];
     for i in 0..RW {
         let tail = (b < nb).then(|| decode(unsafe { sbs[i].get_unchecked(b / SUBS) }, b % SUBS));
+        if let (true, Some((_, _, wm))) = (MIN, tail) {
+            mins[i] = _mm512_fmadd_ps(_mm512_set1_ps(wm), st_at(b), mins[i]);
+        }
+        let mut min_lanes = [0.0f32; 16];
+        // SAFETY: writes the 16 f32 of the array; storeu has no alignment requirement.
+        unsafe { _mm512_storeu_ps(min_lanes.as_mut_ptr(), mins[i]) };
         for j in 0..RX {
             let (mut even, odd) = (_mm512_castps512_ps256(acc[i][j]), _mm512_extractf32x8_ps::<1>(acc[i][j]));
-            if let Some((q, ws, wm)) = tail {
+            if let Some((q, ws, _)) = tail {
                 let q = if MIN { q } else { _mm256_xor_si256(q, _mm512_castsi512_si256(flip)) };
                 let xv = load_i8(unsafe { x[j].q.as_ptr().add(b * QK).cast::<[i8; QK]>().as_ref().unwrap_unchecked() });
                 let c = if MIN { _mm256_setzero_si256() } else { unsafe { _mm256_loadu_si256(x[j].c.as_ptr().add(b * 8).cast()) } };
                 let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, q, xv));
                 let d = unsafe { _mm256_loadu_ps(x[j].d8.as_ptr().add(b * 8)) };
                 even = _mm256_fmadd_ps(_mm256_mul_ps(ws, d), p, even);
-                if MIN {
-                    mins[i][j] = wm.mul_add(unsafe { *x[j].s.get_unchecked(b) }, mins[i][j]);
-                }
             }
-            out[i][j] = sum8(_mm256_add_ps(even, odd)) + mins[i][j];
+            out[i][j] = sum8(_mm256_add_ps(even, odd)) + min_lanes[j];
         }
     }
     out
@@ -421,10 +430,24 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, co
     decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
 ) {
     let n_rows = w.len() / rb;
+    // Out of the thread-local and back: inside `with`'s closure, which has no target
+    // features, the loops below were not compiled for them (a decode step a tenth slower).
+    let mut st = if MIN { MIN_SUMS.take() } else { Vec::new() };
+    if MIN {
+        // Each block's sums of the RX rows, 16 lanes to a block (tile_rw_rx's mins).
+        st.clear();
+        st.resize(nb * 16, 0.0);
+        for (j, x) in xs.iter().enumerate() {
+            for (b, &v) in x.s[..nb].iter().enumerate() {
+                st[b * 16 + j] = v;
+            }
+        }
+    }
+    let nst = (nb, &st[..]);
     let mut j = 0;
     while RW > 1 && j + RW <= n_rows {
         prefetch_ahead(&w[j * rb..(j + RW) * rb]);
-        let o = tile_rw_rx::<BB, SUBS, MIN, RW, RX>(&w[j * rb..(j + RW) * rb], rb, xs, nb, decode);
+        let o = tile_rw_rx::<BB, SUBS, MIN, RW, RX>(&w[j * rb..(j + RW) * rb], rb, xs, nst, decode);
         for (i, o) in o.iter().enumerate() {
             out[(j + i) * m + r0..(j + i) * m + r0 + RX].copy_from_slice(o);
         }
@@ -433,10 +456,18 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, co
     while j < n_rows {
         let wr = &w[j * rb..(j + 1) * rb];
         prefetch_ahead(wr);
-        let o = tile_rw_rx::<BB, SUBS, MIN, 1, RX>(wr, rb, xs, nb, decode);
+        let o = tile_rw_rx::<BB, SUBS, MIN, 1, RX>(wr, rb, xs, nst, decode);
         out[j * m + r0..j * m + r0 + RX].copy_from_slice(&o[0]);
         j += 1;
     }
+    if MIN {
+        MIN_SUMS.set(st);
+    }
+}
+
+thread_local! {
+    /// `pass`'s block sums of its activation rows, for the formats with a min, reused.
+    static MIN_SUMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `tile` for the 512-bit kernels: up to 12 activation rows in one pass, 2 weight
