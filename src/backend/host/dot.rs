@@ -63,11 +63,13 @@ unsafe fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
         }
         i += 32;
     }
-    let mut lanes = [0.0f32; 32];
-    for (k, lane) in acc.iter().enumerate() {
-        _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *lane);
-    }
-    let mut s = reduce32(&lanes);
+    // reduce32's tree in registers, each add the same operands in the same order: lane i
+    // (a0 + a1) + (a2 + a3), then the two 4-lane halves, then the pairs (storing the lanes and
+    // adding them one by one took as long as the products at head_dim 64).
+    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let w = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let y = _mm_add_ps(w, _mm_movehl_ps(w, w));
+    let mut s = _mm_cvtss_f32(_mm_add_ss(y, _mm_movehdup_ps(y)));
     for j in body..n {
         s += a[j] * b[j];
     }
@@ -88,6 +90,39 @@ mod tests {
             let want: f32 = (0..n).map(|i| ((i % 7) as f32 - 3.0) * (i % 5) as f32).sum();
             assert_eq!(dot(&a, &b), want, "n={n}");
             assert_eq!(dot_portable(&a, &b), want, "n={n}");
+        }
+    }
+
+    /// The AVX2 version is the lane structure with fused multiply-adds and reduce32's tree:
+    /// the same bits as that written out in scalar code, on values where order matters.
+    #[test]
+    fn avx2_is_fused_lanes_then_the_tree() {
+        #[cfg(target_arch = "x86_64")]
+        if *HAS_AVX2_FMA {
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (seed % 12)) as f32
+            };
+            for n in [32usize, 64, 96, 128, 200, 256] {
+                let (a, b): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (next(), next())).unzip();
+                let mut acc = [0.0f32; 32];
+                let body = n / 32 * 32;
+                for (ca, cb) in a[..body].chunks_exact(32).zip(b[..body].chunks_exact(32)) {
+                    for i in 0..32 {
+                        acc[i] = ca[i].mul_add(cb[i], acc[i]);
+                    }
+                }
+                let mut want = reduce32(&acc);
+                for i in body..n {
+                    want += a[i] * b[i];
+                }
+                // SAFETY: HAS_AVX2_FMA checked above.
+                let got = unsafe { dot_avx2_fma(&a, &b) };
+                assert_eq!(got.to_bits(), want.to_bits(), "n={n}: {got} vs {want}");
+            }
         }
     }
 }
