@@ -274,7 +274,7 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 const R_AVX2: usize = 4;
 
 macro_rules! entries {
-    ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
+    ($($name:ident, $vnni:ident, $decode:ident, $pair:ident, $prep:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub fn $name(t: QTile) {
             tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| $decode(b, k), |a, x| sums_maddubs(a, x))
@@ -282,18 +282,141 @@ macro_rules! entries {
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
         pub fn $vnni(t: QTile) {
-            tile_512::<{ $bb }, { $subs }, $min>(t, |b, k| $decode(b, k))
+            tile_512::<{ $bb }, { $subs }, $min>(
+                t,
+                |b, k| $decode(b, k),
+                |b0, b1, k, pre| $pair::<{ $bb }, { $subs }>(b0, b1, (k, pre), |b, k| $decode(b, k)),
+                |b| $prep(b),
+            )
         }
     )*};
 }
 
 entries! {
-    q8_0_maddubs, q8_0_vnni, q8_0, 34, 1, false;
-    q4_0_maddubs, q4_0_vnni, q4_0, 18, 1, false;
-    q4_1_maddubs, q4_1_vnni, q4_1, 20, 1, true;
-    q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false;
-    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true;
-    q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false;
+    q8_0_maddubs, q8_0_vnni, q8_0, pair_of, prep_none, 34, 1, false;
+    q4_0_maddubs, q4_0_vnni, q4_0, pair_of, prep_none, 18, 1, false;
+    q4_1_maddubs, q4_1_vnni, q4_1, pair_of, prep_none, 20, 1, true;
+    q5_0_maddubs, q5_0_vnni, q5_0, pair_of, prep_none, 22, 1, false;
+    q4_k_maddubs, q4_k_vnni, q4_k, q4_k_pair, prep_q4_k, Q4_K_BYTES, 8, true;
+    q6_k_maddubs, q6_k_vnni, q6_k, q6_k_pair, prep_q6_k, Q6_K_BYTES, 8, false;
+}
+
+/// Two consecutive decoded blocks in one 512-bit register: the integers, the per-lane scales,
+/// the two mins.
+type Pair = (__m512i, __m512, [f32; 2]);
+
+/// A K-quant super-block's scales (Q4_K: 8, one per block; Q6_K: 16, one per half-block) and
+/// mins (Q4_K: 8), made once for its four pairs; unused by the other formats.
+type Prep = (__m512, [f32; 8]);
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn prep_none<const BB: usize>(_: &[u8; BB]) -> Prep {
+    (_mm512_setzero_ps(), [0.0; 8])
+}
+
+/// Blocks b and b + 1 (`b0` holding block k = b % SUBS, `b1` block (k + 1) % SUBS), decoded one
+/// at a time.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn pair_of<const BB: usize, const SUBS: usize>(
+    b0: &[u8; BB],
+    b1: &[u8; BB],
+    (k, _): (usize, &Prep),
+    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> Pair {
+    let (q0, ws0, m0) = decode(b0, k);
+    let (q1, ws1, m1) = decode(b1, (k + 1) % SUBS);
+    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1), _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1), [m0, m1])
+}
+
+/// Q4_K's blocks k and k + 1 (k even) at once: the low and high nibbles of the same 32 bytes,
+/// the scales and mins from the super-block's `prep_q4_k`; each value as `q4_k` gives it.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn q4_k_pair<const BB: usize, const SUBS: usize>(
+    b0: &[u8; BB],
+    _: &[u8; BB],
+    (k, pre): (usize, &Prep),
+    _: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> Pair {
+    debug_assert!(k.is_multiple_of(2) && BB == Q4_K_BYTES);
+    let v = bytes_at(b0, 16 + (k / 2) * 32);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+    // Lanes 0..8 take block k's scale, 8..16 block k + 1's.
+    let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    let ws = _mm512_permutexvar_ps(idx, pre.0);
+    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])
+}
+
+/// Q6_K's blocks k and k + 1 (k even: parts 0 and 1, or 2 and 3, of half n = k / 4): the two
+/// 32-byte runs of ql and the one of qh they share, the four scales from `prep_q6_k`; each value
+/// as `q6_k` gives it.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn q6_k_pair<const BB: usize, const SUBS: usize>(
+    b0: &[u8; BB],
+    _: &[u8; BB],
+    (k, pre): (usize, &Prep),
+    _: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> Pair {
+    debug_assert!(k.is_multiple_of(2) && BB == Q6_K_BYTES);
+    let (n, part) = (k / 4, k % 4);
+    let (ql0, ql1, qh) = (bytes_at(b0, n * 64), bytes_at(b0, n * 64 + 32), bytes_at(b0, QK_K / 2 + n * 32));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let (lo0, lo1, hi0, hi1) = if part == 0 {
+        (_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4), qh, _mm256_srli_epi16::<2>(qh))
+    } else {
+        let (a, b) = (_mm256_srli_epi16::<4>(ql0), _mm256_srli_epi16::<4>(ql1));
+        (_mm256_and_si256(a, m4), _mm256_and_si256(b, m4), _mm256_srli_epi16::<4>(qh), _mm256_srli_epi16::<6>(qh))
+    };
+    let (m3, off) = (_mm256_set1_epi8(3), _mm256_set1_epi8(32));
+    let join = |lo, hi| _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16::<4>(_mm256_and_si256(hi, m3))), off);
+    // Lanes 4j..4j + 4 take half-block scale 2k + j.
+    let idx = _mm512_add_epi32(_mm512_set1_epi32(2 * k as i32), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    let ws = _mm512_permutexvar_ps(idx, pre.0);
+    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(join(lo0, hi0)), join(lo1, hi1)), ws, [0.0; 2])
+}
+
+/// A Q6_K super-block's 16 half-block scales `d * sc`: the same values as `q6_k`'s.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn prep_q6_k<const BB: usize>(b: &[u8; BB]) -> Prep {
+    if BB != Q6_K_BYTES {
+        return (_mm512_setzero_ps(), [0.0; 8]);
+    }
+    let at = QK_K / 2 + QK_K / 4;
+    let sc: &[u8; 16] = b[at..at + 16].try_into().unwrap_or_else(|_| unreachable!("16 scales from {at} of {BB}"));
+    // SAFETY: reads the 16 bytes of the array; loadu has no alignment requirement.
+    let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) }));
+    let d = f16_scalar(&[b[BB - 2], b[BB - 1]]);
+    (_mm512_mul_ps(_mm512_set1_ps(d), sc), [0.0; 8])
+}
+
+/// A Q4_K super-block's 8 scales `d * sc` and 8 mins `-(dmin * m)`, the 6-bit values unpacked
+/// all at once (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn prep_q4_k<const BB: usize>(b: &[u8; BB]) -> Prep {
+    if BB != Q4_K_BYTES {
+        return (_mm512_setzero_ps(), [0.0; 8]);
+    }
+    let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    // Scales of blocks 0..4 and 4..8, then mins of 0..4 and 4..8, a byte each.
+    let sc = (u0 & k1) as u64 | (((u2 & k2) | (((u0 >> 6) & k3) << 4)) as u64) << 32;
+    let mn = (u1 & k1) as u64 | ((((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) as u64) << 32;
+    let bytes = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
+    let (d, dmin) = (f16_scalar(&[b[0], b[1]]), f16_scalar(&[b[2], b[3]]));
+    let ws = _mm256_mul_ps(_mm256_set1_ps(d), bytes(sc));
+    // -(dmin * m): the product, then the sign flipped (exact).
+    let mins = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), bytes(mn)), _mm256_set1_ps(-0.0));
+    let mut out = [0.0f32; 8];
+    // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), mins) };
+    (_mm512_castps256_ps512(ws), out)
 }
 
 // ---- 512-bit registers: two blocks at once, a tile of weight rows by activation rows --------
@@ -334,7 +457,7 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     row_bytes: usize,
     x: [WideRow; RX],
     (nb, st): (usize, &[f32]),
-    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+    (decode, pair, prep): (impl Fn(&[u8; BB], usize) -> Decoded, impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair, impl Fn(&[u8; BB]) -> Prep),
 ) -> [[f32; RX]; RW] {
     // Every read below is in bounds: checked here once, so the loop needs no checks.
     assert!(w.len() >= RW * row_bytes && (!MIN || st.len() >= nb * 16) && RX <= 16);
@@ -355,6 +478,7 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     // sums of the RX rows, 16 lanes to a block).
     let mut mins = [_mm512_setzero_ps(); RW];
     let st_at = |b: usize| unsafe { _mm512_loadu_ps(st.as_ptr().add(b * 16)) };
+    let mut pre: [Prep; RW] = [(_mm512_setzero_ps(), [0.0; 8]); RW];
     let mut b = 0;
     // SAFETY (every get_unchecked and pointer read below): b + 1 < nb (b < nb for the tail), and
     // nb is at most the blocks of every weight row (b / SUBS < sbs[i].len()) and of every
@@ -365,12 +489,13 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
         let mut ws = [_mm512_setzero_ps(); RW];
         let mut wm = [[0.0f32; 2]; RW];
         for i in 0..RW {
-            let (q0, ws0, m0) = decode(unsafe { sbs[i].get_unchecked(b / SUBS) }, b % SUBS);
-            let (q1, ws1, m1) = decode(unsafe { sbs[i].get_unchecked((b + 1) / SUBS) }, (b + 1) % SUBS);
-            let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1);
+            let sb = unsafe { sbs[i].get_unchecked(b / SUBS) };
+            if SUBS > 1 && b % SUBS == 0 {
+                pre[i] = prep(sb);
+            }
+            let (q, s, m) = pair(sb, unsafe { sbs[i].get_unchecked((b + 1) / SUBS) }, b % SUBS, &pre[i]);
             wq[i] = if MIN { q } else { _mm512_xor_si512(q, flip) };
-            ws[i] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1);
-            wm[i] = [m0, m1];
+            (ws[i], wm[i]) = (s, m);
         }
         for j in 0..RX {
             let xv = unsafe { _mm512_loadu_si512(x[j].q.as_ptr().add(b * QK).cast()) };
@@ -427,7 +552,11 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, co
     xs: [WideRow; RX],
     nb: usize,
     (out, m, r0): (&mut [f32], usize, usize),
-    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+    decode: (
+        impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+        impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair + Copy,
+        impl Fn(&[u8; BB]) -> Prep + Copy,
+    ),
 ) {
     let n_rows = w.len() / rb;
     // Out of the thread-local and back: inside `with`'s closure, which has no target
@@ -476,7 +605,13 @@ thread_local! {
 /// caches (host/mod.rs's PREFILL_TASK_MACS).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
+fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(
+    t: QTile,
+    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+    pair: impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair + Copy,
+    prep: impl Fn(&[u8; BB]) -> Prep + Copy,
+) {
+    let decode = (decode, pair, prep);
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
