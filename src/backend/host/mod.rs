@@ -97,33 +97,48 @@ impl HostBackend {
         (macs / (n_in * rows)).min(n_out.div_ceil(self.threads() * MIN_TASKS_PER_THREAD)).max(1)
     }
 
-    /// `task(i, chunk i)` for the consecutive `chunk`-element pieces of `buf`, on the team (or
-    /// on this thread alone when `serial`).
-    fn for_chunks(&self, buf: &mut [f32], chunk: usize, serial: bool, task: impl Fn(usize, &mut [f32]) + Sync) {
+    /// `task(i)` for i in 0..n, on the team (or on this thread alone when `serial`).
+    fn for_tasks(&self, n: usize, serial: bool, task: impl Fn(usize) + Sync) {
         if serial || self.threads() == 1 {
-            // One relaxed load per piece, as on the team (team.rs): a long call stops early
+            // One relaxed load per task, as on the team (team.rs): a long call stops early
             // when the pass is aborted.
             let stop = pass::current();
-            for (i, c) in buf.chunks_mut(chunk).enumerate() {
+            for i in 0..n {
                 if stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
                     pass::note_cut_short();
                     return;
                 }
-                task(i, c);
+                task(i);
             }
             return;
         }
+        self.team.run(n, &task);
+    }
+
+    /// `task(i, chunk i)` for the consecutive `chunk`-element pieces of `buf`, on the team (or
+    /// on this thread alone when `serial`).
+    fn for_chunks(&self, buf: &mut [f32], chunk: usize, serial: bool, task: impl Fn(usize, &mut [f32]) + Sync) {
         // Each piece behind its own (never contended) lock: tasks take them by index.
         let pieces: Vec<Mutex<&mut [f32]>> = buf.chunks_mut(chunk).map(Mutex::new).collect();
-        self.team.run(pieces.len(), &|i| task(i, &mut pieces[i].lock()));
+        self.for_tasks(pieces.len(), serial, |i| task(i, &mut pieces[i].lock()));
     }
 }
+
+/// `out` shared by the tasks of one matmul, each writing its own columns (`tiled`).
+struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the tasks that share it write disjoint elements (`tiled`'s column ranges), and the
+// matmul holds `out` mutably borrowed until they have all finished.
+unsafe impl Sync for SharedOut {}
 
 thread_local! {
     /// The calling thread's rounded activations (the `fast` matmuls), reused across calls.
     static Q8_SCRATCH: std::cell::RefCell<Q8Rows> = std::cell::RefCell::new(Q8Rows::default());
-    /// The calling thread's transposed matmul results (`tiled`), reused across calls.
-    static TRANSPOSED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A task's matmul results before they move into place (`tiled`), reused across calls.
+    static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl HostBackend {
@@ -157,30 +172,31 @@ impl HostBackend {
             self.for_chunks(out, tile, serial, task);
             return;
         }
-        // Results land transposed ([n_out][rows]) so that each tile owns one contiguous chunk,
-        // in a buffer the calling thread keeps (taken out for the call, so that a nested use
-        // finds its own): on a 262k vocabulary a fresh one cost a verify 2300 page faults.
-        // Every element is written before it is read, so stale contents never matter.
-        let mut out_t = TRANSPOSED.take();
-        out_t.resize(n_out * rows, 0.0);
-        self.for_chunks(&mut out_t, tile * rows, serial, task);
-        // In blocks of 64 weight rows: the block's [64][rows] stays in L1 while each of the
-        // rows output rows gets 64 sequential stores (row by row over all of out_t read it
-        // `rows` times from memory; column by column stored every n_out floats).
-        const BLOCK: usize = 64;
-        for j0 in (0..n_out).step_by(BLOCK) {
-            let j1 = (j0 + BLOCK).min(n_out);
-            let src = &out_t[j0 * rows..j1 * rows];
-            for (m, out_row) in out.chunks_exact_mut(n_out).enumerate() {
-                for (o, s) in out_row[j0..j1].iter_mut().zip(src.chunks_exact(rows)) {
-                    *o = s[m];
+        // Each task computes its tile into a buffer of its thread laid out (weight rows, rows),
+        // L1-sized (PREFILL_TASK_MACS), then moves it into its own columns of `out` (rows,
+        // n_out): the transposition runs on every thread and from the cache, where moving one
+        // (n_out, rows) buffer afterwards ran on one thread and took 5% of a prefill.
+        let n_tiles = n_out.div_ceil(tile);
+        let shared = SharedOut { ptr: out.as_mut_ptr(), len: out.len() };
+        assert!(shared.len >= rows * n_out);
+        self.for_tasks(n_tiles, serial, |t| {
+            let (j0, j1) = (t * tile, ((t + 1) * tile).min(n_out));
+            let mut buf = TILE_OUT.take();
+            buf.resize((j1 - j0) * rows, 0.0);
+            run(&bytes[j0 * row_bytes..j1 * row_bytes], &mut buf);
+            // (The whole struct, so that the closure captures it and not its raw pointer.)
+            let shared = &shared;
+            for m in 0..rows {
+                // SAFETY: m < rows and j0 <= j1 <= n_out, so the run m * n_out + j0 .. m *
+                // n_out + j1 lies below rows * n_out <= len (asserted above); columns j0..j1
+                // belong to this task's tile alone, so no other task writes the run.
+                let dst = unsafe { std::slice::from_raw_parts_mut(shared.ptr.add(m * n_out + j0), j1 - j0) };
+                for (o, src) in dst.iter_mut().zip(buf.chunks_exact(rows)) {
+                    *o = src[m];
                 }
             }
-        }
-        // Kept up to 16 MiB (9 rows of a 262k vocabulary); a larger one is freed.
-        if out_t.capacity() <= 1 << 22 {
-            TRANSPOSED.set(out_t);
-        }
+            TILE_OUT.set(buf);
+        });
     }
 }
 
