@@ -258,8 +258,10 @@ impl Kernels for HostBackend {
             #[cfg(target_arch = "x86_64")]
             if self.isa != Isa::Portable {
                 // SAFETY: an Isa other than Portable was checked available at construction
-                // (`with_isa`), and both imply AVX2.
-                return unsafe { attention::head_avx2(a, qh, h, a.first_position + r, o, dot) };
+                // (`with_isa`), and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the
+                // features `head_avx2` and `dot_avx2_fma` are compiled for; with them `dot`
+                // itself calls `dot_avx2_fma`, so the bits are the portable path's.
+                return unsafe { attention::head_avx2(a, qh, h, a.first_position + r, o, |x, y| dot::dot_avx2_fma(x, y)) };
             }
             attention::head(a, qh, h, a.first_position + r, o, dot);
         });
