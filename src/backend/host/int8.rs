@@ -68,16 +68,24 @@ pub struct Q8Rows {
 impl Q8Rows {
     /// Rounds the `x.len() / n_in` rows of `x` (`n_in` a multiple of 32), reusing the buffers;
     /// with 256-bit operations where the CPU has AVX2 (the same values: tests/host_int8.rs).
+    /// Every view is filled, `d8` and `c` included, so any kernel can read the result.
     pub fn quantize(&mut self, x: &[f32], n_in: usize) {
-        self.quantize_with(x, n_in, Isa::Avx2.available());
+        self.quantize_with(x, n_in, Isa::Avx2.available(), true);
+    }
+
+    /// As `quantize`, for one kernel: `d8` and `c` only when it reads them
+    /// ([`Int8Kernel::reads_wide_rows`]), else they are left empty (the other kernels would
+    /// pay for them on every matmul and never look).
+    pub fn quantize_for(&mut self, x: &[f32], n_in: usize, kernel: &Int8Kernel) {
+        self.quantize_with(x, n_in, Isa::Avx2.available(), kernel.reads_wide_rows());
     }
 
     /// As `quantize`, always with the scalar `quantize_block` (the tests' reference).
     pub fn quantize_scalar(&mut self, x: &[f32], n_in: usize) {
-        self.quantize_with(x, n_in, false);
+        self.quantize_with(x, n_in, false, true);
     }
 
-    fn quantize_with(&mut self, x: &[f32], n_in: usize, avx2: bool) {
+    fn quantize_with(&mut self, x: &[f32], n_in: usize, avx2: bool, wide: bool) {
         let nb = x.len() / QK;
         debug_assert!(n_in.is_multiple_of(QK) && x.len().is_multiple_of(n_in.max(1)));
         self.q.resize(nb * QK, 0);
@@ -93,7 +101,12 @@ impl Q8Rows {
                 _ => quantize_block(xb, qb),
             };
         }
-        self.derive();
+        if wide {
+            self.derive();
+        } else {
+            self.d8.clear();
+            self.c.clear();
+        }
     }
 
     /// Fills `d8` and `c` from `q` and `d`.
@@ -378,6 +391,8 @@ enum Entry {
 #[derive(Clone, Copy)]
 pub struct Int8Kernel {
     entry: Entry,
+    /// Whether it reads `Q8Rows::d8` and `Q8Rows::c` (the AVX-512 VNNI kernels).
+    wide: bool,
 }
 
 impl Int8Kernel {
@@ -407,7 +422,7 @@ impl Int8Kernel {
                 (WeightType::Q6_K, true) => k::q6_k_vnni,
                 _ => return None,
             };
-            return Some(Int8Kernel { entry: Entry::X86(f) });
+            return Some(Int8Kernel { entry: Entry::X86(f), wide: vnni });
         }
         #[cfg(target_arch = "aarch64")]
         if isa == Int8Isa::Neon && isa.available() {
@@ -421,10 +436,15 @@ impl Int8Kernel {
                 WeightType::Q6_K => k::q6_k_neon,
                 _ => return None,
             };
-            return Some(Int8Kernel { entry: Entry::Neon(f) });
+            return Some(Int8Kernel { entry: Entry::Neon(f), wide: false });
         }
         let _ = isa;
-        Some(Int8Kernel { entry: Entry::Portable(ty) })
+        Some(Int8Kernel { entry: Entry::Portable(ty), wide: false })
+    }
+
+    /// Whether the kernel reads the activations' `d8` and `c` (`Q8Rows::quantize_for`).
+    pub fn reads_wide_rows(&self) -> bool {
+        self.wide
     }
 
     /// Every weight row of `t` against every activation row (see `QTile`).

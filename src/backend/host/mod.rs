@@ -147,7 +147,7 @@ impl HostBackend {
     fn matmul_int8(&self, w: &WeightTensor, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
         let n_in = w.cols();
         Q8_SCRATCH.with_borrow_mut(|q8| {
-            q8.quantize(x, n_in);
+            q8.quantize_for(x, n_in, kernel);
             let q8 = &*q8;
             self.tiled(w, rows, out, |w_rows, chunk| {
                 kernel.run(QTile { w: w_rows, row_bytes: w.row_bytes(), n_in, x: q8, m: rows, out: chunk })
