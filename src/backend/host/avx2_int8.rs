@@ -274,7 +274,7 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 const R_AVX2: usize = 4;
 
 macro_rules! entries {
-    ($($name:ident, $vnni:ident, $decode:ident, $pair:ident, $prep:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
+    ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub fn $name(t: QTile) {
             tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| $decode(b, k), |a, x| sums_maddubs(a, x))
@@ -282,23 +282,20 @@ macro_rules! entries {
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
         pub fn $vnni(t: QTile) {
-            tile_512::<{ $bb }, { $subs }, $min>(
-                t,
-                |b, k| $decode(b, k),
-                |b0, b1, k, pre| $pair::<{ $bb }, { $subs }>(b0, b1, (k, pre), |b, k| $decode(b, k)),
-                |b| $prep(b),
-            )
+            tile_512::<{ $bb }, { $subs }, $min>(t, |b, k| $decode(b, k), $pair, |b| $prep(b))
         }
     )*};
 }
 
+// The 32-element formats pair two decoded blocks; the K formats decode a pair from one
+// super-block with the scales their `prep` unpacked once.
 entries! {
-    q8_0_maddubs, q8_0_vnni, q8_0, pair_of, prep_none, 34, 1, false;
-    q4_0_maddubs, q4_0_vnni, q4_0, pair_of, prep_none, 18, 1, false;
-    q4_1_maddubs, q4_1_vnni, q4_1, pair_of, prep_none, 20, 1, true;
-    q5_0_maddubs, q5_0_vnni, q5_0, pair_of, prep_none, 22, 1, false;
-    q4_k_maddubs, q4_k_vnni, q4_k, q4_k_pair, prep_q4_k, Q4_K_BYTES, 8, true;
-    q6_k_maddubs, q6_k_vnni, q6_k, q6_k_pair, prep_q6_k, Q6_K_BYTES, 8, false;
+    q8_0_maddubs, q8_0_vnni, q8_0, 34, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q8_0(b, k)), prep_none;
+    q4_0_maddubs, q4_0_vnni, q4_0, 18, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q4_0(b, k)), prep_none;
+    q4_1_maddubs, q4_1_vnni, q4_1, 20, 1, true, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q4_1(b, k)), prep_none;
+    q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q5_0(b, k)), prep_none;
+    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_q4_k;
+    q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }
 
 /// Two consecutive decoded blocks in one 512-bit register: the integers, the per-lane scales,
@@ -315,18 +312,13 @@ fn prep_none<const BB: usize>(_: &[u8; BB]) -> Prep {
     (_mm512_setzero_ps(), [0.0; 8])
 }
 
-/// Blocks b and b + 1 (`b0` holding block k = b % SUBS, `b1` block (k + 1) % SUBS), decoded one
+/// Blocks b and b + 1 (`b0` holding block k0 of its stored block, `b1` block k1), decoded one
 /// at a time.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn pair_of<const BB: usize, const SUBS: usize>(
-    b0: &[u8; BB],
-    b1: &[u8; BB],
-    (k, _): (usize, &Prep),
-    decode: impl Fn(&[u8; BB], usize) -> Decoded,
-) -> Pair {
-    let (q0, ws0, m0) = decode(b0, k);
-    let (q1, ws1, m1) = decode(b1, (k + 1) % SUBS);
+fn pair_of<const BB: usize>(b0: &[u8; BB], b1: &[u8; BB], (k0, k1): (usize, usize), decode: impl Fn(&[u8; BB], usize) -> Decoded) -> Pair {
+    let (q0, ws0, m0) = decode(b0, k0);
+    let (q1, ws1, m1) = decode(b1, k1);
     (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1), _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1), [m0, m1])
 }
 
@@ -334,14 +326,9 @@ fn pair_of<const BB: usize, const SUBS: usize>(
 /// the scales and mins from the super-block's `prep_q4_k`; each value as `q4_k` gives it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn q4_k_pair<const BB: usize, const SUBS: usize>(
-    b0: &[u8; BB],
-    _: &[u8; BB],
-    (k, pre): (usize, &Prep),
-    _: impl Fn(&[u8; BB], usize) -> Decoded,
-) -> Pair {
-    debug_assert!(k.is_multiple_of(2) && BB == Q4_K_BYTES);
-    let v = bytes_at(b0, 16 + (k / 2) * 32);
+fn q4_k_pair(b: &[u8; Q4_K_BYTES], k: usize, pre: &Prep) -> Pair {
+    debug_assert!(k.is_multiple_of(2));
+    let v = bytes_at(b, 16 + (k / 2) * 32);
     let m4 = _mm256_set1_epi8(0x0F);
     let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
     // Lanes 0..8 take block k's scale, 8..16 block k + 1's.
@@ -355,15 +342,10 @@ fn q4_k_pair<const BB: usize, const SUBS: usize>(
 /// as `q6_k` gives it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn q6_k_pair<const BB: usize, const SUBS: usize>(
-    b0: &[u8; BB],
-    _: &[u8; BB],
-    (k, pre): (usize, &Prep),
-    _: impl Fn(&[u8; BB], usize) -> Decoded,
-) -> Pair {
-    debug_assert!(k.is_multiple_of(2) && BB == Q6_K_BYTES);
+fn q6_k_pair(b: &[u8; Q6_K_BYTES], k: usize, pre: &Prep) -> Pair {
+    debug_assert!(k.is_multiple_of(2));
     let (n, part) = (k / 4, k % 4);
-    let (ql0, ql1, qh) = (bytes_at(b0, n * 64), bytes_at(b0, n * 64 + 32), bytes_at(b0, QK_K / 2 + n * 32));
+    let (ql0, ql1, qh) = (bytes_at(b, n * 64), bytes_at(b, n * 64 + 32), bytes_at(b, QK_K / 2 + n * 32));
     let m4 = _mm256_set1_epi8(0x0F);
     let (lo0, lo1, hi0, hi1) = if part == 0 {
         (_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4), qh, _mm256_srli_epi16::<2>(qh))
@@ -382,15 +364,11 @@ fn q6_k_pair<const BB: usize, const SUBS: usize>(
 /// A Q6_K super-block's 16 half-block scales `d * sc`: the same values as `q6_k`'s.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn prep_q6_k<const BB: usize>(b: &[u8; BB]) -> Prep {
-    if BB != Q6_K_BYTES {
-        return (_mm512_setzero_ps(), [0.0; 8]);
-    }
-    let at = QK_K / 2 + QK_K / 4;
-    let sc: &[u8; 16] = b[at..at + 16].try_into().unwrap_or_else(|_| unreachable!("16 scales from {at} of {BB}"));
+fn prep_q6_k(b: &[u8; Q6_K_BYTES]) -> Prep {
+    let sc = sub::<_, { QK_K / 2 + QK_K / 4 }, 16, Q6_K_BYTES>(b);
     // SAFETY: reads the 16 bytes of the array; loadu has no alignment requirement.
     let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) }));
-    let d = f16_scalar(&[b[BB - 2], b[BB - 1]]);
+    let d = f16_scalar(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b));
     (_mm512_mul_ps(_mm512_set1_ps(d), sc), [0.0; 8])
 }
 
@@ -398,10 +376,7 @@ fn prep_q6_k<const BB: usize>(b: &[u8; BB]) -> Prep {
 /// all at once (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn prep_q4_k<const BB: usize>(b: &[u8; BB]) -> Prep {
-    if BB != Q4_K_BYTES {
-        return (_mm512_setzero_ps(), [0.0; 8]);
-    }
+fn prep_q4_k(b: &[u8; Q4_K_BYTES]) -> Prep {
     let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
     let (u0, u1, u2) = (w(0), w(1), w(2));
     let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
@@ -409,7 +384,7 @@ fn prep_q4_k<const BB: usize>(b: &[u8; BB]) -> Prep {
     let sc = (u0 & k1) as u64 | (((u2 & k2) | (((u0 >> 6) & k3) << 4)) as u64) << 32;
     let mn = (u1 & k1) as u64 | ((((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) as u64) << 32;
     let bytes = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
-    let (d, dmin) = (f16_scalar(&[b[0], b[1]]), f16_scalar(&[b[2], b[3]]));
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(b)));
     let ws = _mm256_mul_ps(_mm256_set1_ps(d), bytes(sc));
     // -(dmin * m): the product, then the sign flipped (exact).
     let mins = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), bytes(mn)), _mm256_set1_ps(-0.0));
@@ -457,7 +432,11 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
     row_bytes: usize,
     x: [WideRow; RX],
     (nb, st): (usize, &[f32]),
-    (decode, pair, prep): (impl Fn(&[u8; BB], usize) -> Decoded, impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair, impl Fn(&[u8; BB]) -> Prep),
+    (decode, pair, prep): (
+        impl Fn(&[u8; BB], usize) -> Decoded,
+        impl Fn(&[u8; BB], &[u8; BB], (usize, usize), &Prep) -> Pair,
+        impl Fn(&[u8; BB]) -> Prep,
+    ),
 ) -> [[f32; RX]; RW] {
     // Every read below is in bounds: checked here once, so the loop needs no checks.
     assert!(w.len() >= RW * row_bytes && (!MIN || st.len() >= nb * 16) && RX <= 16);
@@ -493,7 +472,7 @@ fn tile_rw_rx<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usi
             if SUBS > 1 && b % SUBS == 0 {
                 pre[i] = prep(sb);
             }
-            let (q, s, m) = pair(sb, unsafe { sbs[i].get_unchecked((b + 1) / SUBS) }, b % SUBS, &pre[i]);
+            let (q, s, m) = pair(sb, unsafe { sbs[i].get_unchecked((b + 1) / SUBS) }, (b % SUBS, (b + 1) % SUBS), &pre[i]);
             wq[i] = if MIN { q } else { _mm512_xor_si512(q, flip) };
             (ws[i], wm[i]) = (s, m);
         }
@@ -554,7 +533,7 @@ fn pass<const BB: usize, const SUBS: usize, const MIN: bool, const RW: usize, co
     (out, m, r0): (&mut [f32], usize, usize),
     decode: (
         impl Fn(&[u8; BB], usize) -> Decoded + Copy,
-        impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair + Copy,
+        impl Fn(&[u8; BB], &[u8; BB], (usize, usize), &Prep) -> Pair + Copy,
         impl Fn(&[u8; BB]) -> Prep + Copy,
     ),
 ) {
@@ -608,7 +587,7 @@ thread_local! {
 fn tile_512<const BB: usize, const SUBS: usize, const MIN: bool>(
     t: QTile,
     decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
-    pair: impl Fn(&[u8; BB], &[u8; BB], usize, &Prep) -> Pair + Copy,
+    pair: impl Fn(&[u8; BB], &[u8; BB], (usize, usize), &Prep) -> Pair + Copy,
     prep: impl Fn(&[u8; BB]) -> Prep + Copy,
 ) {
     let decode = (decode, pair, prep);
