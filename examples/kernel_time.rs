@@ -26,12 +26,7 @@ fn main() {
         }
     };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = move || packlm::sample::next_u64(&mut seed);
     let types = [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q6_K];
     for ty in types {
         let n_in = if ty.block_elems() == 256 { 768 } else { 640 };

@@ -101,10 +101,8 @@ mod tests {
         if *HAS_AVX2_FMA {
             let mut seed = 0x2545_f491_4f6c_dd1du64;
             let mut next = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (seed % 12)) as f32
+                let r = crate::sample::next_u64(&mut seed);
+                ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (r % 12)) as f32
             };
             for n in [32usize, 64, 96, 128, 200, 256] {
                 let (a, b): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (next(), next())).unzip();
