@@ -389,7 +389,8 @@ fn mlp_block(model: &Model, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mu
     }
     be.add(x, &s.proj, m * hidden);
     if let (Some(pl), Some(p), Some(ple)) = (&lw.per_layer, spec.per_layer_input, ple) {
-        // HF Gemma4TextDecoderLayer: gate -> activation -> * per_layer_input -> projection -> norm.
+        // The per-layer input block (`ModelSpec::per_layer_input`, the rule's source cited at
+        // `PerLayerInput`): gate -> activation -> * per-layer input -> projection -> norm.
         let width = spec.layers.len() * p.dim;
         be.matmul(&pl.gate, x, m, &mut s.gate);
         be.gather_columns(ple, m, width, il * p.dim, p.dim, &mut s.up);
@@ -403,9 +404,9 @@ fn mlp_block(model: &Model, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mu
     }
 }
 
-/// Gemma4 per-layer inputs for `tokens` (m, n_layers * dim): the token table scaled by
-/// sqrt(dim), plus the RMS-normed projection of the scaled embedding `e` times 1/sqrt(hidden),
-/// times 1/sqrt(2) (HF Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs).
+/// The per-layer inputs (`ModelSpec::per_layer_input`) for `tokens` (m, n_layers * dim): the
+/// token table scaled by sqrt(dim), plus the RMS-normed projection of the scaled embedding `e`
+/// times 1/sqrt(hidden), times 1/sqrt(2) (the source is cited at `PerLayerInput`).
 fn per_layer_inputs(model: &Model, tokens: &[u32], e: &Tensor) -> Option<Tensor> {
     let spec = &model.spec;
     let (Some(p), Some(w)) = (spec.per_layer_input, &model.weights.per_layer_input) else {

@@ -137,7 +137,10 @@ pub struct ModelSpec {
 }
 
 /// Gemma4 per-layer inputs: a token table of `vocab` rows x (n_layers * dim), and a projection
-/// of the scaled embedding to the same width; layer i reads columns i*dim .. (i+1)*dim.
+/// of the scaled embedding to the same width; layer i reads columns i*dim .. (i+1)*dim. The
+/// engine (engine/forward.rs) follows HF Gemma4TextModel.get_per_layer_inputs /
+/// project_per_layer_inputs for the inputs and Gemma4TextDecoderLayer for the block: gate ->
+/// activation -> * per-layer input -> projection -> norm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PerLayerInput {
     pub dim: usize,
