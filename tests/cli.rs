@@ -101,15 +101,16 @@ const PANIC_EXIT: i32 = 101;
 fn a_closed_stdout_gives_a_message_and_a_non_zero_exit() {
     use std::process::Stdio;
     let dir = tiny("llama");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_packlm"))
+    // The read end is closed before packlm starts, as `| head -c0` would have it (closing it
+    // after the spawn raced with packlm's write: on a loaded machine the write came first).
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_packlm"))
         .args(["info", dir.to_str().unwrap(), "--json"])
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .expect("run packlm");
-    // Close the read end before the model is open, as `| head -c0` would.
-    drop(child.stdout.take());
-    let o = child.wait_with_output().expect("wait packlm");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert_ne!(o.status.code(), Some(PANIC_EXIT), "{err}");
