@@ -10,8 +10,10 @@
 //!   gamma(n/32 + 44) * T, T = sum (|w_i - m_i| + |m_i|) |d q_i| (m_i the block's min term),
 //!   from the roundings an element passes through: dequantize_row's 2 (which factoring
 //!   skips), the scale product 2, the lane sum's conversion 0 (an exact integer), the block chain
-//!   n/64 (two accumulators) or n/32 for the min chain, 1 to join, 3 in reduce8, 1 for the mins.
+//!   n/64 (two accumulators) or n/32 for the min chain and the block-sum formats' one chain, 1
+//!   to join, 3 in reduce8, 1 for the mins.
 //! - The whole matmul: batch size and thread count never change a bit.
+//! - Matrices packed for the VNNI block-sum kernels (packed.rs) give the portable bits.
 
 mod common;
 use common::quant::{min_terms, put_f16, random_row, random_x, tensor};
@@ -247,6 +249,47 @@ fn hand_worked_rows() {
     assert_eq!(got, 0.5 * q8.s[0]);
 }
 
+/// The block-sum formats' arithmetic, written out: a two-block Q8_0 row and a Q4_0 row whose
+/// blocks have different scales, against `fma(s_1, ws_1 * d_1, fma(s_0, ws_0 * d_0, 0))` with
+/// the integer sums taken here, and on every kernel path.
+#[test]
+fn block_sum_formats_follow_their_arithmetic() {
+    let mut rng = Rng(21);
+    let x = random_x(&mut rng, 64);
+    let mut q8 = Q8Rows::default();
+    q8.quantize(&x, 64);
+    // Q8_0: weights w_i = (i * 37) % 255 - 127, scales 0.375 and -1.25 (exact in f16).
+    let mut w = vec![0u8; 68];
+    let wq: Vec<i32> = (0..64).map(|i| (i * 37) % 255 - 127).collect();
+    for b in 0..2 {
+        put_f16(&mut w, b * 34, [0.375, -1.25][b]);
+        for i in 0..32 {
+            w[b * 34 + 2 + i] = wq[b * 32 + i] as i8 as u8;
+        }
+    }
+    // Q4_0: nibbles n_i = (i * 5) % 16, weight n_i - 8, scales 0.5 and 3.0.
+    let mut w4 = vec![0u8; 36];
+    let nq: Vec<i32> = (0..64).map(|i| (i * 5) % 16).collect();
+    for b in 0..2 {
+        put_f16(&mut w4, b * 18, [0.5, 3.0][b]);
+        for j in 0..16 {
+            w4[b * 18 + 2 + j] = (nq[b * 32 + j] | nq[b * 32 + j + 16] << 4) as u8;
+        }
+    }
+    let cases = [(WeightType::Q8_0, &w, wq, [0.375f32, -1.25]), (WeightType::Q4_0, &w4, nq.iter().map(|n| n - 8).collect(), [0.5, 3.0])];
+    for (ty, bytes, ints, scales) in cases {
+        let mut want = 0.0f32;
+        for b in 0..2 {
+            let s: i32 = (0..32).map(|i| ints[b * 32 + i] * q8.q[b * 32 + i] as i32).sum();
+            want = (s as f32).mul_add(scales[b] * q8.d[b], want);
+        }
+        for isa in isas() {
+            let got = run(ty, isa, bytes, 64, &q8, 1)[0];
+            assert_eq!(got.to_bits(), want.to_bits(), "{ty} {isa:?}: {got} vs {want}");
+        }
+    }
+}
+
 /// An output's bits do not depend on the batch size or the thread count, on every kernel path,
 /// and the `fast` matmul is the integer kernel's value on the rounded rows.
 #[test]
@@ -288,6 +331,53 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
             }
         }
     }
+}
+
+/// On VNNI machines, `fast` packs the block-sum formats' matrices at open (packed.rs): the
+/// packed matmul gives the portable bits for every batch size (1 to 64 rows: one chunk of
+/// activation rows, several, and a last short one) and thread count, with and without rows
+/// after the last group of 16, and a tensor prepared twice is packed once.
+#[test]
+fn packed_matrices_give_the_portable_bits() {
+    use packlm::backend::cpu::CpuWeight;
+    use packlm::backend::host::packed::Packed;
+    if !Int8Isa::Avx512Vnni.available() {
+        eprintln!("note: no AVX-512 VNNI on this CPU: nothing is packed, nothing to test here");
+        return;
+    }
+    let mut rng = Rng(17);
+    let backends: Vec<HostBackend> =
+        [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, Isa::Avx512).unwrap().with_precision(Precision::Fast)).collect();
+    for ty in [WeightType::Q8_0, WeightType::Q4_0] {
+        for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
+            let w = tensor(ty, n_out, n_in, &mut rng);
+            let cw = CpuWeight::new(&backends[0], &w).unwrap();
+            let packed = cw.prepared.as_ref().and_then(|p| p.downcast_ref::<Packed>()).expect("packed");
+            assert_eq!(packed.rows(), n_out / 16 * 16);
+            let twice = CpuWeight::new(&backends[0], &w).unwrap();
+            assert!(std::sync::Arc::ptr_eq(cw.prepared.as_ref().unwrap(), twice.prepared.as_ref().unwrap()), "{ty}: packed twice");
+            for m in [1, 2, 9, 12, 13, 21, 64] {
+                let x = random_x(&mut rng, m * n_in);
+                let mut q8 = Q8Rows::default();
+                q8.quantize(&x, n_in);
+                let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+                for (t, be) in backends.iter().enumerate() {
+                    let mut got = vec![f32::NAN; m * n_out];
+                    be.matmul_prepared(&cw, &x, m, &mut got);
+                    for r in 0..m {
+                        for j in 0..n_out {
+                            let (g, w) = (got[r * n_out + j], want[j * m + r]);
+                            assert_eq!(g.to_bits(), w.to_bits(), "{ty} {n_out}x{n_in} m={m} {} threads: row {r} col {j}: {g} vs {w}", t + 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Nothing is packed at exact, nor in the other formats.
+    let exact = HostBackend::with_isa(1, Isa::Avx512).unwrap();
+    assert!(CpuWeight::new(&exact, &tensor(WeightType::Q8_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
+    assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q5_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
 }
 
 /// `exact` never takes the integer kernels, and float weights never do either.

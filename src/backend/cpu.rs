@@ -32,6 +32,15 @@ pub trait Kernels: Send + Sync + 'static {
     /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
     /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]);
+    /// What the kernels keep of a matrix beside its stored bytes, made once at open (the host
+    /// kernels' packed layouts); None: the bytes alone.
+    fn prepare(&self, _w: &WeightTensor) -> Result<Option<Prepared>> {
+        Ok(None)
+    }
+    /// `matmul` over a prepared matrix, the same bits as `matmul` over its tensor.
+    fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
+        self.matmul(&w.tensor, x, rows, out)
+    }
     /// `gate[i] = act(gate[i]) * up[i]`; a kernel set may use faster forms at `fast`.
     fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
         gated_activation(act, gate, up)
@@ -39,6 +48,23 @@ pub trait Kernels: Send + Sync + 'static {
     /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) against a KV plane;
     /// see `attention::AttentionArgs`.
     fn attention(&self, args: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]);
+}
+
+/// What `Kernels::prepare` made of a matrix, for its own `matmul_prepared` to read.
+pub type Prepared = std::sync::Arc<dyn Any + Send + Sync>;
+
+/// A host-memory backend's matrix: the pack's tensor (embedding rows are read from it) and what
+/// the kernels prepared.
+pub struct CpuWeight {
+    pub tensor: WeightTensor,
+    pub prepared: Option<Prepared>,
+}
+
+impl CpuWeight {
+    /// The tensor as `prepare` leaves it for `kernels`.
+    pub fn new(kernels: &impl Kernels, tensor: &WeightTensor) -> Result<CpuWeight> {
+        Ok(CpuWeight { prepared: kernels.prepare(tensor)?, tensor: tensor.clone() })
+    }
 }
 
 /// A backend over host memory, with kernels `K`.
@@ -159,7 +185,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
-        Ok(Weight::new(w.rows(), w.cols(), w.clone()))
+        Ok(Weight::new(w.rows(), w.cols(), CpuWeight::new(&self.kernels, w)?))
     }
     fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
         Ok(Vector::new(v.len(), v.to_vec()))
@@ -178,7 +204,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
 
     fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
-        let table = table.get::<WeightTensor>();
+        let table = &table.get::<CpuWeight>().tensor;
         let hidden = table.cols();
         for (row, &t) in data_mut(out).chunks_exact_mut(hidden).zip(tokens) {
             table.row_f32(t as usize, row);
@@ -197,9 +223,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         data_mut(dst)[..len].copy_from_slice(&data(src)[..len]);
     }
     fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
-        let w = w.get::<WeightTensor>();
-        let (n_out, n_in) = (w.rows(), w.cols());
-        self.kernels.matmul(w, &data(x)[..rows * n_in], rows, &mut data_mut(out)[..rows * n_out]);
+        let w = w.get::<CpuWeight>();
+        let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
+        self.kernels.matmul_prepared(w, &data(x)[..rows * n_in], rows, &mut data_mut(out)[..rows * n_out]);
     }
     fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {
         add_bias(&mut data_mut(x)[..rows * bias.len()], bias.get::<Vec<f32>>());
@@ -256,7 +282,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         }
     }
     fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
-        let table = table.get::<WeightTensor>();
+        let table = &table.get::<CpuWeight>().tensor;
         let width = table.cols();
         let mut t = vec![0.0f32; width];
         for (row, &tok) in data_mut(c).chunks_exact_mut(width).zip(tokens) {

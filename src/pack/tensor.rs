@@ -64,6 +64,23 @@ impl WeightTensor {
         }
     }
 
+    /// Hands the mapped pages under bytes `range` of the tensor back to the kernel (a
+    /// backend that has copied them elsewhere calls this, so that the process does not hold
+    /// both); a later read faults them in again from the file, unchanged. Owned bytes stay.
+    pub fn release_pages(&self, range: std::ops::Range<usize>) {
+        if let TensorBytes::Mapped { map, offset, len } = &self.bytes {
+            if range.start < range.end && range.end <= *len {
+                // SAFETY: the map is a read-only mapping of the pack's file, never written
+                // through, so dropping its pages loses nothing: the next read of them gets the
+                // file's bytes again. memmap2 widens the range to whole pages; the neighbours
+                // this drops are refaulted the same way.
+                let _ = unsafe {
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset + range.start, range.end - range.start)
+                };
+            }
+        }
+    }
+
     /// Number of rows (product of all but the last dimension).
     pub fn rows(&self) -> usize {
         self.shape[..self.shape.len().saturating_sub(1)].iter().product()

@@ -193,20 +193,8 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
     }
 }
 
-// Decoders: block k (always 0 for the 32-element formats) of one stored block.
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn q8_0(b: &[u8; 34], _: usize) -> Decoded {
-    (bytes32(sub::<_, 2, 32, 34>(b)), _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 34>(b))), 0.0)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn q4_0(b: &[u8; 18], _: usize) -> Decoded {
-    let q = _mm256_sub_epi8(nibble_bytes(sub::<_, 2, 16, 18>(b)), _mm256_set1_epi8(8));
-    (q, _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 18>(b))), 0.0)
-}
+// Decoders: block k (always 0 for the 32-element formats) of one stored block (Q8_0 and Q4_0
+// take the block-sum kernels below).
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -273,6 +261,125 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 /// the block.
 const R_AVX2: usize = 4;
 
+// The block-sum formats (int8.rs's `sums_per_block`): four weight rows at a time, their
+// blocks' exact sums gathered into the four lanes of one 128-bit vector, so that the float
+// step (`fma(s_b, ws * d_x, acc)`) runs on four rows' chains at once.
+
+/// A block-sum format's block: its 32 signed integers and its scale.
+type Summed = (__m256i, f32);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q8_0_summed(b: &[u8; 34]) -> Summed {
+    (bytes32(sub::<_, 2, 32, 34>(b)), f16_scalar(sub::<_, 0, 2, 34>(b)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_0_summed(b: &[u8; 18]) -> Summed {
+    (_mm256_sub_epi8(nibble_bytes(sub::<_, 2, 16, 18>(b)), _mm256_set1_epi8(8)), f16_scalar(sub::<_, 0, 2, 18>(b)))
+}
+
+/// Lane j: the exact sum of `v[j]`'s eight i32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sums4(v: [__m256i; 4]) -> __m128i {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+}
+
+/// Weight rows `w` (4) against R activation rows: lane j of result r is row j . row r.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn summed_rows<const BB: usize, const R: usize>(
+    w: [&[[u8; BB]]; 4],
+    xq: [&[[i8; QK]]; R],
+    xd: [&[f32]; R],
+    decode: impl Fn(&[u8; BB]) -> Summed,
+) -> [__m128; R] {
+    let mut nb = w.iter().map(|w| w.len()).min().unwrap_or(0);
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+    }
+    let mut acc = [_mm_setzero_ps(); R];
+    for b in 0..nb {
+        let (mut q, mut qa, mut ws) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0.0f32; 4]);
+        for j in 0..4 {
+            // SAFETY: b < nb <= w[j].len().
+            (q[j], ws[j]) = decode(unsafe { w[j].get_unchecked(b) });
+            qa[j] = _mm256_sign_epi8(q[j], q[j]);
+        }
+        let ws = _mm_setr_ps(ws[0], ws[1], ws[2], ws[3]);
+        for r in 0..R {
+            // SAFETY: b < nb <= xq[r].len(), xd[r].len().
+            let (x, dx) = unsafe { (load_i8(xq[r].get_unchecked(b)), *xd[r].get_unchecked(b)) };
+            let mut p = [_mm256_setzero_si256(); 4];
+            for j in 0..4 {
+                p[j] = sums_maddubs(qa[j], _mm256_sign_epi8(x, q[j]));
+            }
+            let t = _mm_mul_ps(ws, _mm_set1_ps(dx));
+            acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums4(p)), t, acc[r]);
+        }
+    }
+    acc
+}
+
+/// Every weight row of the tile against every activation row with the block-sum arithmetic:
+/// four weight rows at a time (a last partial group repeats its last row), two activation
+/// rows at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn summed_tile<const BB: usize>(t: QTile, decode: impl Fn(&[u8; BB]) -> Summed + Copy) {
+    if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
+        return;
+    }
+    let (m, rb) = (t.m, t.row_bytes);
+    let n = t.w.len() / rb;
+    let row = |r: usize| {
+        let (q, d, _) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d)
+    };
+    let wrow = |j: usize| t.w[j * rb..(j + 1) * rb].as_chunks::<BB>().0;
+    let mut put = |j: usize, r: usize, v: __m128| {
+        let mut lanes = [0.0f32; 4];
+        // SAFETY: writes the 4 f32 of the array; storeu has no alignment requirement.
+        unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), v) };
+        for (i, &v) in lanes.iter().enumerate().take(n - j) {
+            t.out[(j + i) * m + r] = v;
+        }
+    };
+    for j in (0..n).step_by(4) {
+        let w = [wrow(j), wrow((j + 1).min(n - 1)), wrow((j + 2).min(n - 1)), wrow((j + 3).min(n - 1))];
+        if m == 1 {
+            prefetch_ahead(&t.w[j * rb..(j + 4).min(n) * rb]);
+        }
+        let mut r = 0;
+        while r + 2 <= m {
+            let ((q0, d0), (q1, d1)) = (row(r), row(r + 1));
+            let acc = summed_rows::<BB, 2>(w, [q0, q1], [d0, d1], decode);
+            put(j, r, acc[0]);
+            put(j, r + 1, acc[1]);
+            r += 2;
+        }
+        if r < m {
+            let (q0, d0) = row(r);
+            put(j, r, summed_rows::<BB, 1>(w, [q0], [d0], decode)[0]);
+        }
+    }
+}
+
+/// The block-sum formats' entries; on VNNI machines a matrix packed at open (packed.rs) takes
+/// the 512-bit kernels, and rows left in their stored order these.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q8_0_summed_maddubs(t: QTile) {
+    summed_tile::<34>(t, |b| q8_0_summed(b))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q4_0_summed_maddubs(t: QTile) {
+    summed_tile::<18>(t, |b| q4_0_summed(b))
+}
+
 macro_rules! entries {
     ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -290,8 +397,6 @@ macro_rules! entries {
 // The 32-element formats pair two decoded blocks; the K formats decode a pair from one
 // super-block with the scales their `prep` unpacked once.
 entries! {
-    q8_0_maddubs, q8_0_vnni, q8_0, 34, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q8_0(b, k)), prep_none;
-    q4_0_maddubs, q4_0_vnni, q4_0, 18, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q4_0(b, k)), prep_none;
     q4_1_maddubs, q4_1_vnni, q4_1, 20, 1, true, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q4_1(b, k)), prep_none;
     q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q5_0(b, k)), prep_none;
     q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_q4_k;

@@ -20,7 +20,17 @@
 //!
 //! # Arithmetic (the same on every instruction set, bit for bit)
 //!
-//! For activation block b and lane l (0..8): `p_l = sum of q_w[i] * q_x[i] for i in 4l..4l+4`,
+//! Two forms, fixed per weight format.
+//!
+//! **Block sums** (Q8_0, Q4_0: [`sums_per_block`]): for activation block b, `s_b = sum of
+//! q_w[i] * q_x[i]` over the block's 32 elements, an exact i32 (|s_b| <= 32 * 128 * 127 <
+//! 2^24, so its f32 is exact too); then in f32, `t = ws * d_x[b]` and `acc = fma(s_b, t,
+//! acc)` in block order from 0, and the result is `acc`. One float step per block: what makes
+//! a 512-bit kernel over weight rows interleaved 16 at a time (packed.rs) cheap, each lane
+//! being one weight row's chain.
+//!
+//! **Lane sums** (the other formats): for activation block b and lane l (0..8): `p_l = sum of
+//! q_w[i] * q_x[i] for i in 4l..4l+4`,
 //! an exact i32 (the four-byte sums `vpmaddubsw` + `vpmaddwd`, `vpdpbusd` or NEON's `smull` +
 //! `saddlp` + `addp` produce). Then, in f32, `c = ws[l / 4] * d_x[b]` and `acc[b % 2][l] =
 //! fma(c, p_l, acc[b % 2][l])`, and the min chain `mins = fma(wm, s_x[b], mins)` in block
@@ -63,6 +73,9 @@ pub struct Q8Rows {
     /// (m, n_in / 4): `-128 * (q[4l] + ... + q[4l + 3])` for each lane l: what a weight read as
     /// unsigned bytes (w + 128) adds to a lane's sum, taken back by starting the sum there.
     pub c: Vec<i32>,
+    /// (m, n_in / 32): `-128 * sum(q)` for each block, the same correction for a whole block
+    /// (the packed VNNI kernels, packed.rs).
+    pub cb: Vec<i32>,
 }
 
 impl Q8Rows {
@@ -106,6 +119,7 @@ impl Q8Rows {
         } else {
             self.d8.clear();
             self.c.clear();
+            self.cb.clear();
         }
     }
 
@@ -115,6 +129,8 @@ impl Q8Rows {
         self.d8.extend(self.d.iter().flat_map(|&d| [d; 8]));
         self.c.clear();
         self.c.extend(self.q.as_chunks::<4>().0.iter().map(|g| -128 * g.iter().map(|&v| v as i32).sum::<i32>()));
+        self.cb.clear();
+        self.cb.extend(self.c.as_chunks::<8>().0.iter().map(|l| l.iter().sum::<i32>()));
     }
 
     /// Row r (of `n_in` elements) alone, as `quantize` would give it for that row alone.
@@ -181,6 +197,12 @@ pub struct Block32 {
     pub scale: [f32; 2],
     /// The coefficient of the activation block's `s` (Q4_1: m; Q4_K: -dmin * m; else 0).
     pub min: f32,
+}
+
+/// Whether the format takes the block-sum arithmetic (see the module notes): the formats with
+/// one scale per 32-element block and no min.
+pub fn sums_per_block(ty: WeightType) -> bool {
+    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0)
 }
 
 /// Whether the format has a min term (reads the activations' `s`).
@@ -273,6 +295,15 @@ pub fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; 8] {
 /// The portable kernel: weight row `w` (`n_in` elements of `ty`) against one rounded
 /// activation row (`xq`, `xd`, `xs` as `Q8Rows::row` gives them).
 pub fn dot_row(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
+    if sums_per_block(ty) {
+        let mut acc = 0.0f32;
+        for (b, &dx) in xd.iter().enumerate() {
+            let blk = decode(ty, w, b);
+            let s: i32 = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]).iter().sum();
+            acc = (s as f32).mul_add(blk.scale[0] * dx, acc);
+        }
+        return acc;
+    }
     let mut acc: [Lanes; 2] = [[0.0; 8]; 2];
     let mut mins = 0.0f32;
     let with_min = has_min(ty);
@@ -408,10 +439,8 @@ impl Int8Kernel {
             use super::avx2_int8 as k;
             let vnni = isa == Int8Isa::Avx512Vnni;
             let f: unsafe fn(QTile) = match (ty, vnni) {
-                (WeightType::Q8_0, false) => k::q8_0_maddubs,
-                (WeightType::Q8_0, true) => k::q8_0_vnni,
-                (WeightType::Q4_0, false) => k::q4_0_maddubs,
-                (WeightType::Q4_0, true) => k::q4_0_vnni,
+                (WeightType::Q8_0, _) => k::q8_0_summed_maddubs,
+                (WeightType::Q4_0, _) => k::q4_0_summed_maddubs,
                 (WeightType::Q4_1, false) => k::q4_1_maddubs,
                 (WeightType::Q4_1, true) => k::q4_1_vnni,
                 (WeightType::Q5_0, false) => k::q5_0_maddubs,
@@ -422,7 +451,7 @@ impl Int8Kernel {
                 (WeightType::Q6_K, true) => k::q6_k_vnni,
                 _ => return None,
             };
-            return Some(Int8Kernel { entry: Entry::X86(f), wide: vnni });
+            return Some(Int8Kernel { entry: Entry::X86(f), wide: vnni && !sums_per_block(ty) });
         }
         #[cfg(target_arch = "aarch64")]
         if isa == Int8Isa::Neon && isa.available() {

@@ -23,19 +23,21 @@ mod avx2_int8;
 mod avx2_k;
 #[cfg(target_arch = "aarch64")]
 mod neon_int8;
+pub mod packed;
 mod portable;
 
 use parking_lot::Mutex;
 
 use crate::backend::attention::{self, AttentionArgs};
 use crate::backend::{pass, Precision};
-use crate::backend::cpu::Kernels;
+use crate::backend::cpu::{CpuWeight, Kernels, Prepared};
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::Activation;
 
 pub use dot::dot;
 use int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
+use packed::{Packed, GROUP};
 use row_dot::{block_sums, Isa, RowKernel};
 use team::Team;
 
@@ -65,6 +67,9 @@ pub struct HostBackend {
     /// `Fast` lets matmuls against block-quantized weights round the activations to 8 bits
     /// (int8.rs); `Exact` keeps them f32.
     precision: Precision,
+    /// The matrices packed so far (packed.rs), by their bytes' address and length: a tied
+    /// embedding and output matrix are prepared twice and packed once.
+    packed: Mutex<Vec<(usize, usize, std::sync::Weak<Packed>)>>,
 }
 
 impl HostBackend {
@@ -79,7 +84,7 @@ impl HostBackend {
         if !isa.available() {
             return Err(Error::new(Status::ErrBackendUnavailable, format!("this CPU cannot run the {isa:?} kernels")));
         }
-        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact })
+        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact, packed: Mutex::new(Vec::new()) })
     }
 
     /// The same kernels at `precision`.
@@ -91,10 +96,17 @@ impl HostBackend {
         self.team.threads()
     }
 
-    /// Weight rows per task for `n_out` x `n_in` weights and `rows` activation rows.
-    fn tile_rows(&self, n_out: usize, n_in: usize, rows: usize) -> usize {
+    /// Weight rows per task for `n_out` x `n_in` weights and `rows` activation rows, a
+    /// multiple of `align`.
+    fn tile_rows(&self, n_out: usize, n_in: usize, rows: usize, align: usize) -> usize {
         let macs = if rows > 1 { PREFILL_TASK_MACS } else { TASK_MACS };
-        (macs / (n_in * rows)).min(n_out.div_ceil(self.threads() * MIN_TASKS_PER_THREAD)).max(1)
+        let tile = (macs / (n_in * rows)).min(n_out.div_ceil(self.threads() * MIN_TASKS_PER_THREAD)).max(1);
+        tile.next_multiple_of(align)
+    }
+
+    /// Whether `prepare` packs matrices (packed.rs): at `fast`, on the VNNI kernels.
+    fn packs(&self) -> bool {
+        self.precision == Precision::Fast && Int8Isa::for_isa(self.isa) == Int8Isa::Avx512Vnni
     }
 
     /// `task(i)` for i in 0..n, on the team (or on this thread alone when `serial`).
@@ -145,27 +157,51 @@ impl HostBackend {
     /// The `fast` matmul: the activation rows rounded to 8 bits once (int8.rs), then the
     /// integer kernel over tiles of weight rows, split as the f32 matmul splits them.
     fn matmul_int8(&self, w: &WeightTensor, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
-        let n_in = w.cols();
+        let (n_in, rb) = (w.cols(), w.row_bytes());
         Q8_SCRATCH.with_borrow_mut(|q8| {
             q8.quantize_for(x, n_in, kernel);
             let q8 = &*q8;
-            self.tiled(w, rows, out, |w_rows, chunk| {
-                kernel.run(QTile { w: w_rows, row_bytes: w.row_bytes(), n_in, x: q8, m: rows, out: chunk })
+            self.tiled(w, rows, 1, out, |j0, j1, chunk| {
+                kernel.run(QTile { w: &w.bytes()[j0 * rb..j1 * rb], row_bytes: rb, n_in, x: q8, m: rows, out: chunk })
             });
         })
     }
 
-    /// `run(weight rows' bytes, chunk)` over tiles of consecutive weight rows, the chunk laid
-    /// out (weight rows, rows); the results land in `out` as (rows, n_out).
-    fn tiled(&self, w: &WeightTensor, rows: usize, out: &mut [f32], run: impl Fn(&[u8], &mut [f32]) + Sync) {
+    /// The `fast` matmul over a packed matrix: tiles of whole groups take the VNNI kernels
+    /// (packed.rs), the rows after the last group the row-order ones, the same bits.
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_packed(&self, w: &WeightTensor, p: &Packed, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
+        let (n_in, rb) = (w.cols(), w.row_bytes());
+        Q8_SCRATCH.with_borrow_mut(|q8| {
+            q8.quantize(x, n_in);
+            let q8 = &*q8;
+            self.tiled(w, rows, GROUP, out, |j0, j1, chunk| {
+                let split = j1.min(p.rows()).max(j0);
+                let (head, tail) = chunk.split_at_mut((split - j0) * rows);
+                if split > j0 {
+                    // SAFETY: `prepare` packs only where the integer kernels are the VNNI ones,
+                    // which `Int8Isa::available` found this CPU runs; j0 is a multiple of
+                    // GROUP (the tiles are), so j0..split is whole groups.
+                    unsafe { p.run(j0 / GROUP, split / GROUP, q8, n_in, rows, head) };
+                }
+                if j1 > split {
+                    kernel.run(QTile { w: &w.bytes()[split * rb..j1 * rb], row_bytes: rb, n_in, x: q8, m: rows, out: tail });
+                }
+            });
+        })
+    }
+
+    /// `run(j0, j1, chunk)` over tiles of consecutive weight rows j0..j1 (j0 a multiple of
+    /// `align`), the chunk laid out (weight rows, rows); the results land in `out` as (rows,
+    /// n_out).
+    fn tiled(&self, w: &WeightTensor, rows: usize, align: usize, out: &mut [f32], run: impl Fn(usize, usize, &mut [f32]) + Sync) {
         let (n_out, n_in) = (w.rows(), w.cols());
-        let (bytes, row_bytes) = (w.bytes(), w.row_bytes());
-        let tile = self.tile_rows(n_out, n_in, rows);
+        let tile = self.tile_rows(n_out, n_in, rows, align);
         let serial = n_out * n_in * rows <= SERIAL_MACS;
         // Tile t: weight rows t * tile.., into a chunk laid out (weight rows, rows).
         let task = |t: usize, chunk: &mut [f32]| {
             let (j0, n) = (t * tile, chunk.len() / rows);
-            run(&bytes[j0 * row_bytes..(j0 + n) * row_bytes], chunk);
+            run(j0, j0 + n, chunk);
         };
         if rows == 1 {
             // One activation row: the output is already in weight-row order.
@@ -183,7 +219,7 @@ impl HostBackend {
             let (j0, j1) = (t * tile, ((t + 1) * tile).min(n_out));
             let mut buf = TILE_OUT.take();
             buf.resize((j1 - j0) * rows, 0.0);
-            run(&bytes[j0 * row_bytes..j1 * row_bytes], &mut buf);
+            run(j0, j1, &mut buf);
             // (The whole struct, so that the closure captures it and not its raw pointer.)
             let shared = &shared;
             for m in 0..rows {
@@ -238,7 +274,39 @@ impl Kernels for HostBackend {
         // Once per activation row, reused by every weight row (Q4_1's and Q4_K's min terms).
         let sums: Vec<f32> =
             if kernel.needs_block_sums() { x.chunks_exact(n_in).flat_map(block_sums).collect() } else { Vec::new() };
-        self.tiled(w, rows, out, |w_rows, chunk| kernel.dot_rows(w_rows, n_in, x, &sums, chunk));
+        let rb = w.row_bytes();
+        self.tiled(w, rows, 1, out, |j0, j1, chunk| kernel.dot_rows(&w.bytes()[j0 * rb..j1 * rb], n_in, x, &sums, chunk));
+    }
+
+    /// At `fast` on the VNNI kernels, the block-sum formats' matrices of 16 rows or more are
+    /// packed (packed.rs), once per tensor.
+    fn prepare(&self, w: &WeightTensor) -> Result<Option<Prepared>> {
+        if !self.packs() || !int8::sums_per_block(w.ty) {
+            return Ok(None);
+        }
+        let key = (w.bytes().as_ptr() as usize, w.bytes().len());
+        let mut cache = self.packed.lock();
+        cache.retain(|(_, _, p)| p.strong_count() > 0);
+        if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
+            return Ok(Some(p));
+        }
+        let Some(p) = Packed::new(w) else { return Ok(None) };
+        let p = std::sync::Arc::new(p);
+        cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
+        Ok(Some(p))
+    }
+
+    fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(p) = w.prepared.as_ref().and_then(|p| p.downcast_ref::<Packed>()) {
+            let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
+            if rows > 0 && n_out > 0 && n_in > 0 && self.packs() {
+                if let Some(kernel) = Int8Kernel::new(w.tensor.ty, Int8Isa::for_isa(self.isa)) {
+                    return self.matmul_packed(&w.tensor, p, &kernel, &x[..rows * n_in], rows, &mut out[..rows * n_out]);
+                }
+            }
+        }
+        self.matmul(&w.tensor, x, rows, out)
     }
 
     /// Each (row, head) pair is one task; its arithmetic is the scalar version's.
