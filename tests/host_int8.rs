@@ -348,7 +348,7 @@ fn packed_matrices_give_the_portable_bits() {
     let mut rng = Rng(17);
     let backends: Vec<HostBackend> =
         [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, Isa::Avx512).unwrap().with_precision(Precision::Fast)).collect();
-    for ty in [WeightType::Q8_0, WeightType::Q4_0] {
+    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1] {
         for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
             let w = tensor(ty, n_out, n_in, &mut rng);
             let cw = CpuWeight::new(&backends[0], &w).unwrap();
@@ -377,7 +377,7 @@ fn packed_matrices_give_the_portable_bits() {
     // Nothing is packed at exact, nor in the other formats.
     let exact = HostBackend::with_isa(1, Isa::Avx512).unwrap();
     assert!(CpuWeight::new(&exact, &tensor(WeightType::Q8_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
-    assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q5_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
+    assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q6_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
 }
 
 /// `exact` never takes the integer kernels, and float weights never do either.

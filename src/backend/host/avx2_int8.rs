@@ -198,15 +198,6 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn q4_1(b: &[u8; 20], _: usize) -> Decoded {
-    // d and m are adjacent f16s: one conversion gives both.
-    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, 20>(b))));
-    let (d, m) = (_mm_broadcastss_ps(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
-    (nibble_bytes(sub::<_, 4, 16, 20>(b)), _mm256_set_m128(d, d), m)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
 fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
     let high = _mm256_and_si256(bit_bytes32(u32::from_le_bytes(*sub::<_, 2, 4, 22>(b))), _mm256_set1_epi8(0x10));
     let q = _mm256_sub_epi8(_mm256_or_si256(nibble_bytes(sub::<_, 6, 16, 22>(b)), high), _mm256_set1_epi8(16));
@@ -265,19 +256,33 @@ const R_AVX2: usize = 4;
 // blocks' exact sums gathered into the four lanes of one 128-bit vector, so that the float
 // step (`fma(s_b, ws * d_x, acc)`) runs on four rows' chains at once.
 
-/// A block-sum format's block: its 32 signed integers and its scale.
-type Summed = (__m256i, f32);
+/// A block-sum format's block: its 32 integers (unsigned for the formats with a min), its
+/// scale and its min (0 without).
+type Summed = (__m256i, f32, f32);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn q8_0_summed(b: &[u8; 34]) -> Summed {
-    (bytes32(sub::<_, 2, 32, 34>(b)), f16_scalar(sub::<_, 0, 2, 34>(b)))
+    (bytes32(sub::<_, 2, 32, 34>(b)), f16_scalar(sub::<_, 0, 2, 34>(b)), 0.0)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn q4_0_summed(b: &[u8; 18]) -> Summed {
-    (_mm256_sub_epi8(nibble_bytes(sub::<_, 2, 16, 18>(b)), _mm256_set1_epi8(8)), f16_scalar(sub::<_, 0, 2, 18>(b)))
+    (_mm256_sub_epi8(nibble_bytes(sub::<_, 2, 16, 18>(b)), _mm256_set1_epi8(8)), f16_scalar(sub::<_, 0, 2, 18>(b)), 0.0)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_1_summed(b: &[u8; 20]) -> Summed {
+    (nibble_bytes(sub::<_, 4, 16, 20>(b)), f16_scalar(sub::<_, 0, 2, 20>(b)), f16_scalar(sub::<_, 2, 2, 20>(b)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_0_summed(b: &[u8; 22]) -> Summed {
+    let (q, ws, _) = q5_0(b, 0);
+    (q, _mm256_cvtss_f32(ws), 0.0)
 }
 
 /// Lane j: the exact sum of `v[j]`'s eight i32 lanes.
@@ -291,34 +296,43 @@ fn sums4(v: [__m256i; 4]) -> __m128i {
 /// Weight rows `w` (4) against R activation rows: lane j of result r is row j . row r.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn summed_rows<const BB: usize, const R: usize>(
+fn summed_rows<const BB: usize, const MIN: bool, const R: usize>(
     w: [&[[u8; BB]]; 4],
     xq: [&[[i8; QK]]; R],
     xd: [&[f32]; R],
+    xs: [&[f32]; R],
     decode: impl Fn(&[u8; BB]) -> Summed,
 ) -> [__m128; R] {
     let mut nb = w.iter().map(|w| w.len()).min().unwrap_or(0);
     for r in 0..R {
         nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
     }
     let mut acc = [_mm_setzero_ps(); R];
     for b in 0..nb {
-        let (mut q, mut qa, mut ws) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0.0f32; 4]);
+        let (mut q, mut qa, mut ws, mut wm) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0.0f32; 4], [0.0f32; 4]);
         for j in 0..4 {
             // SAFETY: b < nb <= w[j].len().
-            (q[j], ws[j]) = decode(unsafe { w[j].get_unchecked(b) });
-            qa[j] = _mm256_sign_epi8(q[j], q[j]);
+            (q[j], ws[j], wm[j]) = decode(unsafe { w[j].get_unchecked(b) });
+            // Formats with a min have unsigned integers: they go in as they are.
+            qa[j] = if MIN { q[j] } else { _mm256_sign_epi8(q[j], q[j]) };
         }
-        let ws = _mm_setr_ps(ws[0], ws[1], ws[2], ws[3]);
+        let (ws, wm) = (_mm_setr_ps(ws[0], ws[1], ws[2], ws[3]), _mm_setr_ps(wm[0], wm[1], wm[2], wm[3]));
         for r in 0..R {
             // SAFETY: b < nb <= xq[r].len(), xd[r].len().
             let (x, dx) = unsafe { (load_i8(xq[r].get_unchecked(b)), *xd[r].get_unchecked(b)) };
             let mut p = [_mm256_setzero_si256(); 4];
             for j in 0..4 {
-                p[j] = sums_maddubs(qa[j], _mm256_sign_epi8(x, q[j]));
+                p[j] = sums_maddubs(qa[j], if MIN { x } else { _mm256_sign_epi8(x, q[j]) });
             }
             let t = _mm_mul_ps(ws, _mm_set1_ps(dx));
             acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(sums4(p)), t, acc[r]);
+            if MIN {
+                // SAFETY: b < nb <= xs[r].len() when MIN.
+                acc[r] = _mm_fmadd_ps(wm, _mm_set1_ps(unsafe { *xs[r].get_unchecked(b) }), acc[r]);
+            }
         }
     }
     acc
@@ -329,15 +343,15 @@ fn summed_rows<const BB: usize, const R: usize>(
 /// rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) fn summed_tile<const BB: usize>(t: QTile, decode: impl Fn(&[u8; BB]) -> Summed + Copy) {
+pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB]) -> Summed + Copy) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
     let (m, rb) = (t.m, t.row_bytes);
     let n = t.w.len() / rb;
     let row = |r: usize| {
-        let (q, d, _) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d)
+        let (q, d, s) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
     };
     let wrow = |j: usize| t.w[j * rb..(j + 1) * rb].as_chunks::<BB>().0;
     let mut put = |j: usize, r: usize, v: __m128| {
@@ -355,15 +369,15 @@ pub(super) fn summed_tile<const BB: usize>(t: QTile, decode: impl Fn(&[u8; BB]) 
         }
         let mut r = 0;
         while r + 2 <= m {
-            let ((q0, d0), (q1, d1)) = (row(r), row(r + 1));
-            let acc = summed_rows::<BB, 2>(w, [q0, q1], [d0, d1], decode);
+            let ((q0, d0, s0), (q1, d1, s1)) = (row(r), row(r + 1));
+            let acc = summed_rows::<BB, MIN, 2>(w, [q0, q1], [d0, d1], [s0, s1], decode);
             put(j, r, acc[0]);
             put(j, r + 1, acc[1]);
             r += 2;
         }
         if r < m {
-            let (q0, d0) = row(r);
-            put(j, r, summed_rows::<BB, 1>(w, [q0], [d0], decode)[0]);
+            let (q0, d0, s0) = row(r);
+            put(j, r, summed_rows::<BB, MIN, 1>(w, [q0], [d0], [s0], decode)[0]);
         }
     }
 }
@@ -372,12 +386,22 @@ pub(super) fn summed_tile<const BB: usize>(t: QTile, decode: impl Fn(&[u8; BB]) 
 /// the 512-bit kernels, and rows left in their stored order these.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q8_0_summed_maddubs(t: QTile) {
-    summed_tile::<34>(t, |b| q8_0_summed(b))
+    summed_tile::<34, false>(t, |b| q8_0_summed(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q4_0_summed_maddubs(t: QTile) {
-    summed_tile::<18>(t, |b| q4_0_summed(b))
+    summed_tile::<18, false>(t, |b| q4_0_summed(b))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q4_1_summed_maddubs(t: QTile) {
+    summed_tile::<20, true>(t, |b| q4_1_summed(b))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q5_0_summed_maddubs(t: QTile) {
+    summed_tile::<22, false>(t, |b| q5_0_summed(b))
 }
 
 macro_rules! entries {
@@ -394,11 +418,9 @@ macro_rules! entries {
     )*};
 }
 
-// The 32-element formats pair two decoded blocks; the K formats decode a pair from one
-// super-block with the scales their `prep` unpacked once.
+// The K formats decode a pair of blocks from one super-block with the scales their `prep`
+// unpacked once (the 32-element formats take the block-sum kernels above).
 entries! {
-    q4_1_maddubs, q4_1_vnni, q4_1, 20, 1, true, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q4_1(b, k)), prep_none;
-    q5_0_maddubs, q5_0_vnni, q5_0, 22, 1, false, |b0, b1, k, _| pair_of(b0, b1, k, |b, k| q5_0(b, k)), prep_none;
     q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_q4_k;
     q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }
@@ -410,22 +432,6 @@ type Pair = (__m512i, __m512, [f32; 2]);
 /// A K-quant super-block's scales (Q4_K: 8, one per block; Q6_K: 16, one per half-block) and
 /// mins (Q4_K: 8), made once for its four pairs; unused by the other formats.
 type Prep = (__m512, [f32; 8]);
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-#[inline]
-fn prep_none<const BB: usize>(_: &[u8; BB]) -> Prep {
-    (_mm512_setzero_ps(), [0.0; 8])
-}
-
-/// Blocks b and b + 1 (`b0` holding block k0 of its stored block, `b1` block k1), decoded one
-/// at a time.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-#[inline]
-fn pair_of<const BB: usize>(b0: &[u8; BB], b1: &[u8; BB], (k0, k1): (usize, usize), decode: impl Fn(&[u8; BB], usize) -> Decoded) -> Pair {
-    let (q0, ws0, m0) = decode(b0, k0);
-    let (q1, ws1, m1) = decode(b1, k1);
-    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1), _mm512_insertf32x8::<1>(_mm512_castps256_ps512(ws0), ws1), [m0, m1])
-}
 
 /// Q4_K's blocks k and k + 1 (k even) at once: the low and high nibbles of the same 32 bytes,
 /// the scales and mins from the super-block's `prep_q4_k`; each value as `q4_k` gives it.

@@ -22,10 +22,11 @@
 //!
 //! Two forms, fixed per weight format.
 //!
-//! **Block sums** (Q8_0, Q4_0: [`sums_per_block`]): for activation block b, `s_b = sum of
-//! q_w[i] * q_x[i]` over the block's 32 elements, an exact i32 (|s_b| <= 32 * 128 * 127 <
-//! 2^24, so its f32 is exact too); then in f32, `t = ws * d_x[b]` and `acc = fma(s_b, t,
-//! acc)` in block order from 0, and the result is `acc`. One float step per block: what makes
+//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1: [`sums_per_block`]): for
+//! activation block b, `s_b = sum of q_w[i] * q_x[i]` over the block's 32 elements, an exact
+//! i32 (|s_b| <= 32 * 128 * 127 < 2^24, so its f32 is exact too); then in f32, `t = ws *
+//! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1, `acc = fma(wm, s_x[b], acc)`, in block
+//! order from 0; the result is `acc`. One float step per block: what makes
 //! a 512-bit kernel over weight rows interleaved 16 at a time (packed.rs) cheap, each lane
 //! being one weight row's chain.
 //!
@@ -199,10 +200,10 @@ pub struct Block32 {
     pub min: f32,
 }
 
-/// Whether the format takes the block-sum arithmetic (see the module notes): the formats with
-/// one scale per 32-element block and no min.
+/// Whether the format takes the block-sum arithmetic (see the module notes): the formats of
+/// 32-element blocks with one scale each.
 pub fn sums_per_block(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0)
+    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1)
 }
 
 /// Whether the format has a min term (reads the activations' `s`).
@@ -295,18 +296,21 @@ pub fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; 8] {
 /// The portable kernel: weight row `w` (`n_in` elements of `ty`) against one rounded
 /// activation row (`xq`, `xd`, `xs` as `Q8Rows::row` gives them).
 pub fn dot_row(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
+    let with_min = has_min(ty);
     if sums_per_block(ty) {
         let mut acc = 0.0f32;
         for (b, &dx) in xd.iter().enumerate() {
             let blk = decode(ty, w, b);
             let s: i32 = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]).iter().sum();
             acc = (s as f32).mul_add(blk.scale[0] * dx, acc);
+            if with_min {
+                acc = blk.min.mul_add(xs[b], acc);
+            }
         }
         return acc;
     }
     let mut acc: [Lanes; 2] = [[0.0; 8]; 2];
     let mut mins = 0.0f32;
-    let with_min = has_min(ty);
     for (b, (&dx, &sx)) in xd.iter().zip(xs).enumerate() {
         let blk = decode(ty, w, b);
         let p = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]);
@@ -441,10 +445,8 @@ impl Int8Kernel {
             let f: unsafe fn(QTile) = match (ty, vnni) {
                 (WeightType::Q8_0, _) => k::q8_0_summed_maddubs,
                 (WeightType::Q4_0, _) => k::q4_0_summed_maddubs,
-                (WeightType::Q4_1, false) => k::q4_1_maddubs,
-                (WeightType::Q4_1, true) => k::q4_1_vnni,
-                (WeightType::Q5_0, false) => k::q5_0_maddubs,
-                (WeightType::Q5_0, true) => k::q5_0_vnni,
+                (WeightType::Q4_1, _) => k::q4_1_summed_maddubs,
+                (WeightType::Q5_0, _) => k::q5_0_summed_maddubs,
                 (WeightType::Q4_K, false) => k::q4_k_maddubs,
                 (WeightType::Q4_K, true) => k::q4_k_vnni,
                 (WeightType::Q6_K, false) => k::q6_k_maddubs,

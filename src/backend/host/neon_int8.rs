@@ -178,16 +178,20 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
 /// rows, each block's lanes added across (`addv`, exact in i32) and the float step on the sum.
 #[target_feature(enable = "neon")]
 #[inline]
-fn summed_dots<const BB: usize, const R: usize>(
+fn summed_dots<const BB: usize, const MIN: bool, const R: usize>(
     w: &[u8],
     xq: [&[[i8; QK]]; R],
     xd: [&[f32]; R],
+    xs: [&[f32]; R],
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [f32; R] {
     let blocks = w.as_chunks::<BB>().0;
     let mut nb = blocks.len();
     for r in 0..R {
         nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
     }
     let mut acc = [0.0f32; R];
     for (b, blk) in blocks[..nb].iter().enumerate() {
@@ -196,6 +200,9 @@ fn summed_dots<const BB: usize, const R: usize>(
             let x = load_x(&xq[r][b]);
             let s = vaddvq_s32(vaddq_s32(sums16(blk.q[0], x[0]), sums16(blk.q[1], x[1])));
             acc[r] = (s as f32).mul_add(blk.scale[0] * xd[r][b], acc[r]);
+            if MIN {
+                acc[r] = blk.min.mul_add(xs[r][b], acc[r]);
+            }
         }
     }
     acc
@@ -204,27 +211,28 @@ fn summed_dots<const BB: usize, const R: usize>(
 /// `tile` for the block-sum formats.
 #[target_feature(enable = "neon")]
 #[inline]
-fn summed_tile<const BB: usize>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
+fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
     let m = t.m;
     let row = |r: usize| {
-        let (q, d, _) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d)
+        let (q, d, s) = t.x.row(r, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
     };
     let mut r = 0;
     while r + R <= m {
         let rows: [_; R] = std::array::from_fn(|i| row(r + i));
+        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r..r + R].copy_from_slice(&summed_dots::<BB, R>(w, rows.map(|v| v.0), rows.map(|v| v.1), decode));
+            o[r..r + R].copy_from_slice(&summed_dots::<BB, MIN, R>(w, xq, xd, xs, decode));
         }
         r += R;
     }
     for r in r..m {
-        let (xq, xd) = row(r);
+        let (xq, xd, xs) = row(r);
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r] = summed_dots::<BB, 1>(w, [xq], [xd], decode)[0];
+            o[r] = summed_dots::<BB, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
         }
     }
 }
@@ -332,14 +340,20 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 /// for the block, the activations and the products.
 const R: usize = 4;
 
-#[target_feature(enable = "neon")]
-pub fn q8_0_neon(t: QTile) {
-    summed_tile::<34>(t, |b, k| q8_0(b, k))
+macro_rules! summed_entries {
+    ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
+        #[target_feature(enable = "neon")]
+        pub fn $name(t: QTile) {
+            summed_tile::<{ $bb }, $min>(t, |b, k| $decode(b, k))
+        }
+    )*};
 }
 
-#[target_feature(enable = "neon")]
-pub fn q4_0_neon(t: QTile) {
-    summed_tile::<18>(t, |b, k| q4_0(b, k))
+summed_entries! {
+    q8_0_neon, q8_0, 34, false;
+    q4_0_neon, q4_0, 18, false;
+    q4_1_neon, q4_1, 20, true;
+    q5_0_neon, q5_0, 22, false;
 }
 
 macro_rules! entries {
@@ -352,8 +366,6 @@ macro_rules! entries {
 }
 
 entries! {
-    q4_1_neon, q4_1, 20, 1, true;
-    q5_0_neon, q5_0, 22, 1, false;
     q4_k_neon, q4_k, Q4_K_BYTES, 8, true;
     q6_k_neon, q6_k, Q6_K_BYTES, 8, false;
 }

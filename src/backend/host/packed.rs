@@ -1,24 +1,26 @@
-//! Matrices of the block-sum formats (Q8_0, Q4_0: int8.rs's `sums_per_block`) packed at open
-//! for the AVX-512 VNNI kernels: sixteen weight rows interleaved, so that one `vpdpbusd` makes
-//! four products for each of the sixteen rows, and after a block's eight the sixteen lanes hold
-//! the rows' exact block sums. The float step `acc = fma(s_b, ws * d_x, acc)` then runs on all
-//! sixteen rows' chains at once: a tenth of the float work of the lane-sum form, with no lane
-//! reduction at the end. The bits are int8.rs's block-sum arithmetic, as every other kernel
-//! path gives them (tests/host_int8.rs).
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`)
+//! packed at open for the AVX-512 VNNI kernels: sixteen weight rows interleaved, so that one
+//! `vpdpbusd` makes four products for each of the sixteen rows, and after a block's eight the
+//! sixteen lanes hold the rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x,
+//! acc)`, and Q4_1's `acc = fma(wm, s_x, acc)`) then run on all sixteen rows' chains at once,
+//! with no lane reduction at the end. The bits are int8.rs's block-sum arithmetic, as every
+//! other kernel path gives them (tests/host_int8.rs).
 //!
 //! # Layout
 //!
 //! Rows are taken sixteen at a time (a group); the rows after the last whole group stay in the
-//! stored bytes and take the row-order kernels. Group g's block b is `stride` bytes: first the
-//! sixteen rows' f16 scales, as stored, then 64-byte chunks in which bytes 4r..4r+4 belong to
-//! row r:
+//! stored bytes and take the row-order kernels. Group g's block b is `stride` bytes: the
+//! sixteen rows' f16 scales as stored (Q4_1: then their f16 mins), then 64-byte chunks in which
+//! bytes 4r..4r+4 belong to row r:
 //!
 //! - Q8_0: eight chunks, chunk k holding elements 4k..4k+4 of each row, as unsigned bytes
 //!   (q + 128: the sign bit flipped), so that they can be `vpdpbusd`'s unsigned operand; the
 //!   activations' `cb` (-128 times the block's sum) takes the offset back.
-//! - Q4_0: four chunks, chunk k holding stored bytes 4k..4k+4 of each row: their low nibbles are
-//!   elements 4k..4k+4, their high nibbles elements 16+4k..16+4k+4, unsigned (q + 8); the
-//!   offset is taken back by `cb / 16` (-8 times the block's sum).
+//! - Q4_0, Q5_0, Q4_1: four chunks, chunk k holding stored bytes 4k..4k+4 of each row's
+//!   nibbles: their low nibbles are elements 4k..4k+4, their high nibbles elements
+//!   16+4k..16+4k+4. Q4_0's offset (8) is taken back by `cb / 16`, Q5_0's (16) by `cb / 8`;
+//!   Q4_1 has none. Q5_0's fifth bits follow as eight 64-bit masks, two per chunk (its low and
+//!   its high elements), bit 4r+i standing for row r's element i of the chunk.
 //!
 //! The packed copy is the same size as the stored bytes. After packing, the mapped pages of the
 //! tensor are handed back to the kernel (`WeightTensor::release_pages`), so that the process
@@ -46,11 +48,66 @@ pub struct Packed {
     data: Vec<u8>,
 }
 
-/// Bytes of one group's block.
-fn stride(ty: WeightType) -> usize {
+/// The packed formats, as the kernels' const parameter.
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q5_0: u8 = 2;
+const Q4_1: u8 = 3;
+
+/// Bytes of one group's block, and where its chunks start.
+const fn layout(f: u8) -> (usize, usize) {
+    match f {
+        Q8_0 => (2 * GROUP + 8 * 64, 2 * GROUP),
+        Q4_0 => (2 * GROUP + 4 * 64, 2 * GROUP),
+        Q5_0 => (2 * GROUP + 4 * 64 + 8 * 8, 2 * GROUP),
+        _ => (4 * GROUP + 4 * 64, 4 * GROUP),
+    }
+}
+
+fn format(ty: WeightType) -> u8 {
     match ty {
-        WeightType::Q4_0 => 2 * GROUP + 4 * 64,
-        _ => 2 * GROUP + 8 * 64,
+        WeightType::Q8_0 => Q8_0,
+        WeightType::Q4_0 => Q4_0,
+        WeightType::Q5_0 => Q5_0,
+        _ => Q4_1,
+    }
+}
+
+/// Row r's stored block `blk` into its places in group block `d` (see the module notes).
+fn pack_block(f: u8, blk: &[u8], r: usize, d: &mut [u8]) {
+    let (_, at) = layout(f);
+    d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    if f == Q8_0 {
+        for k in 0..8 {
+            for i in 0..4 {
+                d[at + 64 * k + 4 * r + i] = blk[2 + 4 * k + i] ^ 0x80;
+            }
+        }
+        return;
+    }
+    let qs = match f {
+        Q4_0 => 2,
+        Q5_0 => 6,
+        _ => 4,
+    };
+    for k in 0..4 {
+        d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
+    }
+    if f == Q4_1 {
+        d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2].copy_from_slice(&blk[2..4]);
+    }
+    if f == Q5_0 {
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        let masks = at + 4 * 64;
+        for k in 0..4 {
+            for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
+                let m = &mut d[masks + 8 * (2 * k + half)..masks + 8 * (2 * k + half + 1)];
+                for i in 0..4 {
+                    let bit = 4 * r + i;
+                    m[bit / 8] |= (((qh >> (first + i)) & 1) as u8) << (bit % 8);
+                }
+            }
+        }
     }
 }
 
@@ -61,7 +118,8 @@ impl Packed {
         if !sums_per_block(ty) || w.rows() < GROUP || w.cols() < QK {
             return None;
         }
-        let (nb, rb, bb, st) = (w.cols() / QK, w.row_bytes(), ty.block_bytes(), stride(ty));
+        let f = format(ty);
+        let (nb, rb, bb, st) = (w.cols() / QK, w.row_bytes(), ty.block_bytes(), layout(f).0);
         let groups = w.rows() / GROUP;
         let bytes = w.bytes();
         let mut data = vec![0u8; groups * nb * st];
@@ -70,19 +128,7 @@ impl Packed {
             for r in 0..GROUP {
                 let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
                 for (blk, d) in row.chunks_exact(bb).zip(dst.chunks_exact_mut(st)) {
-                    d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                    let (quants, chunks) = (&blk[2..], &mut d[2 * GROUP..]);
-                    if ty == WeightType::Q4_0 {
-                        for k in 0..4 {
-                            chunks[64 * k + 4 * r..64 * k + 4 * r + 4].copy_from_slice(&quants[4 * k..4 * k + 4]);
-                        }
-                    } else {
-                        for k in 0..8 {
-                            for i in 0..4 {
-                                chunks[64 * k + 4 * r + i] = quants[4 * k + i] ^ 0x80;
-                            }
-                        }
-                    }
+                    pack_block(f, blk, r, d);
                 }
             }
             let done = (g + 1) * GROUP * rb;
@@ -115,29 +161,36 @@ impl Packed {
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{stride, Packed, GROUP};
+    use super::{format, layout, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
     use crate::backend::host::int8::Q8Rows;
-    use crate::quant::{WeightType, QK};
+    use crate::quant::QK;
 
     /// Bytes ahead of the block being read that a one-row pass prefetches.
     const PREFETCH_BYTES: usize = 2048;
 
-    /// One group's `nb` blocks (`blocks`) against RX activation rows: lane l of result r is
-    /// the group's row l . activation row r, int8.rs's block-sum arithmetic.
+    /// One group's `nb` blocks (`blocks`, of format F) against RX activation rows: lane l of
+    /// result r is the group's row l . activation row r, int8.rs's block-sum arithmetic.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
     #[inline]
-    fn group<const Q4: bool, const RX: usize>(blocks: &[u8], nb: usize, xq: [&[i8]; RX], xd: [&[f32]; RX], cb: [&[i32]; RX]) -> [__m512; RX] {
-        let st = if Q4 { stride(WeightType::Q4_0) } else { stride(WeightType::Q8_0) };
+    fn group<const F: u8, const RX: usize>(
+        blocks: &[u8],
+        nb: usize,
+        xq: [&[i8]; RX],
+        xd: [&[f32]; RX],
+        xs: [&[f32]; RX],
+        cb: [&[i32]; RX],
+    ) -> [__m512; RX] {
+        let (st, at) = layout(F);
         assert!(blocks.len() >= nb * st);
         for r in 0..RX {
-            assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb);
+            assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
         }
         let mut acc = [_mm512_setzero_ps(); RX];
         let p = blocks.as_ptr();
         for b in 0..nb {
             // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
-            // bytes of `blocks`, the 32 bytes of each activation row's block b, and its scale
-            // and correction inside their slices; the loads have no alignment requirement.
+            // bytes of `blocks`, the 32 bytes of each activation row's block b, and its scale,
+            // sum and correction inside their slices; the loads have no alignment requirement.
             unsafe {
                 let base = p.add(b * st);
                 if RX <= 2 {
@@ -146,29 +199,47 @@ mod vnni {
                     }
                 }
                 let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
-                let chunks = base.add(2 * GROUP);
+                let wm = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
+                let chunks = base.add(at);
                 let mut wv = [_mm512_setzero_si512(); 8];
-                if Q4 {
+                if F == Q8_0 {
+                    for (k, v) in wv.iter_mut().enumerate() {
+                        *v = _mm512_loadu_si512(chunks.add(64 * k).cast());
+                    }
+                } else {
                     let m4 = _mm512_set1_epi8(0x0F);
                     for k in 0..4 {
                         let c = _mm512_loadu_si512(chunks.add(64 * k).cast());
                         wv[k] = _mm512_and_si512(c, m4);
                         wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(c), m4);
                     }
-                } else {
-                    for (k, v) in wv.iter_mut().enumerate() {
-                        *v = _mm512_loadu_si512(chunks.add(64 * k).cast());
+                    if F == Q5_0 {
+                        let masks = chunks.add(4 * 64).cast::<u64>();
+                        let bit = _mm512_set1_epi8(0x10);
+                        for k in 0..4 {
+                            let (lo, hi) = (masks.add(2 * k).read_unaligned(), masks.add(2 * k + 1).read_unaligned());
+                            wv[k] = _mm512_mask_add_epi8(wv[k], lo, wv[k], bit);
+                            wv[k + 4] = _mm512_mask_add_epi8(wv[k + 4], hi, wv[k + 4], bit);
+                        }
                     }
                 }
                 for r in 0..RX {
                     let xp = xq[r].as_ptr().add(b * QK).cast::<i32>();
                     let c = *cb[r].get_unchecked(b);
-                    let mut s = _mm512_set1_epi32(if Q4 { c >> 4 } else { c });
+                    let mut s = _mm512_set1_epi32(match F {
+                        Q8_0 => c,
+                        Q4_0 => c >> 4,
+                        Q5_0 => c >> 3,
+                        _ => 0,
+                    });
                     for (k, &v) in wv.iter().enumerate() {
                         s = _mm512_dpbusd_epi32(s, v, _mm512_set1_epi32(xp.add(k).read_unaligned()));
                     }
                     let t = _mm512_mul_ps(ws, _mm512_set1_ps(*xd[r].get_unchecked(b)));
                     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), t, acc[r]);
+                    if F == Q4_1 {
+                        acc[r] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
+                    }
                 }
             }
         }
@@ -178,17 +249,18 @@ mod vnni {
     /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
     #[inline]
-    fn rows<const Q4: bool, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
-        let (nb, st) = (p.nb, stride(p.ty));
+    fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
+        let (nb, st) = (p.nb, layout(F).0);
         let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
         let mut xq: [&[i8]; RX] = [&[]; RX];
         let mut xd: [&[f32]; RX] = [&[]; RX];
+        let mut xs: [&[f32]; RX] = [&[]; RX];
         let mut cb: [&[i32]; RX] = [&[]; RX];
         for r in 0..RX {
-            (xq[r], xd[r], _) = x.row(r0 + r, n_in);
+            (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
             cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
         }
-        let acc = group::<Q4, RX>(blocks, nb, xq, xd, cb);
+        let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
         let mut lanes = [0.0f32; GROUP];
         for (r, a) in acc.iter().enumerate() {
             // SAFETY: writes the 16 f32 of the array; storeu has no alignment requirement.
@@ -207,32 +279,33 @@ mod vnni {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
     pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
         macro_rules! by_rx {
-            ($q4:expr, $g:expr, $r0:expr, $rx:expr) => {
+            ($f:expr, $g:expr, $r0:expr, $rx:expr) => {
                 match $rx {
-                    1 => rows::<$q4, 1>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    2 => rows::<$q4, 2>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    3 => rows::<$q4, 3>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    4 => rows::<$q4, 4>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    5 => rows::<$q4, 5>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    6 => rows::<$q4, 6>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    7 => rows::<$q4, 7>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    8 => rows::<$q4, 8>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    9 => rows::<$q4, 9>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    10 => rows::<$q4, 10>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    11 => rows::<$q4, 11>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    _ => rows::<$q4, 12>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    1 => rows::<$f, 1>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    2 => rows::<$f, 2>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    3 => rows::<$f, 3>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    4 => rows::<$f, 4>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    5 => rows::<$f, 5>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    6 => rows::<$f, 6>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    7 => rows::<$f, 7>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    8 => rows::<$f, 8>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    9 => rows::<$f, 9>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    10 => rows::<$f, 10>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    11 => rows::<$f, 11>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
+                    _ => rows::<$f, 12>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
                 }
             };
         }
-        let q4 = p.ty == WeightType::Q4_0;
+        let f = format(p.ty);
         for g in g0..g1 {
             let mut r0 = 0;
             while r0 < m {
                 let rx = if m - r0 > MAX_RX { 8 } else { m - r0 };
-                if q4 {
-                    by_rx!(true, g, r0, rx);
-                } else {
-                    by_rx!(false, g, r0, rx);
+                match f {
+                    Q8_0 => by_rx!(Q8_0, g, r0, rx),
+                    Q4_0 => by_rx!(Q4_0, g, r0, rx),
+                    Q5_0 => by_rx!(Q5_0, g, r0, rx),
+                    _ => by_rx!(Q4_1, g, r0, rx),
                 }
                 r0 += rx;
             }
