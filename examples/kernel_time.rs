@@ -67,7 +67,7 @@ fn main() {
         if isa == Int8Isa::Avx512Vnni && packlm::backend::host::int8::sums_per_block(ty) {
             // The same matrix packed at open, as the host backend runs it on this CPU.
             let t = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
-            let p = Packed::new(&t).expect("a block-sum format");
+            let p = Packed::new(&t, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
             let mut line = format!("{ty:>5} packed:");
             for m in [1, 2, 3, 4, 9, 12, 64] {
                 let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();

@@ -336,7 +336,8 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
 /// On VNNI machines, `fast` packs the block-sum formats' matrices at open (packed.rs): the
 /// packed matmul gives the portable bits for every batch size (1 to 64 rows: one chunk of
 /// activation rows, several, and a last short one) and thread count, with and without rows
-/// after the last group of 16, and a tensor prepared twice is packed once.
+/// after the last group of 16, and a tensor prepared twice is packed once; its rows read for an
+/// embedding lookup are the stored rows' values.
 #[test]
 fn packed_matrices_give_the_portable_bits() {
     use packlm::backend::cpu::CpuWeight;
@@ -352,10 +353,17 @@ fn packed_matrices_give_the_portable_bits() {
         for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
             let w = tensor(ty, n_out, n_in, &mut rng);
             let cw = CpuWeight::new(&backends[0], &w).unwrap();
-            let packed = cw.prepared.as_ref().and_then(|p| p.downcast_ref::<Packed>()).expect("packed");
+            let packed = cw.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()).expect("packed");
             assert_eq!(packed.rows(), n_out / 16 * 16);
             let twice = CpuWeight::new(&backends[0], &w).unwrap();
             assert!(std::sync::Arc::ptr_eq(cw.prepared.as_ref().unwrap(), twice.prepared.as_ref().unwrap()), "{ty}: packed twice");
+            // Embedding rows read from the packed copy are the stored rows' values.
+            let (mut a, mut b) = (vec![0.0f32; n_in], vec![f32::NAN; n_in]);
+            for j in 0..n_out {
+                w.row_f32(j, &mut a);
+                cw.row_f32(j, &mut b);
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{ty} {n_out}x{n_in}: embedding row {j}");
+            }
             for m in [1, 2, 9, 12, 13, 21, 64] {
                 let x = random_x(&mut rng, m * n_in);
                 let mut q8 = Q8Rows::default();

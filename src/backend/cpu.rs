@@ -51,7 +51,15 @@ pub trait Kernels: Send + Sync + 'static {
 }
 
 /// What `Kernels::prepare` made of a matrix, for its own `matmul_prepared` to read.
-pub type Prepared = std::sync::Arc<dyn Any + Send + Sync>;
+pub trait PreparedMatrix: Send + Sync + 'static {
+    /// Row r, dequantized into `dst` exactly as the stored row gives it; false where this copy
+    /// does not hold row r. Embedding lookups read it, so that a matrix kept only in its
+    /// prepared form (the stored pages handed back) is not read twice.
+    fn row_f32(&self, r: usize, dst: &mut [f32]) -> bool;
+    fn as_any(&self) -> &dyn Any;
+}
+
+pub type Prepared = std::sync::Arc<dyn PreparedMatrix>;
 
 /// A host-memory backend's matrix: the pack's tensor (embedding rows are read from it) and what
 /// the kernels prepared.
@@ -64,6 +72,13 @@ impl CpuWeight {
     /// The tensor as `prepare` leaves it for `kernels`.
     pub fn new(kernels: &impl Kernels, tensor: &WeightTensor) -> Result<CpuWeight> {
         Ok(CpuWeight { prepared: kernels.prepare(tensor)?, tensor: tensor.clone() })
+    }
+
+    /// Row r dequantized into `dst`, from the prepared copy where it holds the row.
+    pub fn row_f32(&self, r: usize, dst: &mut [f32]) {
+        if !self.prepared.as_ref().is_some_and(|p| p.row_f32(r, dst)) {
+            self.tensor.row_f32(r, dst);
+        }
     }
 }
 
@@ -204,8 +219,8 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
 
     fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
-        let table = &table.get::<CpuWeight>().tensor;
-        let hidden = table.cols();
+        let table = table.get::<CpuWeight>();
+        let hidden = table.tensor.cols();
         for (row, &t) in data_mut(out).chunks_exact_mut(hidden).zip(tokens) {
             table.row_f32(t as usize, row);
             if let Some(s) = scale {
@@ -282,8 +297,8 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         }
     }
     fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
-        let table = &table.get::<CpuWeight>().tensor;
-        let width = table.cols();
+        let table = table.get::<CpuWeight>();
+        let width = table.tensor.cols();
         let mut t = vec![0.0f32; width];
         for (row, &tok) in data_mut(c).chunks_exact_mut(width).zip(tokens) {
             table.row_f32(tok as usize, &mut t);

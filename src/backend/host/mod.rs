@@ -290,7 +290,7 @@ impl Kernels for HostBackend {
         if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
             return Ok(Some(p));
         }
-        let Some(p) = Packed::new(w) else { return Ok(None) };
+        let Some(p) = Packed::new(w, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
         let p = std::sync::Arc::new(p);
         cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
         Ok(Some(p))
@@ -298,7 +298,7 @@ impl Kernels for HostBackend {
 
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(p) = w.prepared.as_ref().and_then(|p| p.downcast_ref::<Packed>()) {
+        if let Some(p) = w.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()) {
             let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
             if rows > 0 && n_out > 0 && n_in > 0 && self.packs() {
                 if let Some(kernel) = Int8Kernel::new(w.tensor.ty, Int8Isa::for_isa(self.isa)) {

@@ -27,8 +27,9 @@
 //! holds one copy; the few reads of the stored bytes that remain (the last rows, an embedding
 //! row) fault their pages in again.
 
+use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
-use crate::quant::{WeightType, QK};
+use crate::quant::{dequantize_row, WeightType, QK};
 
 use super::int8::{sums_per_block, Q8Rows};
 
@@ -45,7 +46,7 @@ pub struct Packed {
     pub groups: usize,
     /// 32-element blocks per row.
     pub nb: usize,
-    data: Vec<u8>,
+    data: memmap2::MmapMut,
 }
 
 /// The packed formats, as the kernels' const parameter.
@@ -79,17 +80,12 @@ fn pack_block(f: u8, blk: &[u8], r: usize, d: &mut [u8]) {
     d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
     if f == Q8_0 {
         for k in 0..8 {
-            for i in 0..4 {
-                d[at + 64 * k + 4 * r + i] = blk[2 + 4 * k + i] ^ 0x80;
-            }
+            let v = u32::from_le_bytes([blk[2 + 4 * k], blk[3 + 4 * k], blk[4 + 4 * k], blk[5 + 4 * k]]) ^ 0x8080_8080;
+            d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
         }
         return;
     }
-    let qs = match f {
-        Q4_0 => 2,
-        Q5_0 => 6,
-        _ => 4,
-    };
+    let qs = quants_at(f);
     for k in 0..4 {
         d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
     }
@@ -97,23 +93,31 @@ fn pack_block(f: u8, blk: &[u8], r: usize, d: &mut [u8]) {
         d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
     if f == Q5_0 {
+        // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
         let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let masks = at + 4 * 64;
+        let shift = 4 * (r % 2);
         for k in 0..4 {
             for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                let m = &mut d[masks + 8 * (2 * k + half)..masks + 8 * (2 * k + half + 1)];
-                for i in 0..4 {
-                    let bit = 4 * r + i;
-                    m[bit / 8] |= (((qh >> (first + i)) & 1) as u8) << (bit % 8);
-                }
+                d[at + 4 * 64 + 8 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
             }
         }
     }
 }
 
+/// Where a nibble format's 16 quant bytes start in its stored block.
+fn quants_at(f: u8) -> usize {
+    match f {
+        Q4_0 => 2,
+        Q5_0 => 6,
+        _ => 4,
+    }
+}
+
 impl Packed {
-    /// `w` packed, or None when its format is not a block-sum one or it has under 16 rows.
-    pub fn new(w: &WeightTensor) -> Option<Packed> {
+    /// `w` packed, or None when its format is not a block-sum one, it has under 16 rows, or
+    /// the memory for the copy cannot be had (the stored bytes then serve, the same bits).
+    /// `run(n, task)` runs `task(i)` for every i < n, on any threads.
+    pub fn new(w: &WeightTensor, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
         let ty = w.ty;
         if !sums_per_block(ty) || w.rows() < GROUP || w.cols() < QK {
             return None;
@@ -121,22 +125,30 @@ impl Packed {
         let f = format(ty);
         let (nb, rb, bb, st) = (w.cols() / QK, w.row_bytes(), ty.block_bytes(), layout(f).0);
         let groups = w.rows() / GROUP;
+        // Anonymous pages, in huge pages where the kernel has them: a quarter-gigabyte copy made
+        // of 4 KiB pages spent more time faulting them in than packing.
+        let mut data = memmap2::MmapMut::map_anon(groups * nb * st).ok()?;
+        #[cfg(target_os = "linux")]
+        let _ = data.advise(memmap2::Advice::HugePage);
         let bytes = w.bytes();
-        let mut data = vec![0u8; groups * nb * st];
-        let mut released = 0;
-        for (g, dst) in data.chunks_exact_mut(nb * st).enumerate() {
-            for r in 0..GROUP {
-                let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
-                for (blk, d) in row.chunks_exact(bb).zip(dst.chunks_exact_mut(st)) {
-                    pack_block(f, blk, r, d);
+        // Tasks of about RELEASE_BYTES of the source each, whose pages they hand back when done.
+        let per_task = (RELEASE_BYTES / (GROUP * rb)).max(1);
+        let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = data.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
+        run(pieces.len(), &|t| {
+            let mut piece = pieces[t].lock();
+            for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
+                let g = t * per_task + i;
+                for r in 0..GROUP {
+                    let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
+                    for (blk, d) in row.chunks_exact(bb).zip(dst.chunks_exact_mut(st)) {
+                        pack_block(f, blk, r, d);
+                    }
                 }
             }
-            let done = (g + 1) * GROUP * rb;
-            if done - released >= RELEASE_BYTES || g + 1 == groups {
-                w.release_pages(released..done);
-                released = done;
-            }
-        }
+            let g1 = (t * per_task + piece.len() / (nb * st)).min(groups);
+            w.release_pages(t * per_task * GROUP * rb..g1 * GROUP * rb);
+        });
+        drop(pieces);
         Some(Packed { ty, groups, nb, data })
     }
 
@@ -145,6 +157,68 @@ impl Packed {
         self.groups * GROUP
     }
 
+    /// Row j's stored bytes (j < `rows()`), rebuilt from the packed copy into `row`.
+    pub fn stored_row(&self, j: usize, row: &mut Vec<u8>) {
+        let f = format(self.ty);
+        let (st, at) = layout(f);
+        let (g, r, bb) = (j / GROUP, j % GROUP, self.ty.block_bytes());
+        row.clear();
+        row.resize(self.nb * bb, 0);
+        let group = &self.data[g * self.nb * st..(g + 1) * self.nb * st];
+        for (blk, d) in row.chunks_exact_mut(bb).zip(group.chunks_exact(st)) {
+            blk[..2].copy_from_slice(&d[2 * r..2 * r + 2]);
+            if f == Q8_0 {
+                for k in 0..8 {
+                    for i in 0..4 {
+                        blk[2 + 4 * k + i] = d[at + 64 * k + 4 * r + i] ^ 0x80;
+                    }
+                }
+                continue;
+            }
+            let qs = quants_at(f);
+            for k in 0..4 {
+                blk[qs + 4 * k..qs + 4 * k + 4].copy_from_slice(&d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4]);
+            }
+            if f == Q4_1 {
+                blk[2..4].copy_from_slice(&d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2]);
+            }
+            if f == Q5_0 {
+                let mut qh = 0u32;
+                for k in 0..4 {
+                    for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
+                        let m = d[at + 4 * 64 + 8 * (2 * k + half) + r / 2];
+                        qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
+                    }
+                }
+                blk[2..6].copy_from_slice(&qh.to_le_bytes());
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A stored row rebuilt for `row_f32`, reused across calls.
+    static ROW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl PreparedMatrix for Packed {
+    fn row_f32(&self, r: usize, dst: &mut [f32]) -> bool {
+        if r >= self.rows() {
+            return false;
+        }
+        let mut row = ROW.take();
+        self.stored_row(r, &mut row);
+        dequantize_row(self.ty, &row, dst);
+        ROW.set(row);
+        true
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Packed {
     /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled:
     /// `Q8Rows::quantize`), into `out` laid out (weight rows, m) from row g0 * 16.
     ///
