@@ -37,7 +37,9 @@ use crate::semantics::Activation;
 
 pub use dot::dot;
 use int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
-use packed::{Packed, GROUP};
+use packed::Packed;
+#[cfg(target_arch = "x86_64")]
+use packed::GROUP;
 use row_dot::{block_sums, Isa, RowKernel};
 use team::Team;
 

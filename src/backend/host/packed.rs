@@ -31,7 +31,9 @@ use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
 use crate::quant::{dequantize_row, WeightType, QK};
 
-use super::int8::{sums_per_block, Q8Rows};
+use super::int8::sums_per_block;
+#[cfg(target_arch = "x86_64")]
+use super::int8::Q8Rows;
 
 /// Weight rows per group: the lanes of a 512-bit register of i32.
 pub const GROUP: usize = 16;
