@@ -1,5 +1,6 @@
 //! Backends that compute in host memory: activations are `Vec<f32>`, weights the pack's tensors
-//! as they are (memory-mapped, not copied), KV planes `Vec<f32>`s. What differs between them is
+//! as they are (memory-mapped, not copied) with whatever the kernels prepared of them at open
+//! ([`CpuWeight`]: the host kernels' packed layouts), KV planes `Vec<f32>`s. What differs between them is
 //! only the two heavy kernels, matmul and attention ([`Kernels`]): `reference` (scalar) and
 //! `host` (SIMD, worker threads). The row operations (norms, rope, activations, adds) are the
 //! plain functions below, shared by both.

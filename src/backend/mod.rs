@@ -5,7 +5,8 @@
 //!
 //! - [`Weight`] and [`Vector`]: a model's matrices and small vectors (norm weights, biases),
 //!   prepared by the backend once at open (`prepare_matrix`, `prepare_vector`). The host keeps
-//!   the memory-mapped bytes as they are; a device backend would upload or repack them once.
+//!   the memory-mapped bytes as they are, or at `fast` repacks the block formats its integer
+//!   kernels read interleaved (host/packed.rs); the GPU uploads them once.
 //! - [`Tensor`]: an activation buffer of f32 elements (`tensor`), where the backend computes.
 //!   The engine never reads one: only [`Backend::read`] brings values back to host memory, and
 //!   the engine uses it for the wanted rows' logits only.

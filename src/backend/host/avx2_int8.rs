@@ -9,6 +9,11 @@
 //!
 //! A weight row's 32-element block is decoded once for R activation rows (prefill, verify); each
 //! output still goes through exactly the operations it would alone.
+//!
+//! The 32-element formats take int8.rs's block-sum arithmetic: here four weight rows at a time
+//! over their stored bytes (`summed_tile`); on VNNI machines the packed copy (packed.rs) takes
+//! the 512-bit kernels, and only rows after its last group of 16 come here. The lane-sum
+//! kernels below (`tile`, `tile_512`) are the K formats'.
 
 use std::arch::x86_64::*;
 

@@ -7,7 +7,10 @@
 //! Two precisions: `exact` keeps the activations f32 (row_dot.rs's kernels, every weight type);
 //! `fast` rounds each activation row to 8 bits per 32-element block once per matmul and runs
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
-//! staying on the f32 kernels. The weights are the mapped bytes in both: nothing is repacked.
+//! staying on the f32 kernels. The weights are the mapped bytes in both, but for one case: at
+//! `fast` on CPUs with AVX-512 VNNI, the matrices of the 32-element block formats are packed
+//! once at open, sixteen rows interleaved (packed.rs), and their mapped pages handed back, so
+//! that the process holds one copy; the bits are those of every other kernel path.
 
 pub mod act;
 mod dot;
