@@ -85,16 +85,29 @@ fn head_with(
 ) {
     let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
     scores.clear();
-    scores.reserve(n);
+    scores.resize(n, 0.0);
     let mut max = f32::NEG_INFINITY;
-    for t in lo..=pos {
-        let kt = &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-        let mut s = dot(qh, kt) * a.shape.scale;
+    let key = |t: usize| &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
+    let mut finish = |i: usize, raw: f32| {
+        let mut s = raw * a.shape.scale;
         if let Some(cap) = a.shape.softcap {
             s = (s / cap).tanh() * cap;
         }
         max = max.max(s);
-        scores.push(s);
+        scores[i] = s;
+    };
+    // Four keys' dot products side by side, so that their reductions overlap (each is the
+    // same `dot`, and the scores are finished in key order: the same bits as one at a time).
+    let mut t = lo;
+    while t + 4 <= pos + 1 {
+        let raw = [dot(qh, key(t)), dot(qh, key(t + 1)), dot(qh, key(t + 2)), dot(qh, key(t + 3))];
+        for (j, &r) in raw.iter().enumerate() {
+            finish(t - lo + j, r);
+        }
+        t += 4;
+    }
+    for t in t..=pos {
+        finish(t - lo, dot(qh, key(t)));
     }
     let mut sum = 0.0f32;
     for s in scores.iter_mut() {
