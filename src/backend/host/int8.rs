@@ -99,6 +99,14 @@ impl Q8Rows {
         self.quantize_with(x, n_in, false, true);
     }
 
+    /// As `quantize`, for the packed kernels (packed.rs): `cb` filled, `d8` and `c` left
+    /// empty.
+    pub fn quantize_for_packed(&mut self, x: &[f32], n_in: usize) {
+        self.quantize_with(x, n_in, Isa::Avx2.available(), false);
+        self.cb.clear();
+        self.cb.extend(self.q.as_chunks::<QK>().0.iter().map(|b| -128 * b.iter().map(|&v| v as i32).sum::<i32>()));
+    }
+
     fn quantize_with(&mut self, x: &[f32], n_in: usize, avx2: bool, wide: bool) {
         let nb = x.len() / QK;
         debug_assert!(n_in.is_multiple_of(QK) && x.len().is_multiple_of(n_in.max(1)));

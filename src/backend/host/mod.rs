@@ -178,7 +178,7 @@ impl HostBackend {
     fn matmul_packed(&self, w: &WeightTensor, p: &Packed, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
         let (n_in, rb) = (w.cols(), w.row_bytes());
         Q8_SCRATCH.with_borrow_mut(|q8| {
-            q8.quantize(x, n_in);
+            q8.quantize_for_packed(x, n_in);
             let q8 = &*q8;
             self.tiled(w, rows, GROUP, out, |j0, j1, chunk| {
                 let split = j1.min(p.rows()).max(j0);

@@ -222,7 +222,7 @@ impl PreparedMatrix for Packed {
 
 impl Packed {
     /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled:
-    /// `Q8Rows::quantize`), into `out` laid out (weight rows, m) from row g0 * 16.
+    /// `Q8Rows::quantize` or `quantize_for_packed`), into `out` laid out (weight rows, m) from row g0 * 16.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA, F16C and AVX-512 F, VL, BW, DQ and VNNI (`Int8Isa::Avx512Vnni`).
