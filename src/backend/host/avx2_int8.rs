@@ -18,7 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, prefetch_ahead};
-use super::int8::QTile;
+use super::int8::{common_blocks, QTile};
 use super::row_dot::{reduce8, scale_min_k4, sub};
 use crate::quant::{QK, QK_K};
 
@@ -86,20 +86,6 @@ pub fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
     // SAFETY: writes the 32 bytes of the array; storeu has no alignment requirement.
     unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), bytes) };
     (d, d * sum as f32)
-}
-
-/// The blocks present in the weight row (`weight_blocks`) and in every activation row: what the
-/// kernels may read without a check.
-#[inline(always)]
-fn common_blocks<const MIN: bool, const R: usize>(weight_blocks: usize, xq: &[&[[i8; QK]]; R], xd: &[&[f32]; R], xs: &[&[f32]; R]) -> usize {
-    let mut nb = weight_blocks;
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
-    nb
 }
 
 /// One weight row (super-blocks of BB bytes, SUBS 32-element blocks each) against R rounded
@@ -308,13 +294,7 @@ fn summed_rows<const BB: usize, const MIN: bool, const R: usize>(
     xs: [&[f32]; R],
     decode: impl Fn(&[u8; BB]) -> Summed,
 ) -> [__m128; R] {
-    let mut nb = w.iter().map(|w| w.len()).min().unwrap_or(0);
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
+    let nb = common_blocks::<MIN, R>(w.iter().map(|w| w.len()).min().unwrap_or(0), &xq, &xd, &xs);
     let mut acc = [_mm_setzero_ps(); R];
     for b in 0..nb {
         let (mut q, mut qa, mut ws, mut wm) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0.0f32; 4], [0.0f32; 4]);
@@ -390,24 +370,20 @@ pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: im
 
 /// The block-sum formats' entries; on VNNI machines a matrix packed at open (packed.rs) takes
 /// the 512-bit kernels, and rows left in their stored order these.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q8_0_summed_maddubs(t: QTile) {
-    summed_tile::<34, false>(t, |b| q8_0_summed(b))
+macro_rules! summed_entries {
+    ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub fn $name(t: QTile) {
+            summed_tile::<{ $bb }, $min>(t, |b| $decode(b))
+        }
+    )*};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_0_summed_maddubs(t: QTile) {
-    summed_tile::<18, false>(t, |b| q4_0_summed(b))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_1_summed_maddubs(t: QTile) {
-    summed_tile::<20, true>(t, |b| q4_1_summed(b))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q5_0_summed_maddubs(t: QTile) {
-    summed_tile::<22, false>(t, |b| q5_0_summed(b))
+summed_entries! {
+    q8_0_summed_maddubs, q8_0_summed, 34, false;
+    q4_0_summed_maddubs, q4_0_summed, 18, false;
+    q4_1_summed_maddubs, q4_1_summed, 20, true;
+    q5_0_summed_maddubs, q5_0_summed, 22, false;
 }
 
 macro_rules! entries {

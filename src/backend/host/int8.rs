@@ -163,6 +163,25 @@ impl Q8Rows {
     }
 }
 
+/// The blocks present in the weight row (`weight_blocks`) and in every activation row: what the
+/// kernels may read without a check.
+#[inline(always)]
+pub(super) fn common_blocks<const MIN: bool, const R: usize>(
+    weight_blocks: usize,
+    xq: &[&[[i8; QK]]; R],
+    xd: &[&[f32]; R],
+    xs: &[&[f32]; R],
+) -> usize {
+    let mut nb = weight_blocks;
+    for r in 0..R {
+        nb = nb.min(xq[r].len()).min(xd[r].len());
+        if MIN {
+            nb = nb.min(xs[r].len());
+        }
+    }
+    nb
+}
+
 /// One block: (d, d * sum(q)), with `q` written.
 pub fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
     let mut amax = 0.0f32;

@@ -16,7 +16,7 @@
 
 use std::arch::aarch64::*;
 
-use super::int8::QTile;
+use super::int8::{common_blocks, QTile};
 use super::row_dot::{reduce8, scale_min_k4, sub};
 use crate::quant::{QK, QK_K};
 
@@ -88,13 +88,7 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [f32; R] {
     let sbs = w.as_chunks::<BB>().0;
-    let mut nb = sbs.len() * SUBS;
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
+    let nb = common_blocks::<MIN, R>(sbs.len() * SUBS, &xq, &xd, &xs);
     // Cut every row to the nb blocks all of them have, so that the loop below needs no checks.
     let (mut xq_b, mut xd_b, mut xs_b): ([&[[i8; QK]]; R], [&[f32]; R], [&[f32]; R]) = ([&[]; R], [&[]; R], [&[]; R]);
     for r in 0..R {
@@ -142,10 +136,27 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     out
 }
 
+/// One weight row against RR activation rows, in the lane-sum or (SUMMED) the block-sum form.
+#[target_feature(enable = "neon")]
+#[inline]
+fn dots<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool, const RR: usize>(
+    w: &[u8],
+    xq: [&[[i8; QK]]; RR],
+    xd: [&[f32]; RR],
+    xs: [&[f32]; RR],
+    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+) -> [f32; RR] {
+    if SUMMED {
+        summed_dots::<BB, MIN, RR>(w, xq, xd, xs, decode)
+    } else {
+        row_dots::<BB, SUBS, MIN, RR>(w, xq, xd, xs, decode)
+    }
+}
+
 /// Every weight row of the tile against every activation row, R at a time, then one at a time.
 #[target_feature(enable = "neon")]
 #[inline]
-fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
+fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool, const R: usize>(
     t: QTile,
     decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
 ) {
@@ -162,14 +173,14 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
         let rows: [_; R] = std::array::from_fn(|i| row(r + i));
         let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r..r + R].copy_from_slice(&row_dots::<BB, SUBS, MIN, R>(w, xq, xd, xs, decode));
+            o[r..r + R].copy_from_slice(&dots::<BB, SUBS, MIN, SUMMED, R>(w, xq, xd, xs, decode));
         }
         r += R;
     }
     for r in r..m {
         let (xq, xd, xs) = row(r);
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r] = row_dots::<BB, SUBS, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
+            o[r] = dots::<BB, SUBS, MIN, SUMMED, 1>(w, [xq], [xd], [xs], decode)[0];
         }
     }
 }
@@ -186,13 +197,7 @@ fn summed_dots<const BB: usize, const MIN: bool, const R: usize>(
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [f32; R] {
     let blocks = w.as_chunks::<BB>().0;
-    let mut nb = blocks.len();
-    for r in 0..R {
-        nb = nb.min(xq[r].len()).min(xd[r].len());
-        if MIN {
-            nb = nb.min(xs[r].len());
-        }
-    }
+    let nb = common_blocks::<MIN, R>(blocks.len(), &xq, &xd, &xs);
     let mut acc = [0.0f32; R];
     for (b, blk) in blocks[..nb].iter().enumerate() {
         let blk = decode(blk, 0);
@@ -206,35 +211,6 @@ fn summed_dots<const BB: usize, const MIN: bool, const R: usize>(
         }
     }
     acc
-}
-
-/// `tile` for the block-sum formats.
-#[target_feature(enable = "neon")]
-#[inline]
-fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy) {
-    if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
-        return;
-    }
-    let m = t.m;
-    let row = |r: usize| {
-        let (q, d, s) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
-    };
-    let mut r = 0;
-    while r + R <= m {
-        let rows: [_; R] = std::array::from_fn(|i| row(r + i));
-        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
-        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r..r + R].copy_from_slice(&summed_dots::<BB, MIN, R>(w, xq, xd, xs, decode));
-        }
-        r += R;
-    }
-    for r in r..m {
-        let (xq, xd, xs) = row(r);
-        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r] = summed_dots::<BB, MIN, 1>(w, [xq], [xd], [xs], decode)[0];
-        }
-    }
 }
 
 // Decoders: block k (always 0 for the 32-element formats) of one stored block.
@@ -344,7 +320,7 @@ macro_rules! summed_entries {
     ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "neon")]
         pub fn $name(t: QTile) {
-            summed_tile::<{ $bb }, $min>(t, |b, k| $decode(b, k))
+            tile::<{ $bb }, 1, $min, true, R>(t, |b, k| $decode(b, k))
         }
     )*};
 }
@@ -360,7 +336,7 @@ macro_rules! entries {
     ($($name:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "neon")]
         pub fn $name(t: QTile) {
-            tile::<{ $bb }, { $subs }, $min, R>(t, |b, k| $decode(b, k))
+            tile::<{ $bb }, { $subs }, $min, false, R>(t, |b, k| $decode(b, k))
         }
     )*};
 }
