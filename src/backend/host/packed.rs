@@ -76,25 +76,27 @@ fn format(ty: WeightType) -> u8 {
     }
 }
 
-/// Row r's stored block `blk` into its places in group block `d` (see the module notes).
-fn pack_block(f: u8, blk: &[u8], r: usize, d: &mut [u8]) {
-    let (_, at) = layout(f);
+/// Row r's stored block `blk` into its places in group block `d` (see the module notes). The
+/// sizes are constants, so that the copies need no checks: packing runs at open.
+#[inline(always)]
+fn pack_block<const F: u8, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
+    let (_, at) = layout(F);
     d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    if f == Q8_0 {
+    if F == Q8_0 {
         for k in 0..8 {
             let v = u32::from_le_bytes([blk[2 + 4 * k], blk[3 + 4 * k], blk[4 + 4 * k], blk[5 + 4 * k]]) ^ 0x8080_8080;
             d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
         }
         return;
     }
-    let qs = quants_at(f);
+    let qs = quants_at(F);
     for k in 0..4 {
         d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
     }
-    if f == Q4_1 {
+    if F == Q4_1 {
         d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
-    if f == Q5_0 {
+    if F == Q5_0 {
         // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
         let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let shift = 4 * (r % 2);
@@ -102,6 +104,16 @@ fn pack_block(f: u8, blk: &[u8], r: usize, d: &mut [u8]) {
             for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
                 d[at + 4 * 64 + 8 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
             }
+        }
+    }
+}
+
+/// Group g's rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of ST bytes.
+fn pack_group<const F: u8, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+    for r in 0..GROUP {
+        let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
+        for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<ST>().0) {
+            pack_block::<F, BB, ST>(blk, r, d);
         }
     }
 }
@@ -125,7 +137,7 @@ impl Packed {
             return None;
         }
         let f = format(ty);
-        let (nb, rb, bb, st) = (w.cols() / QK, w.row_bytes(), ty.block_bytes(), layout(f).0);
+        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), layout(f).0);
         let groups = w.rows() / GROUP;
         // Anonymous pages, in huge pages where the kernel has them: a quarter-gigabyte copy made
         // of 4 KiB pages spent more time faulting them in than packing.
@@ -140,11 +152,11 @@ impl Packed {
             let mut piece = pieces[t].lock();
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
                 let g = t * per_task + i;
-                for r in 0..GROUP {
-                    let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
-                    for (blk, d) in row.chunks_exact(bb).zip(dst.chunks_exact_mut(st)) {
-                        pack_block(f, blk, r, d);
-                    }
+                match f {
+                    Q8_0 => pack_group::<Q8_0, 34, { layout(Q8_0).0 }>(bytes, rb, g, dst),
+                    Q4_0 => pack_group::<Q4_0, 18, { layout(Q4_0).0 }>(bytes, rb, g, dst),
+                    Q5_0 => pack_group::<Q5_0, 22, { layout(Q5_0).0 }>(bytes, rb, g, dst),
+                    _ => pack_group::<Q4_1, 20, { layout(Q4_1).0 }>(bytes, rb, g, dst),
                 }
             }
             let g1 = (t * per_task + piece.len() / (nb * st)).min(groups);
