@@ -5,7 +5,8 @@
 //! For each block format, a matrix of KT_MIB MiB (default 64; Gemma3's output matrix is 180)
 //! and a few activation row counts (1: decode; 9: a verify of 8 drafted rows; 64: prefill, on
 //! an eighth of the rows), prints the best of 5 runs in ns per weight row per activation row. ISA is
-//! portable, avx2, vnni or neon (default: the CPU's best). A tool for comparing kernel changes
+//! portable, avx2, vnni or neon (default: the CPU's best); with vnni, Q8_0, Q4_0, Q5_0 and Q4_1
+//! are also timed packed (host/packed.rs), as the host backend runs them. A tool for comparing kernel changes
 //! on one machine; the model-level numbers come from examples/bench.rs.
 
 use std::time::Instant;
@@ -47,6 +48,8 @@ fn main() {
             }
         }
         let kernel = Int8Kernel::new(ty, isa).expect("a block format");
+        // On VNNI machines the block-sum formats' stored-order kernel is the AVX2 one (what rows
+        // after a packed matrix's last group of 16 take); the packed line follows.
         let mut line = format!("{ty:>5} {isa:?}:");
         for m in [1, 2, 3, 4, 9, 12, 64] {
             let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();

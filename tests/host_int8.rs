@@ -249,43 +249,49 @@ fn hand_worked_rows() {
     assert_eq!(got, 0.5 * q8.s[0]);
 }
 
-/// The block-sum formats' arithmetic, written out: a two-block Q8_0 row and a Q4_0 row whose
-/// blocks have different scales, against `fma(s_1, ws_1 * d_1, fma(s_0, ws_0 * d_0, 0))` with
-/// the integer sums taken here, and on every kernel path.
+/// The block-sum formats' arithmetic, written out: 8-block Q8_0 and Q4_0 rows whose blocks
+/// have different scales, against `acc = fma(s_b, ws_b * d_b, acc)` over the blocks in order
+/// with the integer sums taken here, for 5 activation rows, on every kernel path.
 #[test]
 fn block_sum_formats_follow_their_arithmetic() {
+    const NB: usize = 8;
+    let n = NB * 32;
     let mut rng = Rng(21);
-    let x = random_x(&mut rng, 64);
+    let x = random_x(&mut rng, 5 * n);
     let mut q8 = Q8Rows::default();
-    q8.quantize(&x, 64);
-    // Q8_0: weights w_i = (i * 37) % 255 - 127, scales 0.375 and -1.25 (exact in f16).
-    let mut w = vec![0u8; 68];
-    let wq: Vec<i32> = (0..64).map(|i| (i * 37) % 255 - 127).collect();
-    for b in 0..2 {
-        put_f16(&mut w, b * 34, [0.375, -1.25][b]);
+    q8.quantize(&x, n);
+    // Scales exact in f16, of different magnitudes and signs.
+    let scales = [0.375f32, -1.25, 0.01171875, 3.0, -0.0068359375, 0.6875, -2.75, 0.0009765625];
+    // Q8_0: weights w_i = (i * 37) % 255 - 127.
+    let wq: Vec<i32> = (0..n as i32).map(|i| (i * 37) % 255 - 127).collect();
+    let mut w = vec![0u8; NB * 34];
+    // Q4_0: nibbles n_i = (i * 5 + i / 7) % 16, weight n_i - 8.
+    let nq: Vec<i32> = (0..n as i32).map(|i| (i * 5 + i / 7) % 16).collect();
+    let mut w4 = vec![0u8; NB * 18];
+    for b in 0..NB {
+        put_f16(&mut w, b * 34, scales[b]);
+        put_f16(&mut w4, b * 18, scales[NB - 1 - b]);
         for i in 0..32 {
             w[b * 34 + 2 + i] = wq[b * 32 + i] as i8 as u8;
         }
-    }
-    // Q4_0: nibbles n_i = (i * 5) % 16, weight n_i - 8, scales 0.5 and 3.0.
-    let mut w4 = vec![0u8; 36];
-    let nq: Vec<i32> = (0..64).map(|i| (i * 5) % 16).collect();
-    for b in 0..2 {
-        put_f16(&mut w4, b * 18, [0.5, 3.0][b]);
         for j in 0..16 {
             w4[b * 18 + 2 + j] = (nq[b * 32 + j] | nq[b * 32 + j + 16] << 4) as u8;
         }
     }
-    let cases = [(WeightType::Q8_0, &w, wq, [0.375f32, -1.25]), (WeightType::Q4_0, &w4, nq.iter().map(|n| n - 8).collect(), [0.5, 3.0])];
-    for (ty, bytes, ints, scales) in cases {
-        let mut want = 0.0f32;
-        for b in 0..2 {
-            let s: i32 = (0..32).map(|i| ints[b * 32 + i] * q8.q[b * 32 + i] as i32).sum();
-            want = (s as f32).mul_add(scales[b] * q8.d[b], want);
-        }
+    let rev: Vec<f32> = scales.iter().rev().copied().collect();
+    let cases = [(WeightType::Q8_0, &w, wq, scales.to_vec()), (WeightType::Q4_0, &w4, nq.iter().map(|n| n - 8).collect(), rev)];
+    for (ty, bytes, ints, ws) in cases {
         for isa in isas() {
-            let got = run(ty, isa, bytes, 64, &q8, 1)[0];
-            assert_eq!(got.to_bits(), want.to_bits(), "{ty} {isa:?}: {got} vs {want}");
+            let got = run(ty, isa, bytes, n, &q8, 5);
+            for r in 0..5 {
+                let (xq, xd, _) = q8.row(r, n);
+                let mut want = 0.0f32;
+                for b in 0..NB {
+                    let s: i32 = (0..32).map(|i| ints[b * 32 + i] * xq[b * 32 + i] as i32).sum();
+                    want = (s as f32).mul_add(ws[b] * xd[b], want);
+                }
+                assert_eq!(got[r].to_bits(), want.to_bits(), "{ty} {isa:?} row {r}: {} vs {want}", got[r]);
+            }
         }
     }
 }
