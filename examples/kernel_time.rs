@@ -67,25 +67,27 @@ fn main() {
         }
         println!("{line}");
         #[cfg(target_arch = "x86_64")]
-        if isa == Int8Isa::Avx512Vnni && packlm::backend::host::int8::sums_per_block(ty) {
+        if matches!(isa, Int8Isa::Avx512Vnni | Int8Isa::Avx2) && packlm::backend::host::int8::sums_per_block(ty) {
             // The same matrix packed at open, as the host backend runs it on this CPU.
             let t = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
-            let p = Packed::new(&t, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
+            let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
+            let p = Packed::new(&t, lanes, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
             let mut line = format!("{ty:>5} packed:");
             for m in [1, 2, 3, 4, 9, 12, 64] {
                 let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
                 let mut q8 = Q8Rows::default();
                 q8.quantize(&x, n_in);
                 let groups = if m == 64 { p.groups / 8 } else { p.groups };
-                let mut out = vec![0.0f32; groups * 16 * m];
+                let mut out = vec![0.0f32; groups * lanes * m];
                 let mut best = f64::INFINITY;
                 for _ in 0..5 {
                     let t = Instant::now();
-                    // SAFETY: `isa` is the VNNI kernels, which Int8Kernel::new found this CPU runs.
+                    // SAFETY: `isa` is the VNNI or AVX2 kernels (16 or 8 lanes), which
+                    // Int8Kernel::new found this CPU runs.
                     unsafe { p.run(0, groups, &q8, n_in, m, &mut out) };
                     best = best.min(t.elapsed().as_secs_f64());
                 }
-                line += &format!("  m={m}: {:.2} ns", best * 1e9 / (groups * 16 * m) as f64);
+                line += &format!("  m={m}: {:.2} ns", best * 1e9 / (groups * lanes * m) as f64);
             }
             println!("{line}");
         }

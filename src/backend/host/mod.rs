@@ -8,9 +8,10 @@
 //! `fast` rounds each activation row to 8 bits per 32-element block once per matmul and runs
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
 //! staying on the f32 kernels. The weights are the mapped bytes in both, but for one case: at
-//! `fast` on CPUs with AVX-512 VNNI, the matrices of the 32-element block formats are packed
-//! once at open, sixteen rows interleaved (packed.rs), and their mapped pages handed back, so
-//! that the process holds one copy; the bits are those of every other kernel path.
+//! `fast` on x86-64, the matrices of the 32-element block formats are packed once at open,
+//! sixteen rows interleaved for AVX-512 VNNI, eight for AVX2 (packed.rs), and their mapped
+//! pages handed back, so that the process holds one copy; the bits are those of every other
+//! kernel path.
 
 pub mod act;
 mod dot;
@@ -41,8 +42,6 @@ use crate::semantics::Activation;
 pub use dot::dot;
 use int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
 use packed::Packed;
-#[cfg(target_arch = "x86_64")]
-use packed::GROUP;
 use row_dot::{block_sums, Isa, RowKernel};
 use team::Team;
 
@@ -109,9 +108,14 @@ impl HostBackend {
         tile.next_multiple_of(align)
     }
 
-    /// Whether `prepare` packs matrices (packed.rs): at `fast`, on the VNNI kernels.
-    fn packs(&self) -> bool {
-        self.precision == Precision::Fast && Int8Isa::for_isa(self.isa) == Int8Isa::Avx512Vnni
+    /// The rows per group `prepare` packs matrices in (packed.rs), if it does: at `fast`, 16
+    /// for the VNNI kernels, 8 for the AVX2 ones.
+    fn packs(&self) -> Option<usize> {
+        match (self.precision, Int8Isa::for_isa(self.isa)) {
+            (Precision::Fast, Int8Isa::Avx512Vnni) => Some(packed::GROUP),
+            (Precision::Fast, Int8Isa::Avx2) => Some(packed::GROUP_AVX2),
+            _ => None,
+        }
     }
 
     /// `task(i)` for i in 0..n, on the team (or on this thread alone when `serial`).
@@ -180,14 +184,15 @@ impl HostBackend {
         Q8_SCRATCH.with_borrow_mut(|q8| {
             q8.quantize_for_packed(x, n_in);
             let q8 = &*q8;
-            self.tiled(w, rows, GROUP, out, |j0, j1, chunk| {
+            self.tiled(w, rows, p.lanes, out, |j0, j1, chunk| {
                 let split = j1.min(p.rows()).max(j0);
                 let (head, tail) = chunk.split_at_mut((split - j0) * rows);
                 if split > j0 {
-                    // SAFETY: `prepare` packs only where the integer kernels are the VNNI ones,
-                    // which `Int8Isa::available` found this CPU runs; j0 is a multiple of
-                    // GROUP (the tiles are), so j0..split is whole groups.
-                    unsafe { p.run(j0 / GROUP, split / GROUP, q8, n_in, rows, head) };
+                    // SAFETY: `matmul_prepared` runs a packed matrix only where `packs` gives its
+                    // lanes, so the integer kernels are the ones its layout is for (16: VNNI,
+                    // 8: AVX2), which `Int8Isa::available` found this CPU runs; j0 is a
+                    // multiple of the lanes (the tiles are), so j0..split is whole groups.
+                    unsafe { p.run(j0 / p.lanes, split / p.lanes, q8, n_in, rows, head) };
                 }
                 if j1 > split {
                     kernel.run(QTile { w: &w.bytes()[split * rb..j1 * rb], row_bytes: rb, n_in, x: q8, m: rows, out: tail });
@@ -286,7 +291,8 @@ impl Kernels for HostBackend {
     /// At `fast` on the VNNI kernels, the block-sum formats' matrices of 16 rows or more are
     /// packed (packed.rs), once per tensor.
     fn prepare(&self, w: &WeightTensor) -> Result<Option<Prepared>> {
-        if !self.packs() || !int8::sums_per_block(w.ty) {
+        let Some(lanes) = self.packs() else { return Ok(None) };
+        if !int8::sums_per_block(w.ty) {
             return Ok(None);
         }
         let key = (w.bytes().as_ptr() as usize, w.bytes().len());
@@ -295,7 +301,7 @@ impl Kernels for HostBackend {
         if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
             return Ok(Some(p));
         }
-        let Some(p) = Packed::new(w, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
+        let Some(p) = Packed::new(w, lanes, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
         let p = std::sync::Arc::new(p);
         cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
         Ok(Some(p))
@@ -305,7 +311,7 @@ impl Kernels for HostBackend {
         #[cfg(target_arch = "x86_64")]
         if let Some(p) = w.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()) {
             let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
-            if rows > 0 && n_out > 0 && n_in > 0 && self.packs() {
+            if rows > 0 && n_out > 0 && n_in > 0 && self.packs() == Some(p.lanes) {
                 if let Some(kernel) = Int8Kernel::new(w.tensor.ty, Int8Isa::for_isa(self.isa)) {
                     return self.matmul_packed(&w.tensor, p, &kernel, &x[..rows * n_in], rows, &mut out[..rows * n_out]);
                 }

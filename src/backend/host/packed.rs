@@ -35,8 +35,10 @@ use super::int8::sums_per_block;
 #[cfg(target_arch = "x86_64")]
 use super::int8::Q8Rows;
 
-/// Weight rows per group: the lanes of a 512-bit register of i32.
+/// Weight rows per group for the VNNI kernels: the lanes of a 512-bit register of i32.
 pub const GROUP: usize = 16;
+/// Weight rows per group for the AVX2 kernels: the lanes of a 256-bit register.
+pub const GROUP_AVX2: usize = 8;
 
 /// Bytes of the source handed back at a time while packing (`WeightTensor::release_pages`).
 const RELEASE_BYTES: usize = 1 << 20;
@@ -44,7 +46,9 @@ const RELEASE_BYTES: usize = 1 << 20;
 /// A matrix packed for the VNNI block-sum kernels (see the module notes).
 pub struct Packed {
     pub ty: WeightType,
-    /// Whole groups packed: rows 0..groups * 16.
+    /// Rows per group: 16 (VNNI) or 8 (AVX2).
+    pub lanes: usize,
+    /// Whole groups packed: rows 0..groups * lanes.
     pub groups: usize,
     /// 32-element blocks per row.
     pub nb: usize,
@@ -57,13 +61,13 @@ const Q4_0: u8 = 1;
 const Q5_0: u8 = 2;
 const Q4_1: u8 = 3;
 
-/// Bytes of one group's block, and where its chunks start.
-const fn layout(f: u8) -> (usize, usize) {
+/// Bytes of one block of a group of `l` rows, and where its chunks (of 4l bytes) start.
+const fn layout(f: u8, l: usize) -> (usize, usize) {
     match f {
-        Q8_0 => (2 * GROUP + 8 * 64, 2 * GROUP),
-        Q4_0 => (2 * GROUP + 4 * 64, 2 * GROUP),
-        Q5_0 => (2 * GROUP + 4 * 64 + 8 * 8, 2 * GROUP),
-        _ => (4 * GROUP + 4 * 64, 4 * GROUP),
+        Q8_0 => (2 * l + 8 * 4 * l, 2 * l),
+        Q4_0 => (2 * l + 4 * 4 * l, 2 * l),
+        Q5_0 => (2 * l + 4 * 4 * l + 8 * l / 2, 2 * l),
+        _ => (4 * l + 4 * 4 * l, 4 * l),
     }
 }
 
@@ -79,22 +83,25 @@ fn format(ty: WeightType) -> u8 {
 /// Row r's stored block `blk` into its places in group block `d` (see the module notes). The
 /// sizes are constants, so that the copies need no checks: packing runs at open.
 #[inline(always)]
-fn pack_block<const F: u8, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
-    let (_, at) = layout(F);
+fn pack_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
+    let (_, at) = layout(F, L);
+    let c = 4 * L;
     d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
     if F == Q8_0 {
+        // VNNI reads unsigned bytes (q + 128); AVX2 keeps q signed for its sign trick.
+        let flip = if L == GROUP { 0x8080_8080 } else { 0 };
         for k in 0..8 {
-            let v = u32::from_le_bytes([blk[2 + 4 * k], blk[3 + 4 * k], blk[4 + 4 * k], blk[5 + 4 * k]]) ^ 0x8080_8080;
-            d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
+            let v = u32::from_le_bytes([blk[2 + 4 * k], blk[3 + 4 * k], blk[4 + 4 * k], blk[5 + 4 * k]]) ^ flip;
+            d[at + c * k + 4 * r..at + c * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
         }
         return;
     }
     let qs = quants_at(F);
     for k in 0..4 {
-        d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
+        d[at + c * k + 4 * r..at + c * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
     }
     if F == Q4_1 {
-        d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2].copy_from_slice(&blk[2..4]);
+        d[2 * L + 2 * r..2 * L + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
     if F == Q5_0 {
         // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
@@ -102,18 +109,18 @@ fn pack_block<const F: u8, const BB: usize, const ST: usize>(blk: &[u8; BB], r: 
         let shift = 4 * (r % 2);
         for k in 0..4 {
             for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                d[at + 4 * 64 + 8 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
+                d[at + 4 * c + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
             }
         }
     }
 }
 
-/// Group g's rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of ST bytes.
-fn pack_group<const F: u8, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
-    for r in 0..GROUP {
-        let row = &bytes[(g * GROUP + r) * rb..(g * GROUP + r + 1) * rb];
+/// Group g's L rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of ST bytes.
+fn pack_group<const F: u8, const L: usize, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+    for r in 0..L {
+        let row = &bytes[(g * L + r) * rb..(g * L + r + 1) * rb];
         for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<ST>().0) {
-            pack_block::<F, BB, ST>(blk, r, d);
+            pack_block::<F, L, BB, ST>(blk, r, d);
         }
     }
 }
@@ -128,17 +135,19 @@ fn quants_at(f: u8) -> usize {
 }
 
 impl Packed {
-    /// `w` packed, or None when its format is not a block-sum one, it has under 16 rows, or
-    /// the memory for the copy cannot be had (the stored bytes then serve, the same bits).
+    /// `w` packed in groups of `lanes` rows (GROUP for the VNNI kernels, GROUP_AVX2 for the
+    /// AVX2 ones), or None when its format is not a block-sum one, it has fewer rows, or the
+    /// memory for the copy cannot be had (the stored bytes then serve, the same bits).
     /// `run(n, task)` runs `task(i)` for every i < n, on any threads.
-    pub fn new(w: &WeightTensor, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
+    pub fn new(w: &WeightTensor, lanes: usize, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
         let ty = w.ty;
-        if !sums_per_block(ty) || w.rows() < GROUP || w.cols() < QK {
+        let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
+        if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
             return None;
         }
         let f = format(ty);
-        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), layout(f).0);
-        let groups = w.rows() / GROUP;
+        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), layout(f, lanes).0);
+        let groups = w.rows() / lanes;
         // Anonymous pages, in huge pages where the kernel has them: a quarter-gigabyte copy made
         // of 4 KiB pages spent more time faulting them in than packing.
         let mut data = memmap2::MmapMut::map_anon(groups * nb * st).ok()?;
@@ -146,61 +155,66 @@ impl Packed {
         let _ = data.advise(memmap2::Advice::HugePage);
         let bytes = w.bytes();
         // Tasks of about RELEASE_BYTES of the source each, whose pages they hand back when done.
-        let per_task = (RELEASE_BYTES / (GROUP * rb)).max(1);
+        let per_task = (RELEASE_BYTES / (lanes * rb)).max(1);
         let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = data.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
         run(pieces.len(), &|t| {
             let mut piece = pieces[t].lock();
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
                 let g = t * per_task + i;
-                match f {
-                    Q8_0 => pack_group::<Q8_0, 34, { layout(Q8_0).0 }>(bytes, rb, g, dst),
-                    Q4_0 => pack_group::<Q4_0, 18, { layout(Q4_0).0 }>(bytes, rb, g, dst),
-                    Q5_0 => pack_group::<Q5_0, 22, { layout(Q5_0).0 }>(bytes, rb, g, dst),
-                    _ => pack_group::<Q4_1, 20, { layout(Q4_1).0 }>(bytes, rb, g, dst),
+                match (f, lanes == GROUP) {
+                    (Q8_0, true) => pack_group::<Q8_0, GROUP, 34, { layout(Q8_0, GROUP).0 }>(bytes, rb, g, dst),
+                    (Q4_0, true) => pack_group::<Q4_0, GROUP, 18, { layout(Q4_0, GROUP).0 }>(bytes, rb, g, dst),
+                    (Q5_0, true) => pack_group::<Q5_0, GROUP, 22, { layout(Q5_0, GROUP).0 }>(bytes, rb, g, dst),
+                    (_, true) => pack_group::<Q4_1, GROUP, 20, { layout(Q4_1, GROUP).0 }>(bytes, rb, g, dst),
+                    (Q8_0, false) => pack_group::<Q8_0, GROUP_AVX2, 34, { layout(Q8_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
+                    (Q4_0, false) => pack_group::<Q4_0, GROUP_AVX2, 18, { layout(Q4_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
+                    (Q5_0, false) => pack_group::<Q5_0, GROUP_AVX2, 22, { layout(Q5_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
+                    (_, false) => pack_group::<Q4_1, GROUP_AVX2, 20, { layout(Q4_1, GROUP_AVX2).0 }>(bytes, rb, g, dst),
                 }
             }
             let g1 = (t * per_task + piece.len() / (nb * st)).min(groups);
-            w.release_pages(t * per_task * GROUP * rb..g1 * GROUP * rb);
+            w.release_pages(t * per_task * lanes * rb..g1 * lanes * rb);
         });
         drop(pieces);
-        Some(Packed { ty, groups, nb, data })
+        Some(Packed { ty, lanes, groups, nb, data })
     }
 
     /// Rows packed (the rest take the stored bytes).
     pub fn rows(&self) -> usize {
-        self.groups * GROUP
+        self.groups * self.lanes
     }
 
     /// Row j's stored bytes (j < `rows()`), rebuilt from the packed copy into `row`.
     pub fn stored_row(&self, j: usize, row: &mut Vec<u8>) {
-        let f = format(self.ty);
-        let (st, at) = layout(f);
-        let (g, r, bb) = (j / GROUP, j % GROUP, self.ty.block_bytes());
+        let (f, l) = (format(self.ty), self.lanes);
+        let ((st, at), c) = (layout(f, l), 4 * l);
+        let (g, r, bb) = (j / l, j % l, self.ty.block_bytes());
         row.clear();
         row.resize(self.nb * bb, 0);
         let group = &self.data[g * self.nb * st..(g + 1) * self.nb * st];
         for (blk, d) in row.chunks_exact_mut(bb).zip(group.chunks_exact(st)) {
             blk[..2].copy_from_slice(&d[2 * r..2 * r + 2]);
             if f == Q8_0 {
+                let flip = if l == GROUP { 0x80 } else { 0 };
                 for k in 0..8 {
                     for i in 0..4 {
-                        blk[2 + 4 * k + i] = d[at + 64 * k + 4 * r + i] ^ 0x80;
+                        blk[2 + 4 * k + i] = d[at + c * k + 4 * r + i] ^ flip;
                     }
                 }
                 continue;
             }
             let qs = quants_at(f);
             for k in 0..4 {
-                blk[qs + 4 * k..qs + 4 * k + 4].copy_from_slice(&d[at + 64 * k + 4 * r..at + 64 * k + 4 * r + 4]);
+                blk[qs + 4 * k..qs + 4 * k + 4].copy_from_slice(&d[at + c * k + 4 * r..at + c * k + 4 * r + 4]);
             }
             if f == Q4_1 {
-                blk[2..4].copy_from_slice(&d[2 * GROUP + 2 * r..2 * GROUP + 2 * r + 2]);
+                blk[2..4].copy_from_slice(&d[2 * l + 2 * r..2 * l + 2 * r + 2]);
             }
             if f == Q5_0 {
                 let mut qh = 0u32;
                 for k in 0..4 {
                     for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                        let m = d[at + 4 * 64 + 8 * (2 * k + half) + r / 2];
+                        let m = d[at + 4 * c + l / 2 * (2 * k + half) + r / 2];
                         qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
                     }
                 }
@@ -234,14 +248,22 @@ impl PreparedMatrix for Packed {
 
 impl Packed {
     /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled:
-    /// `Q8Rows::quantize` or `quantize_for_packed`), into `out` laid out (weight rows, m) from row g0 * 16.
+    /// `Q8Rows::quantize` or `quantize_for_packed`), into `out` laid out (weight rows, m) from
+    /// row g0 * lanes.
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA, F16C and AVX-512 F, VL, BW, DQ and VNNI (`Int8Isa::Avx512Vnni`).
+    /// The CPU has AVX2, FMA and F16C, and for 16 lanes also AVX-512 F, VL, BW, DQ and VNNI
+    /// (`Int8Isa::Avx512Vnni`).
     #[cfg(target_arch = "x86_64")]
     pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
         // SAFETY: the caller's promise.
-        unsafe { vnni::run(self, g0, g1, x, n_in, m, out) }
+        unsafe {
+            if self.lanes == GROUP {
+                vnni::run(self, g0, g1, x, n_in, m, out)
+            } else {
+                avx2::run(self, g0, g1, x, n_in, m, out)
+            }
+        }
     }
 }
 
@@ -268,7 +290,7 @@ mod vnni {
         xs: [&[f32]; RX],
         cb: [&[i32]; RX],
     ) -> [__m512; RX] {
-        let (st, at) = layout(F);
+        let (st, at) = layout(F, GROUP);
         assert!(blocks.len() >= nb * st);
         for r in 0..RX {
             assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
@@ -338,7 +360,7 @@ mod vnni {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
     #[inline]
     fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
-        let (nb, st) = (p.nb, layout(F).0);
+        let (nb, st) = (p.nb, layout(F, GROUP).0);
         let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
         let mut xq: [&[i8]; RX] = [&[]; RX];
         let mut xd: [&[f32]; RX] = [&[]; RX];
@@ -389,6 +411,178 @@ mod vnni {
             let mut r0 = 0;
             while r0 < m {
                 let rx = if m - r0 > MAX_RX { 8 } else { m - r0 };
+                match f {
+                    Q8_0 => by_rx!(Q8_0, g, r0, rx),
+                    Q4_0 => by_rx!(Q4_0, g, r0, rx),
+                    Q5_0 => by_rx!(Q5_0, g, r0, rx),
+                    _ => by_rx!(Q4_1, g, r0, rx),
+                }
+                r0 += rx;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{format, layout, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
+    use crate::backend::host::int8::Q8Rows;
+    use crate::quant::QK;
+
+    /// Bytes ahead of the block being read that a one-row pass prefetches.
+    const PREFETCH_BYTES: usize = 2048;
+
+    /// Byte j of a 64-bit pattern selecting bit j % 8 (for the Q5_0 masks).
+    const BIT_OF_BYTE: i64 = 0x8040_2010_0804_0201u64 as i64;
+
+    /// One group's `nb` blocks (format F, 8 rows) against RX activation rows: lane l of result r
+    /// is the group's row l . activation row r, int8.rs's block-sum arithmetic. `vpmaddubsw`
+    /// multiplies unsigned by signed bytes: the nibble formats go in as they are (pair sums at
+    /// most 2 * 31 * 127, so four pairs add in i16 without overflow), Q8_0 as |q| against x
+    /// with q's sign.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn group<const F: u8, const RX: usize>(
+        blocks: &[u8],
+        nb: usize,
+        xq: [&[i8]; RX],
+        xd: [&[f32]; RX],
+        xs: [&[f32]; RX],
+        cb: [&[i32]; RX],
+    ) -> [__m256; RX] {
+        let (st, at) = layout(F, L);
+        assert!(blocks.len() >= nb * st);
+        for r in 0..RX {
+            assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
+        }
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); RX];
+        let p = blocks.as_ptr();
+        for b in 0..nb {
+            // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
+            // bytes of `blocks`, the 32 bytes of each activation row's block b, and its scale,
+            // sum and correction inside their slices; the loads have no alignment requirement.
+            unsafe {
+                let base = p.add(b * st);
+                if RX <= 2 {
+                    for line in (0..st).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH_BYTES + line).cast());
+                    }
+                }
+                let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
+                let wm = if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
+                let chunks = base.add(at);
+                let mut wv = [_mm256_setzero_si256(); 8];
+                if F == Q8_0 {
+                    for (k, v) in wv.iter_mut().enumerate() {
+                        *v = _mm256_abs_epi8(_mm256_loadu_si256(chunks.add(32 * k).cast()));
+                    }
+                } else {
+                    let m4 = _mm256_set1_epi8(0x0F);
+                    for k in 0..4 {
+                        let c = _mm256_loadu_si256(chunks.add(32 * k).cast());
+                        wv[k] = _mm256_and_si256(c, m4);
+                        wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(c), m4);
+                    }
+                    if F == Q5_0 {
+                        // Mask i's 32 bits, bit 4r + j for byte 4r + j: each byte picks its
+                        // mask byte, tests its bit, and gains 16 where it is set.
+                        let masks = chunks.add(4 * 32).cast::<u32>();
+                        let spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+                        let bits = _mm256_set1_epi64x(BIT_OF_BYTE);
+                        let sixteen = _mm256_set1_epi8(0x10);
+                        for i in 0..8 {
+                            let m = _mm256_shuffle_epi8(_mm256_set1_epi32(masks.add(i).read_unaligned() as i32), spread);
+                            let hit = _mm256_cmpeq_epi8(_mm256_and_si256(m, bits), bits);
+                            let v = (i / 2) + 4 * (i % 2);
+                            wv[v] = _mm256_or_si256(wv[v], _mm256_and_si256(hit, sixteen));
+                        }
+                    }
+                }
+                for r in 0..RX {
+                    let xp = xq[r].as_ptr().add(b * QK).cast::<i32>();
+                    let x = |k: usize| _mm256_set1_epi32(xp.add(k).read_unaligned());
+                    let c = *cb[r].get_unchecked(b);
+                    let s = if F == Q8_0 {
+                        let mut s = _mm256_setzero_si256();
+                        for (k, &v) in wv.iter().enumerate() {
+                            let q = _mm256_loadu_si256(chunks.add(32 * k).cast());
+                            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x(k), q)), ones));
+                        }
+                        s
+                    } else {
+                        let half = |k0: usize| {
+                            let mut h = _mm256_maddubs_epi16(wv[k0], x(k0));
+                            for k in k0 + 1..k0 + 4 {
+                                h = _mm256_add_epi16(h, _mm256_maddubs_epi16(wv[k], x(k)));
+                            }
+                            _mm256_madd_epi16(h, ones)
+                        };
+                        let corr = match F {
+                            Q4_0 => c >> 4,
+                            Q5_0 => c >> 3,
+                            _ => 0,
+                        };
+                        _mm256_add_epi32(_mm256_add_epi32(half(0), half(4)), _mm256_set1_epi32(corr))
+                    };
+                    let t = _mm256_mul_ps(ws, _mm256_set1_ps(*xd[r].get_unchecked(b)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[r]);
+                    if F == Q4_1 {
+                        acc[r] = _mm256_fmadd_ps(wm, _mm256_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
+                    }
+                }
+            }
+        }
+        acc
+    }
+
+    /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
+        let (nb, st) = (p.nb, layout(F, L).0);
+        let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
+        let mut xq: [&[i8]; RX] = [&[]; RX];
+        let mut xd: [&[f32]; RX] = [&[]; RX];
+        let mut xs: [&[f32]; RX] = [&[]; RX];
+        let mut cb: [&[i32]; RX] = [&[]; RX];
+        for r in 0..RX {
+            (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
+            cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
+        }
+        let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
+        let mut lanes = [0.0f32; L];
+        for (r, a) in acc.iter().enumerate() {
+            // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
+            for (l, &v) in lanes.iter().enumerate() {
+                out[(g * L + l - row0) * m + r0 + r] = v;
+            }
+        }
+    }
+
+    /// Activation rows per call of `group`: AVX2's 16 registers hold a block's 8 weight
+    /// registers and a few rows' accumulators.
+    const MAX_RX: usize = 3;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
+        macro_rules! by_rx {
+            ($f:expr, $g:expr, $r0:expr, $rx:expr) => {
+                match $rx {
+                    1 => rows::<$f, 1>(p, $g, x, n_in, $r0, m, out, g0 * L),
+                    2 => rows::<$f, 2>(p, $g, x, n_in, $r0, m, out, g0 * L),
+                    _ => rows::<$f, 3>(p, $g, x, n_in, $r0, m, out, g0 * L),
+                }
+            };
+        }
+        let f = format(p.ty);
+        for g in g0..g1 {
+            let mut r0 = 0;
+            while r0 < m {
+                let rx = (m - r0).min(MAX_RX);
                 match f {
                     Q8_0 => by_rx!(Q8_0, g, r0, rx),
                     Q4_0 => by_rx!(Q4_0, g, r0, rx),
