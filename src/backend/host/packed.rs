@@ -267,6 +267,65 @@ impl Packed {
     }
 }
 
+/// A kernel module's `rows` (one call of its `group`, stored into place) and `run` (every group
+/// and activation row), for its lanes, store and the activation-row counts its `chunk` gives.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_and_run {
+    ($features:literal, $lanes:expr, $store:ident, [$($rx:literal)*]) => {
+        /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
+        #[target_feature(enable = $features)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
+            let (nb, st) = (p.nb, layout(F, $lanes).0);
+            let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
+            let mut xq: [&[i8]; RX] = [&[]; RX];
+            let mut xd: [&[f32]; RX] = [&[]; RX];
+            let mut xs: [&[f32]; RX] = [&[]; RX];
+            let mut cb: [&[i32]; RX] = [&[]; RX];
+            for r in 0..RX {
+                (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
+                cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
+            }
+            let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
+            let mut lanes = [0.0f32; $lanes];
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: writes the f32 lanes of the array; storeu has no alignment requirement.
+                unsafe { $store(lanes.as_mut_ptr(), *a) };
+                for (l, &v) in lanes.iter().enumerate() {
+                    out[(g * $lanes + l - row0) * m + r0 + r] = v;
+                }
+            }
+        }
+
+        /// Groups g0..g1 of format F against all m activation rows, `chunk` rows at a time.
+        #[target_feature(enable = $features)]
+        fn run_format<const F: u8>(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
+            for g in g0..g1 {
+                let mut r0 = 0;
+                while r0 < m {
+                    let rx = chunk(m - r0);
+                    match rx {
+                        $($rx => rows::<F, $rx>(p, g, x, n_in, r0, m, out, g0 * $lanes),)*
+                        _ => unreachable!("chunk gives {rx} rows"),
+                    }
+                    r0 += rx;
+                }
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
+            match format(p.ty) {
+                Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out),
+                Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out),
+                Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out),
+                _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out),
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::*;
@@ -356,71 +415,18 @@ mod vnni {
         acc
     }
 
-    /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-    #[inline]
-    fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
-        let (nb, st) = (p.nb, layout(F, GROUP).0);
-        let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
-        let mut xq: [&[i8]; RX] = [&[]; RX];
-        let mut xd: [&[f32]; RX] = [&[]; RX];
-        let mut xs: [&[f32]; RX] = [&[]; RX];
-        let mut cb: [&[i32]; RX] = [&[]; RX];
-        for r in 0..RX {
-            (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
-            cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
-        }
-        let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
-        let mut lanes = [0.0f32; GROUP];
-        for (r, a) in acc.iter().enumerate() {
-            // SAFETY: writes the 16 f32 of the array; storeu has no alignment requirement.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *a) };
-            for (l, &v) in lanes.iter().enumerate() {
-                out[(g * GROUP + l - row0) * m + r0 + r] = v;
-            }
-        }
-    }
-
-    /// Activation rows per call of `group` for m rows in all: all of them up to 12 (a verify
-    /// of 8 drafted rows is 9), else 8 at a time, so that the accumulators and a block's eight
+    /// Activation rows per call of `group` for `left` rows still to do: all of them up to 12 (a
+    /// verify of 8 drafted rows is 9), else 8, so that the accumulators and a block's eight
     /// weight registers stay in the 32 registers.
-    const MAX_RX: usize = 12;
-
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-    pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
-        macro_rules! by_rx {
-            ($f:expr, $g:expr, $r0:expr, $rx:expr) => {
-                match $rx {
-                    1 => rows::<$f, 1>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    2 => rows::<$f, 2>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    3 => rows::<$f, 3>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    4 => rows::<$f, 4>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    5 => rows::<$f, 5>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    6 => rows::<$f, 6>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    7 => rows::<$f, 7>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    8 => rows::<$f, 8>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    9 => rows::<$f, 9>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    10 => rows::<$f, 10>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    11 => rows::<$f, 11>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                    _ => rows::<$f, 12>(p, $g, x, n_in, $r0, m, out, g0 * GROUP),
-                }
-            };
-        }
-        let f = format(p.ty);
-        for g in g0..g1 {
-            let mut r0 = 0;
-            while r0 < m {
-                let rx = if m - r0 > MAX_RX { 8 } else { m - r0 };
-                match f {
-                    Q8_0 => by_rx!(Q8_0, g, r0, rx),
-                    Q4_0 => by_rx!(Q4_0, g, r0, rx),
-                    Q5_0 => by_rx!(Q5_0, g, r0, rx),
-                    _ => by_rx!(Q4_1, g, r0, rx),
-                }
-                r0 += rx;
-            }
+    fn chunk(left: usize) -> usize {
+        if left > 12 {
+            8
+        } else {
+            left
         }
     }
+
+    rows_and_run!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni", GROUP, _mm512_storeu_ps, [1 2 3 4 5 6 7 8 9 10 11 12]);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -538,59 +544,11 @@ mod avx2 {
         acc
     }
 
-    /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
-        let (nb, st) = (p.nb, layout(F, L).0);
-        let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
-        let mut xq: [&[i8]; RX] = [&[]; RX];
-        let mut xd: [&[f32]; RX] = [&[]; RX];
-        let mut xs: [&[f32]; RX] = [&[]; RX];
-        let mut cb: [&[i32]; RX] = [&[]; RX];
-        for r in 0..RX {
-            (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
-            cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
-        }
-        let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
-        let mut lanes = [0.0f32; L];
-        for (r, a) in acc.iter().enumerate() {
-            // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
-            for (l, &v) in lanes.iter().enumerate() {
-                out[(g * L + l - row0) * m + r0 + r] = v;
-            }
-        }
-    }
-
     /// Activation rows per call of `group`: AVX2's 16 registers hold a block's 8 weight
     /// registers and a few rows' accumulators.
-    const MAX_RX: usize = 3;
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
-        macro_rules! by_rx {
-            ($f:expr, $g:expr, $r0:expr, $rx:expr) => {
-                match $rx {
-                    1 => rows::<$f, 1>(p, $g, x, n_in, $r0, m, out, g0 * L),
-                    2 => rows::<$f, 2>(p, $g, x, n_in, $r0, m, out, g0 * L),
-                    _ => rows::<$f, 3>(p, $g, x, n_in, $r0, m, out, g0 * L),
-                }
-            };
-        }
-        let f = format(p.ty);
-        for g in g0..g1 {
-            let mut r0 = 0;
-            while r0 < m {
-                let rx = (m - r0).min(MAX_RX);
-                match f {
-                    Q8_0 => by_rx!(Q8_0, g, r0, rx),
-                    Q4_0 => by_rx!(Q4_0, g, r0, rx),
-                    Q5_0 => by_rx!(Q5_0, g, r0, rx),
-                    _ => by_rx!(Q4_1, g, r0, rx),
-                }
-                r0 += rx;
-            }
-        }
+    fn chunk(left: usize) -> usize {
+        left.min(3)
     }
+
+    rows_and_run!("avx2,fma,f16c", L, _mm256_storeu_ps, [1 2 3]);
 }
