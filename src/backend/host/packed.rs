@@ -1,26 +1,28 @@
 //! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`)
-//! packed at open for the AVX-512 VNNI kernels: sixteen weight rows interleaved, so that one
-//! `vpdpbusd` makes four products for each of the sixteen rows, and after a block's eight the
-//! sixteen lanes hold the rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x,
-//! acc)`, and Q4_1's `acc = fma(wm, s_x, acc)`) then run on all sixteen rows' chains at once,
-//! with no lane reduction at the end. The bits are int8.rs's block-sum arithmetic, as every
-//! other kernel path gives them (tests/host_int8.rs).
+//! packed at open, weight rows interleaved L at a time: 16 for the AVX-512 VNNI kernels, 8 for
+//! the AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
+//! makes four products for each of the L rows, and after a block's eight the L lanes hold the
+//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's `acc =
+//! fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
+//! end. The bits are int8.rs's block-sum arithmetic, as every other kernel path gives them
+//! (tests/host_int8.rs).
 //!
 //! # Layout
 //!
-//! Rows are taken sixteen at a time (a group); the rows after the last whole group stay in the
-//! stored bytes and take the row-order kernels. Group g's block b is `stride` bytes: the
-//! sixteen rows' f16 scales as stored (Q4_1: then their f16 mins), then 64-byte chunks in which
-//! bytes 4r..4r+4 belong to row r:
+//! Rows are taken L at a time (a group); the rows after the last whole group stay in the stored
+//! bytes and take the row-order kernels. Group g's block b is `stride` bytes: the L rows' f16
+//! scales as stored (Q4_1: then their f16 mins), then chunks of 4L bytes in which bytes
+//! 4r..4r+4 belong to row r:
 //!
-//! - Q8_0: eight chunks, chunk k holding elements 4k..4k+4 of each row, as unsigned bytes
-//!   (q + 128: the sign bit flipped), so that they can be `vpdpbusd`'s unsigned operand; the
-//!   activations' `cb` (-128 times the block's sum) takes the offset back.
+//! - Q8_0: eight chunks, chunk k holding elements 4k..4k+4 of each row. For VNNI as unsigned
+//!   bytes (q + 128: the sign bit flipped), `vpdpbusd`'s unsigned operand, the activations'
+//!   `cb` (-128 times the block's sum) taking the offset back; for AVX2 as stored, since
+//!   `vpmaddubsw` would overflow i16 on q + 128 and takes |q| against x with q's sign instead.
 //! - Q4_0, Q5_0, Q4_1: four chunks, chunk k holding stored bytes 4k..4k+4 of each row's
 //!   nibbles: their low nibbles are elements 4k..4k+4, their high nibbles elements
 //!   16+4k..16+4k+4. Q4_0's offset (8) is taken back by `cb / 16`, Q5_0's (16) by `cb / 8`;
-//!   Q4_1 has none. Q5_0's fifth bits follow as eight 64-bit masks, two per chunk (its low and
-//!   its high elements), bit 4r+i standing for row r's element i of the chunk.
+//!   Q4_1 has none. Q5_0's fifth bits follow as eight masks of 4L bits, two per chunk (its low
+//!   and its high elements), bit 4r+i standing for row r's element i of the chunk.
 //!
 //! The packed copy is the same size as the stored bytes. After packing, the mapped pages of the
 //! tensor are handed back to the kernel (`WeightTensor::release_pages`), so that the process
@@ -43,7 +45,7 @@ pub const GROUP_AVX2: usize = 8;
 /// Bytes of the source handed back at a time while packing (`WeightTensor::release_pages`).
 const RELEASE_BYTES: usize = 1 << 20;
 
-/// A matrix packed for the VNNI block-sum kernels (see the module notes).
+/// A matrix packed for the block-sum kernels (see the module notes).
 pub struct Packed {
     pub ty: WeightType,
     /// Rows per group: 16 (VNNI) or 8 (AVX2).
