@@ -103,7 +103,7 @@ impl Lookup<'_> {
         let w = self.f32s(name, len)?;
         let w: Vec<f32> = match form {
             NormForm::Weight => w,
-            // HF Gemma RMSNorm: output * (1.0 + weight.float()), in f32.
+            // The (1 + w) form of HF's RMSNorm: output * (1.0 + weight.float()), in f32.
             NormForm::OnePlusWeight => w.into_iter().map(|x| 1.0 + x).collect(),
         };
         self.backend.prepare_vector(&w)
