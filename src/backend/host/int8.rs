@@ -45,7 +45,9 @@
 //! The host backend has one instruction-set choice, row_dot.rs's `Isa`, and takes the integer
 //! kernels that go with it ([`Int8Isa::for_isa`]): the CPU's best gives the best integer
 //! kernels (VNNI or AVX2 on x86_64, NEON on aarch64), and a forced `Isa::Portable` gives the
-//! portable ones on every CPU, so tests can run each path through the whole backend.
+//! portable ones on every CPU, so tests can run each path through the whole backend. On
+//! x86_64 the block-sum formats' matrices are packed at open for the VNNI or AVX2 kernels
+//! (packed.rs); these entry points then serve only the rows after a packed matrix's last group.
 //!
 //! # Accuracy
 //!
@@ -75,7 +77,7 @@ pub struct Q8Rows {
     /// unsigned bytes (w + 128) adds to a lane's sum, taken back by starting the sum there.
     pub c: Vec<i32>,
     /// (m, n_in / 32): `-128 * sum(q)` for each block, the same correction for a whole block
-    /// (the packed VNNI kernels, packed.rs).
+    /// (the packed kernels, packed.rs).
     pub cb: Vec<i32>,
 }
 
@@ -103,6 +105,11 @@ impl Q8Rows {
     /// empty.
     pub fn quantize_for_packed(&mut self, x: &[f32], n_in: usize) {
         self.quantize_with(x, n_in, Isa::Avx2.available(), false);
+        self.fill_cb();
+    }
+
+    /// Fills `cb` from `q`.
+    fn fill_cb(&mut self) {
         self.cb.clear();
         self.cb.extend(self.q.as_chunks::<QK>().0.iter().map(|b| -128 * b.iter().map(|&v| v as i32).sum::<i32>()));
     }
@@ -132,14 +139,13 @@ impl Q8Rows {
         }
     }
 
-    /// Fills `d8` and `c` from `q` and `d`.
+    /// Fills `d8`, `c` and `cb` from `q` and `d`.
     fn derive(&mut self) {
         self.d8.clear();
         self.d8.extend(self.d.iter().flat_map(|&d| [d; 8]));
         self.c.clear();
         self.c.extend(self.q.as_chunks::<4>().0.iter().map(|g| -128 * g.iter().map(|&v| v as i32).sum::<i32>()));
-        self.cb.clear();
-        self.cb.extend(self.c.as_chunks::<8>().0.iter().map(|l| l.iter().sum::<i32>()));
+        self.fill_cb();
     }
 
     /// Row r (of `n_in` elements) alone, as `quantize` would give it for that row alone.

@@ -136,7 +136,8 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     out
 }
 
-/// One weight row against RR activation rows, in the lane-sum or (SUMMED) the block-sum form.
+/// One weight row against RR activation rows, in the lane-sum (`row_dots`) or (SUMMED) the
+/// block-sum form.
 #[target_feature(enable = "neon")]
 #[inline]
 fn dots<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool, const RR: usize>(
@@ -146,11 +147,26 @@ fn dots<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool,
     xs: [&[f32]; RR],
     decode: impl Fn(&[u8; BB], usize) -> Decoded,
 ) -> [f32; RR] {
-    if SUMMED {
-        summed_dots::<BB, MIN, RR>(w, xq, xd, xs, decode)
-    } else {
-        row_dots::<BB, SUBS, MIN, RR>(w, xq, xd, xs, decode)
+    if !SUMMED {
+        return row_dots::<BB, SUBS, MIN, RR>(w, xq, xd, xs, decode);
     }
+    // The block-sum formats (int8.rs's `sums_per_block`): each block's lanes added across
+    // (`addv`, exact in i32) and the float step on the sum.
+    let blocks = w.as_chunks::<BB>().0;
+    let nb = common_blocks::<MIN, RR>(blocks.len(), &xq, &xd, &xs);
+    let mut acc = [0.0f32; RR];
+    for (b, blk) in blocks[..nb].iter().enumerate() {
+        let blk = decode(blk, 0);
+        for r in 0..RR {
+            let x = load_x(&xq[r][b]);
+            let s = vaddvq_s32(vaddq_s32(sums16(blk.q[0], x[0]), sums16(blk.q[1], x[1])));
+            acc[r] = (s as f32).mul_add(blk.scale[0] * xd[r][b], acc[r]);
+            if MIN {
+                acc[r] = blk.min.mul_add(xs[r][b], acc[r]);
+            }
+        }
+    }
+    acc
 }
 
 /// Every weight row of the tile against every activation row, R at a time, then one at a time.
@@ -183,34 +199,6 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool,
             o[r] = dots::<BB, SUBS, MIN, SUMMED, 1>(w, [xq], [xd], [xs], decode)[0];
         }
     }
-}
-
-/// The block-sum formats (int8.rs's `sums_per_block`): one weight row against R activation
-/// rows, each block's lanes added across (`addv`, exact in i32) and the float step on the sum.
-#[target_feature(enable = "neon")]
-#[inline]
-fn summed_dots<const BB: usize, const MIN: bool, const R: usize>(
-    w: &[u8],
-    xq: [&[[i8; QK]]; R],
-    xd: [&[f32]; R],
-    xs: [&[f32]; R],
-    decode: impl Fn(&[u8; BB], usize) -> Decoded,
-) -> [f32; R] {
-    let blocks = w.as_chunks::<BB>().0;
-    let nb = common_blocks::<MIN, R>(blocks.len(), &xq, &xd, &xs);
-    let mut acc = [0.0f32; R];
-    for (b, blk) in blocks[..nb].iter().enumerate() {
-        let blk = decode(blk, 0);
-        for r in 0..R {
-            let x = load_x(&xq[r][b]);
-            let s = vaddvq_s32(vaddq_s32(sums16(blk.q[0], x[0]), sums16(blk.q[1], x[1])));
-            acc[r] = (s as f32).mul_add(blk.scale[0] * xd[r][b], acc[r]);
-            if MIN {
-                acc[r] = blk.min.mul_add(xs[r][b], acc[r]);
-            }
-        }
-    }
-    acc
 }
 
 // Decoders: block k (always 0 for the 32-element formats) of one stored block.

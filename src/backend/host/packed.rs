@@ -269,6 +269,33 @@ impl Packed {
     }
 }
 
+/// The reads of a kernel's `group` over `nb` blocks (of `st` bytes in `blocks`) and RX
+/// activation rows (values, scales, sums for Q4_1, corrections), checked once so that its loop
+/// needs no checks.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::type_complexity)]
+fn check_rows<const F: u8, const RX: usize>(blocks: &[u8], nb: usize, st: usize, (xq, xd, xs, cb): (&[&[i8]; RX], &[&[f32]; RX], &[&[f32]; RX], &[&[i32]; RX])) {
+    assert!(blocks.len() >= nb * st);
+    for r in 0..RX {
+        assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
+    }
+}
+
+/// Bytes ahead of the block being read that a one- or two-row pass prefetches.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 2048;
+
+/// Asks for the cache lines of the block `PREFETCH_BYTES` past `base` (`st` bytes). The address
+/// may lie past the matrix: a prefetch never faults or reads it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_block(base: *const u8, st: usize) {
+    for line in (0..st).step_by(64) {
+        // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.wrapping_add(PREFETCH_BYTES + line).cast()) };
+    }
+}
+
 /// A kernel module's `rows` (one call of its `group`, stored into place) and `run` (every group
 /// and activation row), for its lanes, store and the activation-row counts its `chunk` gives.
 #[cfg(target_arch = "x86_64")]
@@ -332,12 +359,9 @@ macro_rules! rows_and_run {
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{format, layout, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{check_rows, format, layout, prefetch_block, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
-
-    /// Bytes ahead of the block being read that a one-row pass prefetches.
-    const PREFETCH_BYTES: usize = 2048;
 
     /// One group's `nb` blocks (`blocks`, of format F) against RX activation rows: lane l of
     /// result r is the group's row l . activation row r, int8.rs's block-sum arithmetic.
@@ -352,10 +376,7 @@ mod vnni {
         cb: [&[i32]; RX],
     ) -> [__m512; RX] {
         let (st, at) = layout(F, GROUP);
-        assert!(blocks.len() >= nb * st);
-        for r in 0..RX {
-            assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
-        }
+        check_rows::<F, RX>(blocks, nb, st, (&xq, &xd, &xs, &cb));
         let mut acc = [_mm512_setzero_ps(); RX];
         let p = blocks.as_ptr();
         for b in 0..nb {
@@ -365,9 +386,7 @@ mod vnni {
             unsafe {
                 let base = p.add(b * st);
                 if RX <= 2 {
-                    for line in (0..st).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH_BYTES + line).cast());
-                    }
+                    prefetch_block(base, st);
                 }
                 let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
                 let wm = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
@@ -435,12 +454,9 @@ mod vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{format, layout, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{check_rows, format, layout, prefetch_block, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
-
-    /// Bytes ahead of the block being read that a one-row pass prefetches.
-    const PREFETCH_BYTES: usize = 2048;
 
     /// Byte j of a 64-bit pattern selecting bit j % 8 (for the Q5_0 masks).
     const BIT_OF_BYTE: i64 = 0x8040_2010_0804_0201u64 as i64;
@@ -461,10 +477,7 @@ mod avx2 {
         cb: [&[i32]; RX],
     ) -> [__m256; RX] {
         let (st, at) = layout(F, L);
-        assert!(blocks.len() >= nb * st);
-        for r in 0..RX {
-            assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
-        }
+        check_rows::<F, RX>(blocks, nb, st, (&xq, &xd, &xs, &cb));
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); RX];
         let p = blocks.as_ptr();
@@ -475,9 +488,7 @@ mod avx2 {
             unsafe {
                 let base = p.add(b * st);
                 if RX <= 2 {
-                    for line in (0..st).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH_BYTES + line).cast());
-                    }
+                    prefetch_block(base, st);
                 }
                 let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
                 let wm = if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
