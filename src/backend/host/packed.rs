@@ -274,7 +274,8 @@ impl Packed {
 /// needs no checks.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::type_complexity)]
-fn check_rows<const F: u8, const RX: usize>(blocks: &[u8], nb: usize, st: usize, (xq, xd, xs, cb): (&[&[i8]; RX], &[&[f32]; RX], &[&[f32]; RX], &[&[i32]; RX])) {
+#[inline(always)]
+fn check_rows<const F: u8, const RX: usize>(blocks: &[u8], nb: usize, st: usize, (xq, xd, xs, cb): ([&[i8]; RX], [&[f32]; RX], [&[f32]; RX], [&[i32]; RX])) {
     assert!(blocks.len() >= nb * st);
     for r in 0..RX {
         assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
@@ -376,7 +377,7 @@ mod vnni {
         cb: [&[i32]; RX],
     ) -> [__m512; RX] {
         let (st, at) = layout(F, GROUP);
-        check_rows::<F, RX>(blocks, nb, st, (&xq, &xd, &xs, &cb));
+        check_rows::<F, RX>(blocks, nb, st, (xq, xd, xs, cb));
         let mut acc = [_mm512_setzero_ps(); RX];
         let p = blocks.as_ptr();
         for b in 0..nb {
@@ -477,7 +478,7 @@ mod avx2 {
         cb: [&[i32]; RX],
     ) -> [__m256; RX] {
         let (st, at) = layout(F, L);
-        check_rows::<F, RX>(blocks, nb, st, (&xq, &xd, &xs, &cb));
+        check_rows::<F, RX>(blocks, nb, st, (xq, xd, xs, cb));
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); RX];
         let p = blocks.as_ptr();
