@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use packlm::backend::host::int8::{Int8Isa, Int8Kernel, Q8Rows, QTile};
 #[cfg(target_arch = "x86_64")]
-use packlm::backend::host::packed::Packed;
+use packlm::backend::host::packed::{Arena, Packed};
 #[cfg(target_arch = "x86_64")]
 use packlm::pack::tensor::{TensorBytes, WeightTensor};
 use packlm::quant::WeightType;
@@ -71,7 +71,7 @@ fn main() {
             // The same matrix packed at open, as the host backend runs it on this CPU.
             let t = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
             let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
-            let p = Packed::new(&t, lanes, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
+            let p = Packed::new(&t, lanes, &Arena::new(), &|n, task| (0..n).for_each(task)).expect("a block-sum format");
             let mut line = format!("{ty:>5} packed:");
             for m in [1, 2, 3, 4, 9, 12, 64] {
                 let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();

@@ -1,6 +1,6 @@
 //! The cost of opening a pack and tokenizing its first prompt, printed as one JSON line:
 //!
-//!   cargo run --release --example open_time -- PACK [--runs N] [--prefill N]
+//!   cargo run --release --example open_time -- PACK [--runs N] [--prefill N] [--threads N] [--precision exact|fast]
 //!
 //! Each run (in a fresh process, so that nothing is warm but the page cache) times
 //! `Model::open` and the first `encode("Hello, world", add_special, no parse_special)` apart,
@@ -8,14 +8,15 @@
 //! (VmHWM) after the open, after the encode and at the end, and the resident set after the encode
 //! (VmRSS, and its anonymous and file-backed parts). The first tokenize is counted
 //! because a tokenizer built lazily would only move the cost of the open there. With `--runs N`
-//! the program runs itself N times and prints each run and the best of each time.
+//! the program runs itself N times and prints each run and the best of each time. `--threads`
+//! (0, the default: one per core) and `--precision` (default: the pack's) are the open options.
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use packlm::backend::BackendKind;
+use packlm::backend::{BackendKind, Precision};
 use packlm::engine::{Model, OpenOptions, Session, Want};
 
 /// Peak resident set (VmHWM) in MiB, from /proc; 0 where /proc has none.
@@ -41,7 +42,7 @@ fn fail(msg: String) -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(pack) = args.first() else {
-        eprintln!("usage: open_time PACK [--runs N] [--prefill N]");
+        eprintln!("usage: open_time PACK [--runs N] [--prefill N] [--threads N] [--precision exact|fast]");
         std::process::exit(2);
     };
     let value = |name: &str| -> usize {
@@ -52,12 +53,22 @@ fn main() {
     };
     let runs = value("--runs");
     let prefill = value("--prefill");
+    let threads = value("--threads");
+    let precision = match args.iter().position(|a| a == "--precision").map(|i| args.get(i + 1).map(String::as_str)) {
+        None => None,
+        Some(Some("exact")) => Some(Precision::Exact),
+        Some(Some("fast")) => Some(Precision::Fast),
+        Some(_) => fail("--precision takes exact or fast".into()),
+    };
     if runs > 0 {
-        repeat(pack, runs, prefill);
+        // The child gets every argument but --runs.
+        let i = args.iter().position(|a| a == "--runs").unwrap_or(0);
+        let rest: Vec<&String> = args.iter().enumerate().filter(|&(k, _)| k != 0 && k != i && k != i + 1).map(|(_, a)| a).collect();
+        repeat(pack, runs, &rest);
         return;
     }
     let t = Instant::now();
-    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 0, precision: None })
+    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision })
         .unwrap_or_else(|e| fail(format!("{pack}: {e}")));
     let open_s = t.elapsed().as_secs_f64();
     let rss_open = peak_rss_mib();
@@ -92,12 +103,13 @@ fn main() {
 }
 
 /// Runs this program `runs` times on `pack` and prints every run, then the best of each field.
-fn repeat(pack: &str, runs: usize, prefill: usize) {
+fn repeat(pack: &str, runs: usize, rest: &[&String]) {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(format!("current_exe: {e}")));
     let mut best: Option<serde_json::Map<String, serde_json::Value>> = None;
     for _ in 0..runs {
         let out = Command::new(&exe)
-            .args([pack, "--prefill", &prefill.to_string()])
+            .arg(pack)
+            .args(rest)
             .output()
             .unwrap_or_else(|e| fail(format!("run: {e}")));
         if !out.status.success() {

@@ -74,6 +74,8 @@ pub struct HostBackend {
     /// The matrices packed so far (packed.rs), by their bytes' address and length: a tied
     /// embedding and output matrix are prepared twice and packed once.
     packed: Mutex<Vec<(usize, usize, std::sync::Weak<Packed>)>>,
+    /// The memory those are cut from.
+    arena: packed::Arena,
 }
 
 impl HostBackend {
@@ -88,7 +90,7 @@ impl HostBackend {
         if !isa.available() {
             return Err(Error::new(Status::ErrBackendUnavailable, format!("this CPU cannot run the {isa:?} kernels")));
         }
-        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact, packed: Mutex::new(Vec::new()) })
+        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact, packed: Mutex::new(Vec::new()), arena: packed::Arena::new() })
     }
 
     /// The same kernels at `precision`.
@@ -301,7 +303,7 @@ impl Kernels for HostBackend {
         if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
             return Ok(Some(p));
         }
-        let Some(p) = Packed::new(w, lanes, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
+        let Some(p) = Packed::new(w, lanes, &self.arena, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
         let p = std::sync::Arc::new(p);
         cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
         Ok(Some(p))

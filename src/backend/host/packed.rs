@@ -28,6 +28,13 @@
 //! tensor are handed back to the kernel (`WeightTensor::release_pages`), so that the process
 //! holds one copy; the few reads of the stored bytes that remain (the last rows, an embedding
 //! row) fault their pages in again.
+//!
+//! # Memory
+//!
+//! Packed matrices are cut, one after the other, from large anonymous regions (`Arena`),
+//! advised into huge pages: a model's layer matrices are mostly under 2 MiB, and each in a
+//! mapping of its own took one page fault (and one zeroed 4 KiB page) per 4 KiB, some half of
+//! the open's time. A region is address space until written, so its unused end costs no memory.
 
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
@@ -45,6 +52,78 @@ pub const GROUP_AVX2: usize = 8;
 /// Bytes of the source handed back at a time while packing (`WeightTensor::release_pages`).
 const RELEASE_BYTES: usize = 1 << 20;
 
+/// Address space reserved per region of an `Arena`; a larger matrix gets a region of its own.
+const REGION_BYTES: usize = 256 << 20;
+/// The huge-page size the regions are aligned to.
+const HUGE_PAGE: usize = 2 << 20;
+/// Alignment of each matrix in its region: a cache line.
+const SLAB_ALIGN: usize = 64;
+
+/// An anonymous mapping, written only through the disjoint slabs `Arena::slab` hands out.
+struct Region {
+    map: memmap2::MmapMut,
+    /// `map`'s first byte, taken once from `as_mut_ptr`, so that slabs can be cut from a shared
+    /// region.
+    base: *mut u8,
+}
+
+// SAFETY: the region is plain memory; the only writes are through slabs, each a range handed
+// out once (`Arena::slab`) and written by its one owner before it is shared (`Packed::new`).
+unsafe impl Send for Region {}
+// SAFETY: as for Send: shared access is reads of ranges no longer written.
+unsafe impl Sync for Region {}
+
+/// Where the packed matrices of one backend are cut from (see the module notes).
+#[derive(Default)]
+pub struct Arena {
+    /// The region being filled and the offset of its first free byte.
+    current: parking_lot::Mutex<Option<(std::sync::Arc<Region>, usize)>>,
+}
+
+/// `len` bytes at `off` in `region`: one packed matrix.
+struct Slab {
+    region: std::sync::Arc<Region>,
+    off: usize,
+    len: usize,
+}
+
+impl Slab {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: off..off + len lies in the region's map (`Arena::slab`), which lives as long
+        // as the Arc; once `Packed::new` returns nothing writes it.
+        unsafe { std::slice::from_raw_parts(self.region.base.add(self.off), self.len) }
+    }
+}
+
+impl Arena {
+    pub fn new() -> Arena {
+        Arena::default()
+    }
+
+    /// `len` bytes no other slab overlaps, zeroed, and a pointer to write them through; None
+    /// when the address space cannot be had.
+    fn slab(&self, len: usize) -> Option<(Slab, *mut u8)> {
+        let mut cur = self.current.lock();
+        let fits = |c: &Option<(std::sync::Arc<Region>, usize)>| c.as_ref().is_some_and(|(r, at)| at + len <= r.map.len());
+        if !fits(&cur) {
+            let size = REGION_BYTES.max(len + HUGE_PAGE);
+            let mut map = memmap2::MmapMut::map_anon(size).ok()?;
+            #[cfg(target_os = "linux")]
+            let _ = map.advise(memmap2::Advice::HugePage);
+            let base = map.as_mut_ptr();
+            // The first 2 MiB boundary: from there every whole huge page of the range can be one.
+            let start = (base as usize).next_multiple_of(HUGE_PAGE) - base as usize;
+            *cur = Some((std::sync::Arc::new(Region { map, base }), start));
+        }
+        let (region, at) = cur.as_mut()?;
+        let off = *at;
+        *at = (off + len).next_multiple_of(SLAB_ALIGN);
+        // SAFETY: off..off + len lies in the map (`fits`, or the fresh region's size).
+        let ptr = unsafe { region.base.add(off) };
+        Some((Slab { region: region.clone(), off, len }, ptr))
+    }
+}
+
 /// A matrix packed for the block-sum kernels (see the module notes).
 pub struct Packed {
     pub ty: WeightType,
@@ -54,7 +133,7 @@ pub struct Packed {
     pub groups: usize,
     /// 32-element blocks per row.
     pub nb: usize,
-    data: memmap2::MmapMut,
+    data: Slab,
 }
 
 /// The packed formats, as the kernels' const parameter.
@@ -140,8 +219,9 @@ impl Packed {
     /// `w` packed in groups of `lanes` rows (GROUP for the VNNI kernels, GROUP_AVX2 for the
     /// AVX2 ones), or None when its format is not a block-sum one, it has fewer rows, or the
     /// memory for the copy cannot be had (the stored bytes then serve, the same bits).
-    /// `run(n, task)` runs `task(i)` for every i < n, on any threads.
-    pub fn new(w: &WeightTensor, lanes: usize, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
+    /// The copy is cut from `arena`. `run(n, task)` runs `task(i)` for every i < n, on any
+    /// threads.
+    pub fn new(w: &WeightTensor, lanes: usize, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
         if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
@@ -150,15 +230,14 @@ impl Packed {
         let f = format(ty);
         let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), layout(f, lanes).0);
         let groups = w.rows() / lanes;
-        // Anonymous pages, in huge pages where the kernel has them: a quarter-gigabyte copy made
-        // of 4 KiB pages spent more time faulting them in than packing.
-        let mut data = memmap2::MmapMut::map_anon(groups * nb * st).ok()?;
-        #[cfg(target_os = "linux")]
-        let _ = data.advise(memmap2::Advice::HugePage);
+        let (data, ptr) = arena.slab(groups * nb * st)?;
+        // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
+        // before this call returns.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, data.len) };
         let bytes = w.bytes();
         // Tasks of about RELEASE_BYTES of the source each, whose pages they hand back when done.
         let per_task = (RELEASE_BYTES / (lanes * rb)).max(1);
-        let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = data.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
+        let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = dst.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
         run(pieces.len(), &|t| {
             let mut piece = pieces[t].lock();
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
@@ -193,7 +272,7 @@ impl Packed {
         let (g, r, bb) = (j / l, j % l, self.ty.block_bytes());
         row.clear();
         row.resize(self.nb * bb, 0);
-        let group = &self.data[g * self.nb * st..(g + 1) * self.nb * st];
+        let group = &self.data.bytes()[g * self.nb * st..(g + 1) * self.nb * st];
         for (blk, d) in row.chunks_exact_mut(bb).zip(group.chunks_exact(st)) {
             blk[..2].copy_from_slice(&d[2 * r..2 * r + 2]);
             if f == Q8_0 {
@@ -308,7 +387,7 @@ macro_rules! rows_and_run {
         #[allow(clippy::too_many_arguments)]
         fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
             let (nb, st) = (p.nb, layout(F, $lanes).0);
-            let blocks = &p.data[g * nb * st..(g + 1) * nb * st];
+            let blocks = &p.data.bytes()[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
             let mut xd: [&[f32]; RX] = [&[]; RX];
             let mut xs: [&[f32]; RX] = [&[]; RX];
