@@ -1,6 +1,10 @@
-//! Causal attention of a block of query rows against one layer's KV plane, scalar. Each
-//! (row, head) result is computed alone, in one fixed order, so a row gives the same bits
-//! whether it comes alone or inside a batch.
+//! Causal attention of a block of query rows against one layer's KV plane. Each (row, head)
+//! result is computed alone, in one fixed order, so a row gives the same bits whether it comes
+//! alone or inside a batch: its raw scores (`dot`, each key alone), then the softmax over them
+//! (`softmax`), then the value sums in key order (`values`). `head` does that for one query;
+//! `group` for several queries of one KV head at once, tiling the keys so that a tile, read
+//! once from memory, serves every query in L1. A tile only changes when each query's
+//! operations run, never which or in what order, so `group` gives `head`'s bits.
 
 use crate::backend::reference::dot_sequential;
 use crate::backend::AttentionShape;
@@ -22,43 +26,289 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
     for r in 0..rows {
         for h in 0..a.shape.n_heads {
             let o = &mut out[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim];
-            head(a, &q[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim], h, a.first_position + r, o, dot_sequential);
+            head::<false>(
+                a,
+                &q[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim],
+                h,
+                a.first_position + r,
+                o,
+                dot_sequential,
+                dots8(dot_sequential),
+            );
         }
     }
 }
 
 /// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
 /// HF's eager attention), then the probability-weighted sum of values, in key order. `dot` is
-/// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch).
-pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: impl Fn(&[f32], &[f32]) -> f32 + Copy) {
-    head_inline(a, qh, h, pos, out, dot)
+/// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch);
+/// `dot8(q, k, stride)` gives `dot` of q with the eight keys `k[i * stride..][..q.len()]`, the
+/// same bits, in whatever way is faster (`dots8` makes one of any `dot`).
+///
+/// With `FAST` (the host backend at `fast` precision) the softmax takes `exp_fast` and sums in
+/// eight lanes, and the value sums are fused multiply-adds: other bits than without, the same
+/// for any batch and thread count.
+pub fn head<const FAST: bool>(
+    a: &AttentionArgs,
+    qh: &[f32],
+    h: usize,
+    pos: usize,
+    out: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
+    dot8: impl Dot8,
+) {
+    head_inline::<FAST>(a, qh, h, pos, out, dot, dot8, exps_fast)
 }
 
-/// `head`, compiled for AVX2 and FMA: the value sum `out += p * v` runs 8 lanes wide instead of
-/// baseline x86_64's 4, and a `dot` compiled for the same features is inlined into the score
-/// loop (through a function pointer it was a call per key). Every element still gets one
-/// multiply then one add, in key order (no fused multiply-add: Rust never contracts), so the
-/// bits are `head`'s with the same `dot`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub fn head_avx2(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: impl Fn(&[f32], &[f32]) -> f32 + Copy) {
-    head_inline(a, qh, h, pos, out, dot)
+/// Eight keys' dots at once: `dot8(q, k, stride)[i]` is `dot(q, &k[i * stride..][..q.len()])`.
+pub trait Dot8: Fn(&[f32], &[f32], usize) -> [f32; 8] + Copy {}
+impl<F: Fn(&[f32], &[f32], usize) -> [f32; 8] + Copy> Dot8 for F {}
+
+/// `dot8` made of eight calls of `dot`.
+pub fn dots8(dot: impl Fn(&[f32], &[f32]) -> f32 + Copy) -> impl Dot8 {
+    move |q: &[f32], k: &[f32], stride: usize| std::array::from_fn(|i| dot(q, &k[i * stride..i * stride + q.len()]))
 }
 
 #[inline(always)]
-fn head_inline(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], dot: impl Fn(&[f32], &[f32]) -> f32 + Copy) {
+#[allow(clippy::too_many_arguments)]
+fn head_inline<const FAST: bool>(
+    a: &AttentionArgs,
+    qh: &[f32],
+    h: usize,
+    pos: usize,
+    out: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
+    dot8: impl Dot8,
+    exps: impl Fn(&mut [f32], f32) -> f32,
+) {
     let kvh = h / (a.shape.n_heads / a.shape.n_kv_heads);
-    let lo = match a.shape.window {
-        Some(w) if pos + 1 > w => pos + 1 - w,
-        _ => 0,
-    };
-    let n = pos + 1 - lo;
+    let lo = first_key(a, pos);
     // The buffer is taken out of the thread-local and put back (no allocation) rather than
     // used inside a `with` closure: a closure is compiled without its caller's target
-    // features, so `head_avx2`'s value loop would run 4 lanes wide there.
+    // features, so `group_avx2`'s value loop would run 4 lanes wide there.
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
-    head_with(a, qh, kvh, lo, pos, n, out, dot, &mut scores);
+    scores.clear();
+    scores.resize(pos + 1 - lo, 0.0);
+    raw_scores(a, qh, kvh, lo, pos + 1, &mut scores, dot, dot8);
+    softmax::<FAST>(a, &mut scores, exps);
+    out.iter_mut().for_each(|x| *x = 0.0);
+    values::<FAST>(a, kvh, lo, pos + 1, &scores, out);
     SCORES.with_borrow_mut(|s| *s = scores);
+}
+
+/// The first key a query at `pos` sees.
+fn first_key(a: &AttentionArgs, pos: usize) -> usize {
+    match a.shape.window {
+        Some(w) if pos + 1 > w => pos + 1 - w,
+        _ => 0,
+    }
+}
+
+/// Most queries a `group` call takes.
+pub const GROUP_QUERIES: usize = 16;
+
+/// Several queries of KV head `kvh`: `queries[i]` = (row of the call, query head), all of that
+/// KV head, at most GROUP_QUERIES; query i's result into `outs[i * d..(i + 1) * d]`. Each
+/// result has `head`'s bits.
+#[allow(clippy::too_many_arguments)]
+pub fn group<const FAST: bool>(
+    a: &AttentionArgs,
+    q: &[f32],
+    kvh: usize,
+    queries: &[(usize, usize)],
+    outs: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
+    dot8: impl Dot8,
+) {
+    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps_fast)
+}
+
+/// `group`, compiled for AVX2 and FMA: the value sums run 8 lanes wide instead of baseline
+/// x86_64's 4, and a `dot` compiled for the same features is inlined into the score loop
+/// (through a function pointer it was a call per key). Every element still gets the same
+/// operations in the same order, so the bits are `group`'s with the same `dot`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub fn group_avx2<const FAST: bool>(
+    a: &AttentionArgs,
+    q: &[f32],
+    kvh: usize,
+    queries: &[(usize, usize)],
+    outs: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
+    dot8: impl Dot8,
+) {
+    // SAFETY: this function's features are exps_fast_avx2's.
+    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, |s: &mut [f32], max: f32| unsafe { exps_fast_avx2(s, max) })
+}
+
+/// Bytes of keys (and of values) per tile: a quarter of a 32 KiB L1, so that a tile of each
+/// stays there while the group's queries pass.
+const TILE_BYTES: usize = 8 << 10;
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn group_inline<const FAST: bool>(
+    a: &AttentionArgs,
+    q: &[f32],
+    kvh: usize,
+    queries: &[(usize, usize)],
+    outs: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
+    dot8: impl Dot8,
+    exps: impl Fn(&mut [f32], f32) -> f32,
+) {
+    let (d, qw) = (a.shape.head_dim, a.shape.n_heads * a.shape.head_dim);
+    let n = queries.len();
+    assert!(n <= GROUP_QUERIES && outs.len() >= n * d);
+    // Each query's first and last-plus-one key, and where its scores start in `scores`.
+    let mut spans = [(0usize, 0usize, 0usize); GROUP_QUERIES];
+    let mut total = 0;
+    for (span, &(r, _)) in spans.iter_mut().zip(queries) {
+        let pos = a.first_position + r;
+        let lo = first_key(a, pos);
+        *span = (lo, pos + 1, total);
+        total += pos + 1 - lo;
+    }
+    let spans = &spans[..n];
+    let (t_lo, t_hi) = (spans.iter().map(|s| s.0).min().unwrap_or(0), spans.iter().map(|s| s.1).max().unwrap_or(0));
+    let tile = (TILE_BYTES / (4 * d.max(1))).max(8) / 8 * 8;
+    let qh = |i: usize| {
+        let (r, h) = queries[i];
+        &q[r * qw + h * d..r * qw + (h + 1) * d]
+    };
+    // Taken out and put back, as in `head_inline`.
+    let mut scores = SCORES.with_borrow_mut(std::mem::take);
+    scores.clear();
+    scores.resize(total, 0.0);
+    let mut t0 = t_lo;
+    while t0 < t_hi {
+        let t1 = (t0 + tile).min(t_hi);
+        for (i, &(lo, end, off)) in spans.iter().enumerate() {
+            let (s, e) = (t0.max(lo), t1.min(end));
+            if s < e {
+                raw_scores(a, qh(i), kvh, s, e, &mut scores[off + s - lo..off + e - lo], dot, dot8);
+            }
+        }
+        t0 = t1;
+    }
+    for &(lo, end, off) in spans {
+        softmax::<FAST>(a, &mut scores[off..off + end - lo], &exps);
+    }
+    outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
+    let mut t0 = t_lo;
+    while t0 < t_hi {
+        let t1 = (t0 + tile).min(t_hi);
+        for (i, &(lo, end, off)) in spans.iter().enumerate() {
+            let (s, e) = (t0.max(lo), t1.min(end));
+            if s < e {
+                values::<FAST>(a, kvh, s, e, &scores[off + s - lo..off + e - lo], &mut outs[i * d..(i + 1) * d]);
+            }
+        }
+        t0 = t1;
+    }
+    SCORES.with_borrow_mut(|s| *s = scores);
+}
+
+/// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`: eight keys at once, then
+/// four side by side, so that their reductions overlap (each is the same `dot`'s bits as one
+/// at a time).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn raw_scores(
+    a: &AttentionArgs,
+    qh: &[f32],
+    kvh: usize,
+    t0: usize,
+    t1: usize,
+    dst: &mut [f32],
+    dot: impl Fn(&[f32], &[f32]) -> f32,
+    dot8: impl Dot8,
+) {
+    let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
+    let key = |t: usize| &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
+    let mut t = t0;
+    while t + 8 <= t1 {
+        let raw = dot8(qh, &a.k[t * kvw + kvh * d..(t + 7) * kvw + (kvh + 1) * d], kvw);
+        dst[t - t0..t - t0 + 8].copy_from_slice(&raw);
+        t += 8;
+    }
+    while t + 4 <= t1 {
+        let raw = [dot(qh, key(t)), dot(qh, key(t + 1)), dot(qh, key(t + 2)), dot(qh, key(t + 3))];
+        dst[t - t0..t - t0 + 4].copy_from_slice(&raw);
+        t += 4;
+    }
+    for t in t..t1 {
+        dst[t - t0] = dot(qh, key(t));
+    }
+}
+
+/// Raw scores into probabilities in place: scaled (and capped), max-subtracted, exponentiated
+/// and normalized (f32, as HF's eager attention). `exps` is the exponent pass at `FAST`.
+#[inline(always)]
+fn softmax<const FAST: bool>(a: &AttentionArgs, scores: &mut [f32], exps: impl Fn(&mut [f32], f32) -> f32) {
+    // Scaled (and capped) in place, and their maximum: `f32::max` ignores NaN and the maximum
+    // of the others does not depend on the order they are taken in, so eight running maxima
+    // (no chain through one variable) give the same value. Where two zeros of either sign tie,
+    // s - max is the same for every s either way.
+    let mut maxes = [f32::NEG_INFINITY; 8];
+    for c in scores.chunks_mut(8) {
+        for (s, m) in c.iter_mut().zip(maxes.iter_mut()) {
+            let mut x = *s * a.shape.scale;
+            if let Some(cap) = a.shape.softcap {
+                x = (x / cap).tanh() * cap;
+            }
+            *s = x;
+            *m = m.max(x);
+        }
+    }
+    let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let sum = if FAST {
+        exps(scores, max)
+    } else {
+        let mut sum = 0.0f32;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        sum
+    };
+    for s in scores.iter_mut() {
+        *s /= sum;
+    }
+}
+
+/// out += p_t * v_t for keys t0..t1 of KV head `kvh` (`p[t - t0]`), in key order: for each run
+/// of 64 dims the running sums stay in registers across the keys. One multiply then one add
+/// per element and key (at `FAST` one fused multiply-add), as a plain loop over keys would do
+/// it: the same bits however the keys are split between calls.
+#[inline(always)]
+fn values<const FAST: bool>(a: &AttentionArgs, kvh: usize, t0: usize, t1: usize, p: &[f32], out: &mut [f32]) {
+    let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
+    let base = kvh * d;
+    let mut chunks = out.chunks_exact_mut(VALUE_RUN);
+    for (c, oc) in (&mut chunks).enumerate() {
+        let mut acc = [0.0f32; VALUE_RUN];
+        acc.copy_from_slice(oc);
+        for (i, t) in (t0..t1).enumerate() {
+            let p = p[i];
+            let vt = &a.v[t * kvw + base + c * VALUE_RUN..][..VALUE_RUN];
+            for (x, &v) in acc.iter_mut().zip(vt) {
+                *x = if FAST { p.mul_add(v, *x) } else { *x + p * v };
+            }
+        }
+        oc.copy_from_slice(&acc);
+    }
+    let tail = chunks.into_remainder();
+    let off = d - tail.len();
+    for (i, t) in (t0..t1).enumerate() {
+        let p = p[i];
+        let vt = &a.v[t * kvw + base + off..t * kvw + base + d];
+        for (o, &v) in tail.iter_mut().zip(vt) {
+            *o = if FAST { p.mul_add(v, *o) } else { *o + p * v };
+        }
+    }
 }
 
 /// Dims of a head whose value sums one pass over the keys keeps in registers (8 AVX2 registers:
@@ -70,77 +320,191 @@ thread_local! {
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-#[allow(clippy::too_many_arguments)]
+/// e^x for the softmax at `fast` precision, within 2 ulp over the softmax's range (x <= 0) and
+/// with NaN kept: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (ln2 in two parts),
+/// then Cephes' degree-6 polynomial for e^r, times 2^n built from its bits. Below -87 it is
+/// e^-87 (a softmax term some 1e-38 of the largest one, where it is 0 to f32 sums). Every step
+/// is one IEEE operation (`mul_add` a fused one), so that the same source gives the same bits
+/// one value at a time or eight to a register, with or without hardware FMA.
 #[inline(always)]
-fn head_with(
-    a: &AttentionArgs,
-    qh: &[f32],
-    kvh: usize,
-    lo: usize,
-    pos: usize,
-    n: usize,
-    out: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32,
-    scores: &mut Vec<f32>,
-) {
-    let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
-    scores.clear();
-    scores.resize(n, 0.0);
-    let mut max = f32::NEG_INFINITY;
-    let key = |t: usize| &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-    let mut finish = |i: usize, raw: f32| {
-        let mut s = raw * a.shape.scale;
-        if let Some(cap) = a.shape.softcap {
-            s = (s / cap).tanh() * cap;
-        }
-        max = max.max(s);
-        scores[i] = s;
+pub fn exp_fast(x: f32) -> f32 {
+    // Written as selects rather than min/max so that NaN passes through.
+    let x = if x < -87.0 {
+        -87.0
+    } else if x > 88.0 {
+        88.0
+    } else {
+        x
     };
-    // Four keys' dot products side by side, so that their reductions overlap (each is the
-    // same `dot`, and the scores are finished in key order: the same bits as one at a time).
-    let mut t = lo;
-    while t + 4 <= pos + 1 {
-        let raw = [dot(qh, key(t)), dot(qh, key(t + 1)), dot(qh, key(t + 2)), dot(qh, key(t + 3))];
-        for (j, &r) in raw.iter().enumerate() {
-            finish(t - lo + j, r);
+    let n = (x * EXP_LOG2E).round_ties_even();
+    let r = n.mul_add(-EXP_LN2_LO, n.mul_add(-EXP_LN2_HI, x));
+    let mut p = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        p = p.mul_add(r, c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// At `fast`: each s of `scores` replaced by `exp_fast(s - max)`, and their sum: eight running
+/// sums (lane i takes the values i, i + 8, ...) added in a fixed tree.
+pub fn exps_fast(scores: &mut [f32], max: f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    for c in scores.chunks_mut(8) {
+        for (s, l) in c.iter_mut().zip(lanes.iter_mut()) {
+            *s = exp_fast(*s - max);
+            *l += *s;
         }
-        t += 4;
     }
-    for t in t..=pos {
-        finish(t - lo, dot(qh, key(t)));
+    lane_tree(&lanes)
+}
+
+fn lane_tree(l: &[f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// `exps_fast`, eight values to a register: each operation of `exp_fast` is the same IEEE one
+/// on every lane, so the bits are `exps_fast`'s.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn exps_fast_avx2(scores: &mut [f32], max: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let body = scores.len() / 8 * 8;
+    let (vmax, mut sum) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+    let (lo, hi) = (_mm256_set1_ps(-87.0), _mm256_set1_ps(88.0));
+    let p = scores.as_mut_ptr();
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + 8 <= body <= scores.len().
+        let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, vmax);
+        // Ordered compares: NaN is neither below nor above, and passes through as in exp_fast.
+        let x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo));
+        let x = _mm256_blendv_ps(x, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)));
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_HI), x));
+        let mut q = _mm256_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
+            q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+        let e = _mm256_mul_ps(y, scale);
+        // SAFETY: as the load.
+        unsafe { _mm256_storeu_ps(p.add(i), e) };
+        sum = _mm256_add_ps(sum, e);
+        i += 8;
     }
-    let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: lanes holds 8 floats; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    for (s, l) in scores[body..].iter_mut().zip(lanes.iter_mut()) {
+        *s = exp_fast(*s - max);
+        *l += *s;
     }
-    for s in scores.iter_mut() {
-        *s /= sum;
+    lane_tree(&lanes)
+}
+
+const EXP_LOG2E: f32 = std::f32::consts::LOG2_E;
+const EXP_LN2_HI: f32 = 0.693_359_4;
+const EXP_LN2_LO: f32 = -2.121_944_4e-4;
+/// Cephes' expf polynomial, highest degree first.
+const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.500_000_01];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| ((crate::sample::next_u64(seed) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale).collect()
     }
-    // out = sum over keys, in key order, of p * v: for each run of 64 dims the running sums
-    // stay in registers across all keys (one multiply then one add per element and key, in key
-    // order, as a plain loop over keys would do it: the same bits).
-    let base = kvh * d;
-    let mut chunks = out.chunks_exact_mut(VALUE_RUN);
-    for (c, oc) in (&mut chunks).enumerate() {
-        let mut acc = [0.0f32; VALUE_RUN];
-        for (i, t) in (lo..=pos).enumerate() {
-            let p = scores[i];
-            let vt = &a.v[t * kvw + base + c * VALUE_RUN..][..VALUE_RUN];
-            for (x, &v) in acc.iter_mut().zip(vt) {
-                *x += p * v;
+
+    /// `group` gives each query `head`'s bits, at both precisions, over several key tiles,
+    /// windows, caps, GQA, and head sizes on and off the eight-key path.
+    #[test]
+    fn group_is_head_for_every_query() {
+        let mut seed = 0x5eed_1234_abcd_0001u64;
+        for (d, nh, nkv, window, softcap) in
+            [(64, 6, 2, None, None), (11, 4, 1, Some(37), Some(3.0)), (256, 4, 1, None, None), (32, 3, 3, Some(5), None)]
+        {
+            let (first, rows) = (90usize, 7usize);
+            let kvw = nkv * d;
+            let (k, v) = (values(&mut seed, (first + rows) * kvw, 4.0), values(&mut seed, (first + rows) * kvw, 4.0));
+            let q = values(&mut seed, rows * nh * d, 4.0);
+            let a = AttentionArgs {
+                shape: AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window },
+                k: &k,
+                v: &v,
+                first_position: first,
+            };
+            let per = nh / nkv;
+            for fast in [false, true] {
+                for g in 0..nkv {
+                    let list: Vec<(usize, usize)> = (0..rows * per).map(|i| (i / per, g * per + i % per)).take(GROUP_QUERIES).collect();
+                    let mut outs = vec![0.0f32; list.len() * d];
+                    let dot = crate::backend::reference::dot_sequential;
+                    if fast {
+                        group::<true>(&a, &q, g, &list, &mut outs, dot, dots8(dot));
+                    } else {
+                        group::<false>(&a, &q, g, &list, &mut outs, dot, dots8(dot));
+                    }
+                    for (&(r, h), got) in list.iter().zip(outs.chunks_exact(d)) {
+                        let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
+                        let mut want = vec![0.0f32; d];
+                        if fast {
+                            head::<true>(&a, qh, h, first + r, &mut want, dot, dots8(dot));
+                        } else {
+                            head::<false>(&a, qh, h, first + r, &mut want, dot, dots8(dot));
+                        }
+                        let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "d={d} window={window:?} fast={fast} row {r} head {h}: {got:?} vs {want:?}");
+                    }
+                }
             }
         }
-        oc.copy_from_slice(&acc);
     }
-    let tail = chunks.into_remainder();
-    let off = d - tail.len();
-    tail.iter_mut().for_each(|x| *x = 0.0);
-    for (i, t) in (lo..=pos).enumerate() {
-        let p = scores[i];
-        let vt = &a.v[t * kvw + base + off..t * kvw + base + d];
-        for (o, &v) in tail.iter_mut().zip(vt) {
-            *o += p * v;
+
+    /// `exp_fast` against f64's exp: within 2 ulp over the softmax's range, NaN kept, and the
+    /// clamp below -87.
+    #[test]
+    fn exp_fast_is_within_two_ulp() {
+        let mut worst = 0u32;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let (got, want) = (exp_fast(x), (x as f64).exp() as f32);
+            let ulp = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
+            worst = worst.max(ulp);
+            x += 0.000_731;
+        }
+        assert!(worst <= 2, "worst error {worst} ulp");
+        assert_eq!(exp_fast(0.0), 1.0);
+        assert!(exp_fast(f32::NAN).is_nan());
+        assert_eq!(exp_fast(f32::NEG_INFINITY), exp_fast(-87.0));
+        assert!(exp_fast(-1000.0) > 0.0 && exp_fast(-1000.0) < 1e-37);
+    }
+
+    /// The AVX2 exponent pass gives `exps_fast`'s bits, values and sum, for every tail length.
+    #[test]
+    fn exps_fast_avx2_is_exps_fast() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            let mut seed = 0x0dd_ba11_cafe_f00du64;
+            for n in 0..40 {
+                let mut s = values(&mut seed, n, 60.0);
+                if n > 5 {
+                    s[3] = f32::NEG_INFINITY;
+                    s[5] = -500.0;
+                }
+                let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let (mut a, mut b) = (s.clone(), s);
+                let want = exps_fast(&mut a, max);
+                // SAFETY: AVX2 and FMA checked above.
+                let got = unsafe { exps_fast_avx2(&mut b, max) };
+                assert_eq!(got.to_bits(), want.to_bits(), "n={n}: sum");
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "n={n}: values");
+            }
         }
     }
 }

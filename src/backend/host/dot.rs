@@ -76,6 +76,53 @@ pub(super) unsafe fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// `dot_avx2_fma(q, key i)` for the eight keys `k[i * stride..i * stride + q.len()]`, side by
+/// side, for a `q` whose length is a multiple of 32 (no tail). Each key's lanes are its own
+/// fused multiply-adds, as in `dot_avx2_fma`; the tree after them is done for the eight keys at
+/// once by transposes, each add taking the same two operands as in the one-key tree, so every
+/// result has `dot_avx2_fma`'s bits. One key at a time, the tree's shuffles and the stores of
+/// single floats cost as much as the products at head_dim 64.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot8_avx2_fma(q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!(d % 32 == 0 && k.len() >= 7 * stride + d);
+    let (pq, pk) = (q.as_ptr(), k.as_ptr());
+    // Key i's lanes after the first level of the tree: (a0 + a1) + (a2 + a3).
+    let lanes = |i: usize| {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut j = 0;
+        while j < d {
+            for (c, lane) in acc.iter_mut().enumerate() {
+                // SAFETY: j + 8c + 8 <= d, and key i's d values lie in k (asserted above).
+                let (vq, vk) = unsafe { (_mm256_loadu_ps(pq.add(j + 8 * c)), _mm256_loadu_ps(pk.add(i * stride + j + 8 * c))) };
+                *lane = _mm256_fmadd_ps(vq, vk, *lane);
+            }
+            j += 32;
+        }
+        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+    };
+    // w[j] = v[j] + v[j + 4] for keys i and i + 1: [w_i | w_i+1].
+    let halves = |a: __m256, b: __m256| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b));
+    let (w01, w23, w45, w67) = (halves(lanes(0), lanes(1)), halves(lanes(2), lanes(3)), halves(lanes(4), lanes(5)), halves(lanes(6), lanes(7)));
+    // y[j] = w[j] + w[j + 2]: [y0 y0' y2 y2' | y1 y1' y3 y3'] from keys 0..4 (y0, y0' its two lanes).
+    let pairs = |a: __m256, b: __m256| {
+        _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(a, b), _mm256_shuffle_ps::<0b11_10_11_10>(a, b))
+    };
+    let (y0123, y4567) = (pairs(w01, w23), pairs(w45, w67));
+    // s = y[0] + y[1]: [s0 s2 s4 s6 | s1 s3 s5 s7].
+    let s = _mm256_add_ps(_mm256_shuffle_ps::<0b10_00_10_00>(y0123, y4567), _mm256_shuffle_ps::<0b11_01_11_01>(y0123, y4567));
+    let s = _mm256_permutevar8x32_ps(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let mut out = [0.0f32; 8];
+    // SAFETY: out holds 8 floats; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +167,31 @@ mod tests {
                 // SAFETY: HAS_AVX2_FMA checked above.
                 let got = unsafe { dot_avx2_fma(&a, &b) };
                 assert_eq!(got.to_bits(), want.to_bits(), "n={n}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// Eight keys at once give each key's `dot_avx2_fma` bits, on values where order matters
+    /// and keys spaced by a stride wider than the query.
+    #[test]
+    fn eight_keys_are_eight_dots() {
+        #[cfg(target_arch = "x86_64")]
+        if *HAS_AVX2_FMA {
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = move || {
+                let r = crate::sample::next_u64(&mut seed);
+                ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (r % 12)) as f32
+            };
+            for (d, stride) in [(32usize, 32usize), (64, 64), (64, 192), (128, 160), (256, 256)] {
+                let q: Vec<f32> = (0..d).map(|_| next()).collect();
+                let k: Vec<f32> = (0..7 * stride + d).map(|_| next()).collect();
+                // SAFETY: HAS_AVX2_FMA checked above.
+                let got = unsafe { dot8_avx2_fma(&q, &k, stride) };
+                for (i, g) in got.iter().enumerate() {
+                    // SAFETY: as above.
+                    let want = unsafe { dot_avx2_fma(&q, &k[i * stride..i * stride + d]) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "d={d} stride={stride} key {i}: {g} vs {want}");
+                }
             }
         }
     }

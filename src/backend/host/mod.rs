@@ -162,6 +162,8 @@ thread_local! {
     static Q8_SCRATCH: std::cell::RefCell<Q8Rows> = std::cell::RefCell::new(Q8Rows::default());
     /// A task's matmul results before they move into place (`tiled`), reused across calls.
     static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// An attention task's results before they move into place, reused across calls.
+    static GROUP_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl HostBackend {
@@ -322,10 +324,12 @@ impl Kernels for HostBackend {
         self.matmul(&w.tensor, x, rows, out)
     }
 
-    /// Each (row, head) pair is one task; its arithmetic is the scalar version's.
+    /// The queries of each KV head are taken a few at a time (one task each), so that a tile of
+    /// keys read once serves all of them (attention.rs's `group`); each (row, head) result has
+    /// the arithmetic of attention.rs's `head`, whatever the grouping.
     fn attention(&self, a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
-        let (d, nh) = (a.shape.head_dim, a.shape.n_heads);
-        if d == 0 || nh == 0 {
+        let (d, nh, nkv) = (a.shape.head_dim, a.shape.n_heads, a.shape.n_kv_heads);
+        if d == 0 || nh == 0 || nkv == 0 {
             return;
         }
         let out = &mut out[..rows * nh * d];
@@ -333,18 +337,61 @@ impl Kernels for HostBackend {
         // in all, helpers cost more than they save.
         let visible = a.shape.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
         let serial = rows * nh * visible * d * 2 <= SERIAL_MACS;
-        self.for_chunks(out, d, serial, |i, o| {
-            let (r, h) = (i / nh, i % nh);
-            let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
+        // At `fast` the softmax and value sums take attention.rs's faster arithmetic.
+        let fast = self.precision == Precision::Fast;
+        // Query i of KV head g is row i / per, head g * per + i % per. Tasks of `take` queries:
+        // as many as fit a group, but at least two per thread where there are that many.
+        let per = nh / nkv;
+        let queries = rows * per;
+        let take = (nkv * queries / (2 * self.threads())).clamp(1, attention::GROUP_QUERIES);
+        let tasks_per_head = queries.div_ceil(take);
+        let shared = &SharedOut { ptr: out.as_mut_ptr(), len: out.len() };
+        self.for_tasks(nkv * tasks_per_head, serial, |t| {
+            let (g, i0) = (t / tasks_per_head, t % tasks_per_head * take);
+            let i1 = (i0 + take).min(queries);
+            let mut list = [(0usize, 0usize); attention::GROUP_QUERIES];
+            for (l, i) in list.iter_mut().zip(i0..i1) {
+                *l = (i / per, g * per + i % per);
+            }
+            let list = &list[..i1 - i0];
+            let mut outs = GROUP_OUT.with_borrow_mut(std::mem::take);
+            outs.resize(list.len() * d, 0.0);
             #[cfg(target_arch = "x86_64")]
-            if self.isa != Isa::Portable {
+            let done = self.isa != Isa::Portable && {
                 // SAFETY: an Isa other than Portable was checked available at construction
                 // (`with_isa`), and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the
-                // features `head_avx2` and `dot_avx2_fma` are compiled for; with them `dot`
+                // features `group_avx2` and `dot_avx2_fma` are compiled for; with them `dot`
                 // itself calls `dot_avx2_fma`, so the bits are the portable path's.
-                return unsafe { attention::head_avx2(a, qh, h, a.first_position + r, o, |x, y| dot::dot_avx2_fma(x, y)) };
+                unsafe {
+                    let dot = |x: &[f32], y: &[f32]| dot::dot_avx2_fma(x, y);
+                    // dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs) where it applies.
+                    let dot8 = |x: &[f32], k: &[f32], s: usize| dot::dot8_avx2_fma(x, k, s);
+                    match (fast, d % 32 == 0) {
+                        (false, true) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, dot8),
+                        (false, false) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot)),
+                        (true, true) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, dot8),
+                        (true, false) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot)),
+                    }
+                }
+                true
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let done = false;
+            if !done {
+                if fast {
+                    attention::group::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot))
+                } else {
+                    attention::group::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot))
+                }
             }
-            attention::head(a, qh, h, a.first_position + r, o, dot);
+            for (&(r, h), o) in list.iter().zip(outs.chunks_exact(d)) {
+                let at = r * nh * d + h * d;
+                assert!(at + d <= shared.len);
+                // SAFETY: in bounds (asserted); each (row, head) belongs to one task, so the
+                // tasks write disjoint elements, and `out` stays borrowed until they all end.
+                unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), shared.ptr.add(at), d) };
+            }
+            GROUP_OUT.with_borrow_mut(|b| *b = outs);
         });
     }
 }
