@@ -84,7 +84,8 @@ fn main() {
                     let t = Instant::now();
                     // SAFETY: `isa` is the VNNI or AVX2 kernels (16 or 8 lanes), which
                     // Int8Kernel::new found this CPU runs.
-                    unsafe { p.run(0, groups, &q8, n_in, m, &mut out) };
+                    // `out` holds m rows of groups * lanes results.
+                    unsafe { p.run(0, groups, &q8, n_in, m, out.as_mut_ptr(), groups * lanes) };
                     best = best.min(t.elapsed().as_secs_f64());
                 }
                 line += &format!("  m={m}: {:.2} ns", best * 1e9 / (groups * lanes * m) as f64);

@@ -184,22 +184,43 @@ impl HostBackend {
     /// (packed.rs), the rows after the last group the row-order ones, the same bits.
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, w: &WeightTensor, p: &Packed, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
-        let (n_in, rb) = (w.cols(), w.row_bytes());
+        let (n_out, n_in, rb) = (w.rows(), w.cols(), w.row_bytes());
+        let tile = self.tile_rows(n_out, n_in, rows, p.lanes);
+        let serial = n_out * n_in * rows <= SERIAL_MACS;
+        assert!(out.len() >= rows * n_out);
+        let shared = &SharedOut { ptr: out.as_mut_ptr(), len: out.len() };
         Q8_SCRATCH.with_borrow_mut(|q8| {
             q8.quantize_for_packed(x, n_in);
             let q8 = &*q8;
-            self.tiled(w, rows, p.lanes, out, |j0, j1, chunk| {
+            // Tile t: weight rows j0..j1, a multiple of the lanes from j0; the packed kernels
+            // store each result in its place in `out` (rows, n_out), so that nothing is moved
+            // afterwards (`tiled`'s transposition took a twentieth of a verify).
+            self.for_tasks(n_out.div_ceil(tile), serial, |t| {
+                let (j0, j1) = (t * tile, ((t + 1) * tile).min(n_out));
                 let split = j1.min(p.rows()).max(j0);
-                let (head, tail) = chunk.split_at_mut((split - j0) * rows);
                 if split > j0 {
                     // SAFETY: `matmul_prepared` runs a packed matrix only where `packs` gives its
                     // lanes, so the integer kernels are the ones its layout is for (16: VNNI,
                     // 8: AVX2), which `Int8Isa::available` found this CPU runs; j0 is a
-                    // multiple of the lanes (the tiles are), so j0..split is whole groups.
-                    unsafe { p.run(j0 / p.lanes, split / p.lanes, q8, n_in, rows, head) };
+                    // multiple of the lanes (the tiles are), so j0..split is whole groups. Row r's
+                    // run r * n_out + j0 .. r * n_out + split lies below rows * n_out <= len
+                    // (asserted), and columns j0..j1 belong to this task alone.
+                    unsafe { p.run(j0 / p.lanes, split / p.lanes, q8, n_in, rows, shared.ptr.add(j0), n_out) };
                 }
                 if j1 > split {
-                    kernel.run(QTile { w: &w.bytes()[split * rb..j1 * rb], row_bytes: rb, n_in, x: q8, m: rows, out: tail });
+                    // The rows after the last group: the row-order kernel, laid out (weight rows,
+                    // rows), then into place.
+                    let mut buf = TILE_OUT.take();
+                    buf.resize((j1 - split) * rows, 0.0);
+                    kernel.run(QTile { w: &w.bytes()[split * rb..j1 * rb], row_bytes: rb, n_in, x: q8, m: rows, out: &mut buf });
+                    for (jj, src) in buf.chunks_exact(rows).enumerate() {
+                        for (r, &v) in src.iter().enumerate() {
+                            // SAFETY: r < rows and split + jj < j1 <= n_out: below rows * n_out;
+                            // this task's column.
+                            unsafe { *shared.ptr.add(r * n_out + split + jj) = v };
+                        }
+                    }
+                    TILE_OUT.set(buf);
                 }
             });
         })

@@ -329,20 +329,24 @@ impl PreparedMatrix for Packed {
 
 impl Packed {
     /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled:
-    /// `Q8Rows::quantize` or `quantize_for_packed`), into `out` laid out (weight rows, m) from
-    /// row g0 * lanes.
+    /// `Q8Rows::quantize` or `quantize_for_packed`): the result of weight row g0 * lanes + j
+    /// and activation row r goes to `out + r * stride + j`, a group's lanes in one store.
+    /// With `stride` the output's width that is its place in a (rows, n_out) result, so that
+    /// nothing is moved afterwards.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C, and for 16 lanes also AVX-512 F, VL, BW, DQ and VNNI
-    /// (`Int8Isa::Avx512Vnni`).
+    /// (`Int8Isa::Avx512Vnni`). For every r < m, `out + r * stride .. + (g1 - g0) * lanes` is
+    /// valid for writes and written by no one else during the call.
     #[cfg(target_arch = "x86_64")]
-    pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
         // SAFETY: the caller's promise.
         unsafe {
             if self.lanes == GROUP {
-                vnni::run(self, g0, g1, x, n_in, m, out)
+                vnni::run(self, g0, g1, x, n_in, m, out, stride)
             } else {
-                avx2::run(self, g0, g1, x, n_in, m, out)
+                avx2::run(self, g0, g1, x, n_in, m, out, stride)
             }
         }
     }
@@ -381,11 +385,15 @@ fn prefetch_block(base: *const u8, st: usize) {
 #[cfg(target_arch = "x86_64")]
 macro_rules! rows_and_run {
     ($features:literal, $lanes:expr, $store:ident, [$($rx:literal)*]) => {
-        /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, m columns).
+        /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, rows
+        /// `stride` apart: `Packed::run`).
+        ///
+        /// # Safety
+        /// `Packed::run`'s promise about `out`, for these rows and group.
         #[target_feature(enable = $features)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, m: usize, out: &mut [f32], row0: usize) {
+        unsafe fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
             let (nb, st) = (p.nb, layout(F, $lanes).0);
             let blocks = &p.data.bytes()[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
@@ -397,25 +405,27 @@ macro_rules! rows_and_run {
                 cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
             }
             let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
-            let mut lanes = [0.0f32; $lanes];
             for (r, a) in acc.iter().enumerate() {
-                // SAFETY: writes the f32 lanes of the array; storeu has no alignment requirement.
-                unsafe { $store(lanes.as_mut_ptr(), *a) };
-                for (l, &v) in lanes.iter().enumerate() {
-                    out[(g * $lanes + l - row0) * m + r0 + r] = v;
-                }
+                // SAFETY: the caller's promise: activation row r0 + r's lanes of group g lie in
+                // the writable run; storeu has no alignment requirement.
+                unsafe { $store(out.add((r0 + r) * stride + g * $lanes - row0), *a) };
             }
         }
 
         /// Groups g0..g1 of format F against all m activation rows, `chunk` rows at a time.
+        ///
+        /// # Safety
+        /// `Packed::run`'s promise about `out`.
         #[target_feature(enable = $features)]
-        fn run_format<const F: u8>(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn run_format<const F: u8>(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
             for g in g0..g1 {
                 let mut r0 = 0;
                 while r0 < m {
                     let rx = chunk(m - r0);
+                    // SAFETY: the caller's promise, for rows r0..r0 + rx < m and group g.
                     match rx {
-                        $($rx => rows::<F, $rx>(p, g, x, n_in, r0, m, out, g0 * $lanes),)*
+                        $($rx => unsafe { rows::<F, $rx>(p, g, x, n_in, r0, out, stride, g0 * $lanes) },)*
                         _ => unreachable!("chunk gives {rx} rows"),
                     }
                     r0 += rx;
@@ -423,13 +433,19 @@ macro_rules! rows_and_run {
             }
         }
 
+        /// # Safety
+        /// `Packed::run`'s promise about `out`.
         #[target_feature(enable = $features)]
-        pub(super) fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: &mut [f32]) {
-            match format(p.ty) {
-                Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out),
-                Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out),
-                Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out),
-                _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out),
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
+            // SAFETY: the caller's promise.
+            unsafe {
+                match format(p.ty) {
+                    Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out, stride),
+                    Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out, stride),
+                    Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
+                    _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
+                }
             }
         }
     };
