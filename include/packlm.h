@@ -742,7 +742,9 @@ packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uin
 
 /**
  * A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
- * n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches).
+ * n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches). It
+ * proposes at most `k` tokens, fewer after its proposals were cut short: half its previous
+ * allowance after a cut, twice as many after a proposal taken whole.
  * `*out` is owned by the caller.
  */
 packlm_status packlm_drafter_new_ngram(uint32_t max_ngram, packlm_drafter **out);

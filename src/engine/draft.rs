@@ -1,7 +1,8 @@
 //! Drafters: where the speculative step's proposals come from.
 //!
 //! - `NgramDrafter` (prompt lookup): find the most recent earlier occurrence of the last n
-//!   tokens (n from `max_ngram` down to 1) and propose what followed it. No model.
+//!   tokens (n from `max_ngram` down to `min_ngram`) and propose what followed it, as many
+//!   tokens as its last proposals earned (`adapt`). No model.
 //! - `ModelDrafter`: a second, smaller model with the same tokenizer, in its own session; before
 //!   each proposal its session is rolled back to the longest prefix it shares with the target's
 //!   history and fed the rest, so it stays in step with what the target accepted.
@@ -22,11 +23,45 @@ pub struct NgramDrafter {
     /// Shortest suffix that counts as a match. One-token matches are mostly chance on prose and
     /// each costs a verify pass, so the default asks for two.
     pub min_ngram: usize,
+    /// The most tokens the next proposal may have (`adapt`); 0 before the first.
+    cap: usize,
+    /// The last proposal, and the length of the sequence it followed.
+    last: Vec<u32>,
+    last_at: usize,
 }
 
 impl Default for NgramDrafter {
     fn default() -> Self {
-        NgramDrafter { max_ngram: 3, min_ngram: 2 }
+        NgramDrafter::new(3, 2)
+    }
+}
+
+impl NgramDrafter {
+    pub fn new(max_ngram: usize, min_ngram: usize) -> NgramDrafter {
+        NgramDrafter { max_ngram, min_ngram, cap: 0, last: Vec::new(), last_at: 0 }
+    }
+
+    /// The proposal length from how much of the last proposal `seq` took: a rejected token
+    /// costs a row of a verify pass for nothing, so after a proposal was cut the next may have
+    /// half as many tokens as allowed before (at least one more than were taken); after one
+    /// taken whole, twice as many as it had, up to `k`. After a proposal that found no match,
+    /// the allowance stays; where `seq` is no longer than the sequence the last proposal
+    /// followed (a truncated session), it starts again at `k`.
+    fn adapt(&mut self, seq: &[u32], k: usize) -> usize {
+        let prior = std::mem::take(&mut self.last);
+        let cap = if self.cap == 0 || seq.len() <= self.last_at {
+            k
+        } else if prior.is_empty() {
+            self.cap
+        } else {
+            let taken = seq[self.last_at..].iter().zip(&prior).take_while(|(a, b)| a == b).count();
+            if taken >= prior.len() {
+                2 * prior.len().max(self.cap / 2)
+            } else {
+                (taken + 1).max(self.cap / 2)
+            }
+        };
+        cap.clamp(1, k.max(1))
     }
 }
 
@@ -34,7 +69,12 @@ impl Drafter for NgramDrafter {
     fn propose(&mut self, history: &[u32], pending: u32, k: usize) -> Result<Vec<u32>> {
         let mut seq = history.to_vec();
         seq.push(pending);
-        Ok(ngram_lookup(&seq, self.min_ngram, self.max_ngram, k))
+        let cap = self.adapt(&seq, k);
+        let draft = ngram_lookup(&seq, self.min_ngram, self.max_ngram, cap);
+        self.cap = cap;
+        self.last.clone_from(&draft);
+        self.last_at = seq.len();
+        Ok(draft)
     }
 }
 
@@ -118,6 +158,42 @@ mod tests {
         // Falls back to shorter n-grams, down to the minimum.
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 1, 3, 1), vec![7]);
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 2, 3, 1), Vec::<u32>::new());
+    }
+
+    /// The proposal length follows what was taken: halved (but one past the taken part) after
+    /// a cut, doubled after a proposal taken whole (up to k), kept after no match, reset by a
+    /// history no longer than before.
+    #[test]
+    fn ngram_proposals_shrink_after_rejections_and_grow_after_acceptance() {
+        let state = |cap: usize, last: Vec<u32>| {
+            let mut d = NgramDrafter::default();
+            (d.cap, d.last, d.last_at) = (cap, last, 5);
+            d
+        };
+        let seq = |tail: &[u32]| [&[0u32; 5][..], tail].concat();
+        assert_eq!(NgramDrafter::default().adapt(&seq(&[1]), 8), 8, "the first proposal: k");
+        // Two of eight taken: max(2 + 1, 8 / 2).
+        assert_eq!(state(8, (10..18).collect()).adapt(&seq(&[10, 11, 50]), 8), 4);
+        // Six of eight taken: one more than that.
+        assert_eq!(state(4, (10..18).collect()).adapt(&seq(&[10, 11, 12, 13, 14, 15, 50]), 8), 7);
+        // None taken: half the allowance, at least one.
+        assert_eq!(state(8, vec![10, 11]).adapt(&seq(&[50]), 8), 4);
+        assert_eq!(state(1, vec![10]).adapt(&seq(&[50]), 8), 1);
+        // Taken whole: twice as many, up to k.
+        assert_eq!(state(4, vec![10, 11]).adapt(&seq(&[10, 11, 50]), 8), 4);
+        assert_eq!(state(4, (10..14).collect()).adapt(&seq(&[10, 11, 12, 13, 50]), 8), 8);
+        assert_eq!(state(8, (10..18).collect()).adapt(&seq(&(10..19).collect::<Vec<u32>>()), 8), 8);
+        // No match last time: the allowance stays; a shorter history: k again.
+        assert_eq!(state(3, vec![]).adapt(&seq(&[50]), 8), 3);
+        assert_eq!(state(3, vec![10]).adapt(&[0, 0, 0], 8), 8);
+        // Through propose: the allowance is what the lookup is capped at.
+        let mut d = state(8, (10..18).collect());
+        let mut h = vec![1u32, 2];
+        h.extend(10..30);
+        h.extend([0, 1]);
+        d.last_at = h.len() - 2;
+        // The tail after last_at is [0, 1] + pending 2: none of 10.. taken -> max(1, 4) = 4.
+        assert_eq!(d.propose(&h, 2, 8).unwrap(), vec![10, 11, 12, 13]);
     }
 
     #[test]

@@ -297,7 +297,9 @@ pub struct packlm_drafter {
 }
 
 /// A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
-/// n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches).
+/// n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches). It
+/// proposes at most `k` tokens, fewer after its proposals were cut short: half its previous
+/// allowance after a cut, twice as many after a proposal taken whole.
 /// `*out` is owned by the caller.
 #[no_mangle]
 pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm_drafter) -> Status {
@@ -306,7 +308,7 @@ pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm
         if max_ngram == 0 {
             return Err(Error::invalid("max_ngram must be at least 1"));
         }
-        *out = Box::into_raw(Box::new(packlm_drafter { inner: Box::new(NgramDrafter { max_ngram: max_ngram as usize, min_ngram: (max_ngram as usize).min(2) }) }));
+        *out = Box::into_raw(Box::new(packlm_drafter { inner: Box::new(NgramDrafter::new(max_ngram as usize, (max_ngram as usize).min(2))) }));
         Ok(())
     })
 }
