@@ -34,6 +34,7 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
                 o,
                 dot_sequential,
                 dots8(dot_sequential),
+                |_: &mut [f32], _: f32| 0.0,
             );
         }
     }
@@ -45,9 +46,10 @@ pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f3
 /// `dot8(q, k, stride)` gives `dot` of q with the eight keys `k[i * stride..][..q.len()]`, the
 /// same bits, in whatever way is faster (`dots8` makes one of any `dot`).
 ///
-/// With `FAST` (the host backend at `fast` precision) the softmax takes `exp_fast` and sums in
-/// eight lanes, and the value sums are fused multiply-adds: other bits than without, the same
-/// for any batch and thread count.
+/// With `FAST` (the host backend at `fast` precision) the softmax's exponent pass is `exps`
+/// (`exps(scores, max)` replaces each s by e^(s - max) and returns their sum; the host's is
+/// act.rs's `exps_fast`), and the value sums are fused multiply-adds: other bits than without,
+/// the same for any batch and thread count. Without `FAST`, `exps` is not called.
 pub fn head<const FAST: bool>(
     a: &AttentionArgs,
     qh: &[f32],
@@ -56,8 +58,9 @@ pub fn head<const FAST: bool>(
     out: &mut [f32],
     dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
     dot8: impl Dot8,
+    exps: impl Fn(&mut [f32], f32) -> f32,
 ) {
-    head_inline::<FAST>(a, qh, h, pos, out, dot, dot8, exps_fast)
+    head_inline::<FAST>(a, qh, h, pos, out, dot, dot8, exps)
 }
 
 /// Eight keys' dots at once: `dot8(q, k, stride)[i]` is `dot(q, &k[i * stride..][..q.len()])`.
@@ -109,7 +112,7 @@ pub const GROUP_QUERIES: usize = 16;
 
 /// Several queries of KV head `kvh`: `queries[i]` = (row of the call, query head), all of that
 /// KV head, at most GROUP_QUERIES; query i's result into `outs[i * d..(i + 1) * d]`. Each
-/// result has `head`'s bits.
+/// result has `head`'s bits (with the same `dot` and `exps`).
 #[allow(clippy::too_many_arguments)]
 pub fn group<const FAST: bool>(
     a: &AttentionArgs,
@@ -119,8 +122,9 @@ pub fn group<const FAST: bool>(
     outs: &mut [f32],
     dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
     dot8: impl Dot8,
+    exps: impl Fn(&mut [f32], f32) -> f32,
 ) {
-    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps_fast)
+    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps)
 }
 
 /// `group`, compiled for AVX2 and FMA: the value sums run 8 lanes wide instead of baseline
@@ -138,9 +142,9 @@ pub fn group_avx2<const FAST: bool>(
     outs: &mut [f32],
     dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
     dot8: impl Dot8,
+    exps: impl Fn(&mut [f32], f32) -> f32,
 ) {
-    // SAFETY: this function's features are exps_fast_avx2's.
-    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, |s: &mut [f32], max: f32| unsafe { exps_fast_avx2(s, max) })
+    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps)
 }
 
 /// Bytes of keys (and of values) per tile: a quarter of a 32 KiB L1, so that a tile of each
@@ -320,102 +324,10 @@ thread_local! {
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// e^x for the softmax at `fast` precision, within 2 ulp over the softmax's range (x <= 0) and
-/// with NaN kept: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (ln2 in two parts),
-/// then Cephes' degree-6 polynomial for e^r, times 2^n built from its bits. Below -87 it is
-/// e^-87 (a softmax term some 1e-38 of the largest one, where it is 0 to f32 sums). Every step
-/// is one IEEE operation (`mul_add` a fused one), so that the same source gives the same bits
-/// one value at a time or eight to a register, with or without hardware FMA.
-#[inline(always)]
-pub fn exp_fast(x: f32) -> f32 {
-    // Written as selects rather than min/max so that NaN passes through.
-    let x = if x < -87.0 {
-        -87.0
-    } else if x > 88.0 {
-        88.0
-    } else {
-        x
-    };
-    let n = (x * EXP_LOG2E).round_ties_even();
-    let r = n.mul_add(-EXP_LN2_LO, n.mul_add(-EXP_LN2_HI, x));
-    let mut p = EXP_POLY[0];
-    for &c in &EXP_POLY[1..] {
-        p = p.mul_add(r, c);
-    }
-    let y = p.mul_add(r * r, r) + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// At `fast`: each s of `scores` replaced by `exp_fast(s - max)`, and their sum: eight running
-/// sums (lane i takes the values i, i + 8, ...) added in a fixed tree.
-pub fn exps_fast(scores: &mut [f32], max: f32) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    for c in scores.chunks_mut(8) {
-        for (s, l) in c.iter_mut().zip(lanes.iter_mut()) {
-            *s = exp_fast(*s - max);
-            *l += *s;
-        }
-    }
-    lane_tree(&lanes)
-}
-
-fn lane_tree(l: &[f32; 8]) -> f32 {
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
-}
-
-/// `exps_fast`, eight values to a register: each operation of `exp_fast` is the same IEEE one
-/// on every lane, so the bits are `exps_fast`'s.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn exps_fast_avx2(scores: &mut [f32], max: f32) -> f32 {
-    use std::arch::x86_64::*;
-    let body = scores.len() / 8 * 8;
-    let (vmax, mut sum) = (_mm256_set1_ps(max), _mm256_setzero_ps());
-    let (lo, hi) = (_mm256_set1_ps(-87.0), _mm256_set1_ps(88.0));
-    let p = scores.as_mut_ptr();
-    let mut i = 0;
-    while i < body {
-        // SAFETY: i + 8 <= body <= scores.len().
-        let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, vmax);
-        // Ordered compares: NaN is neither below nor above, and passes through as in exp_fast.
-        let x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo));
-        let x = _mm256_blendv_ps(x, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)));
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_HI), x));
-        let mut q = _mm256_set1_ps(EXP_POLY[0]);
-        for &c in &EXP_POLY[1..] {
-            q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_add_ps(_mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
-        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
-        let e = _mm256_mul_ps(y, scale);
-        // SAFETY: as the load.
-        unsafe { _mm256_storeu_ps(p.add(i), e) };
-        sum = _mm256_add_ps(sum, e);
-        i += 8;
-    }
-    let mut lanes = [0.0f32; 8];
-    // SAFETY: lanes holds 8 floats; storeu has no alignment requirement.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-    for (s, l) in scores[body..].iter_mut().zip(lanes.iter_mut()) {
-        *s = exp_fast(*s - max);
-        *l += *s;
-    }
-    lane_tree(&lanes)
-}
-
-const EXP_LOG2E: f32 = std::f32::consts::LOG2_E;
-const EXP_LN2_HI: f32 = 0.693_359_4;
-const EXP_LN2_LO: f32 = -2.121_944_4e-4;
-/// Cephes' expf polynomial, highest degree first.
-const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.500_000_01];
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::host::row_dot::Isa;
 
     fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| ((crate::sample::next_u64(seed) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale).collect()
@@ -445,65 +357,24 @@ mod tests {
                     let list: Vec<(usize, usize)> = (0..rows * per).map(|i| (i / per, g * per + i % per)).take(GROUP_QUERIES).collect();
                     let mut outs = vec![0.0f32; list.len() * d];
                     let dot = crate::backend::reference::dot_sequential;
+                    let exps = |s: &mut [f32], m: f32| crate::backend::host::act::exps_fast(s, m, Isa::Portable);
                     if fast {
-                        group::<true>(&a, &q, g, &list, &mut outs, dot, dots8(dot));
+                        group::<true>(&a, &q, g, &list, &mut outs, dot, dots8(dot), exps);
                     } else {
-                        group::<false>(&a, &q, g, &list, &mut outs, dot, dots8(dot));
+                        group::<false>(&a, &q, g, &list, &mut outs, dot, dots8(dot), exps);
                     }
                     for (&(r, h), got) in list.iter().zip(outs.chunks_exact(d)) {
                         let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
                         let mut want = vec![0.0f32; d];
                         if fast {
-                            head::<true>(&a, qh, h, first + r, &mut want, dot, dots8(dot));
+                            head::<true>(&a, qh, h, first + r, &mut want, dot, dots8(dot), exps);
                         } else {
-                            head::<false>(&a, qh, h, first + r, &mut want, dot, dots8(dot));
+                            head::<false>(&a, qh, h, first + r, &mut want, dot, dots8(dot), exps);
                         }
                         let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
                         assert!(same, "d={d} window={window:?} fast={fast} row {r} head {h}: {got:?} vs {want:?}");
                     }
                 }
-            }
-        }
-    }
-
-    /// `exp_fast` against f64's exp: within 2 ulp over the softmax's range, NaN kept, and the
-    /// clamp below -87.
-    #[test]
-    fn exp_fast_is_within_two_ulp() {
-        let mut worst = 0u32;
-        let mut x = -87.0f32;
-        while x <= 0.0 {
-            let (got, want) = (exp_fast(x), (x as f64).exp() as f32);
-            let ulp = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
-            worst = worst.max(ulp);
-            x += 0.000_731;
-        }
-        assert!(worst <= 2, "worst error {worst} ulp");
-        assert_eq!(exp_fast(0.0), 1.0);
-        assert!(exp_fast(f32::NAN).is_nan());
-        assert_eq!(exp_fast(f32::NEG_INFINITY), exp_fast(-87.0));
-        assert!(exp_fast(-1000.0) > 0.0 && exp_fast(-1000.0) < 1e-37);
-    }
-
-    /// The AVX2 exponent pass gives `exps_fast`'s bits, values and sum, for every tail length.
-    #[test]
-    fn exps_fast_avx2_is_exps_fast() {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            let mut seed = 0x0dd_ba11_cafe_f00du64;
-            for n in 0..40 {
-                let mut s = values(&mut seed, n, 60.0);
-                if n > 5 {
-                    s[3] = f32::NEG_INFINITY;
-                    s[5] = -500.0;
-                }
-                let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                let (mut a, mut b) = (s.clone(), s);
-                let want = exps_fast(&mut a, max);
-                // SAFETY: AVX2 and FMA checked above.
-                let got = unsafe { exps_fast_avx2(&mut b, max) };
-                assert_eq!(got.to_bits(), want.to_bits(), "n={n}: sum");
-                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "n={n}: values");
             }
         }
     }

@@ -375,6 +375,7 @@ impl Kernels for HostBackend {
                 *l = (i / per, g * per + i % per);
             }
             let list = &list[..i1 - i0];
+            let exps = |s: &mut [f32], max: f32| act::exps_fast(s, max, self.isa);
             let mut outs = GROUP_OUT.with_borrow_mut(std::mem::take);
             outs.resize(list.len() * d, 0.0);
             #[cfg(target_arch = "x86_64")]
@@ -388,10 +389,10 @@ impl Kernels for HostBackend {
                     // dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs) where it applies.
                     let dot8 = |x: &[f32], k: &[f32], s: usize| dot::dot8_avx2_fma(x, k, s);
                     match (fast, d % 32 == 0) {
-                        (false, true) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, dot8),
-                        (false, false) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot)),
-                        (true, true) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, dot8),
-                        (true, false) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot)),
+                        (false, true) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, dot8, exps),
+                        (false, false) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps),
+                        (true, true) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, dot8, exps),
+                        (true, false) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps),
                     }
                 }
                 true
@@ -400,9 +401,9 @@ impl Kernels for HostBackend {
             let done = false;
             if !done {
                 if fast {
-                    attention::group::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot))
+                    attention::group::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps)
                 } else {
-                    attention::group::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot))
+                    attention::group::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps)
                 }
             }
             for (&(r, h), o) in list.iter().zip(outs.chunks_exact(d)) {
