@@ -20,70 +20,63 @@ pub struct AttentionArgs<'a> {
     pub first_position: usize,
 }
 
+/// The reference backend's arithmetic: `dot_sequential`, one product after another.
+#[derive(Clone, Copy)]
+pub struct Sequential;
+
+impl Arith for Sequential {
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        dot_sequential(a, b)
+    }
+
+    /// (Never called: the reference runs without `FAST`.) e^(s - max) by libm, summed in order.
+    fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
+        let mut sum = 0.0;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        sum
+    }
+}
+
 /// `q`: (rows, n_heads * head_dim) -> `out`: (rows, n_heads * head_dim).
 pub fn attention_scalar(a: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]) {
     let qw = a.shape.n_heads * a.shape.head_dim;
     for r in 0..rows {
         for h in 0..a.shape.n_heads {
             let o = &mut out[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim];
-            head::<false>(
-                a,
-                &q[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim],
-                h,
-                a.first_position + r,
-                o,
-                dot_sequential,
-                dots8(dot_sequential),
-                |_: &mut [f32], _: f32| 0.0,
-            );
+            head::<false>(a, &q[r * qw + h * a.shape.head_dim..r * qw + (h + 1) * a.shape.head_dim], h, a.first_position + r, o, Sequential);
         }
     }
 }
 
-/// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
-/// HF's eager attention), then the probability-weighted sum of values, in key order. `dot` is
-/// the backend's q.k product (each backend keeps one, so a row's bits never depend on the batch);
-/// `dot8(q, k, stride)` gives `dot` of q with the eight keys `k[i * stride..][..q.len()]`, the
-/// same bits, in whatever way is faster (`dots8` makes one of any `dot`).
-///
-/// With `FAST` (the host backend at `fast` precision) the softmax's exponent pass is `exps`
-/// (`exps(scores, max)` replaces each s by e^(s - max) and returns their sum; the host's is
-/// act.rs's `exps_fast`), and the value sums are fused multiply-adds: other bits than without,
-/// the same for any batch and thread count. Without `FAST`, `exps` is not called.
-pub fn head<const FAST: bool>(
-    a: &AttentionArgs,
-    qh: &[f32],
-    h: usize,
-    pos: usize,
-    out: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
-    dot8: impl Dot8,
-    exps: impl Fn(&mut [f32], f32) -> f32,
-) {
-    head_inline::<FAST>(a, qh, h, pos, out, dot, dot8, exps)
+/// The arithmetic a backend lends attention. Each backend keeps one `dot`, so a row's bits
+/// never depend on the batch.
+pub trait Arith: Copy {
+    /// The q.k product.
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32;
+    /// `dot(q, &k[i * stride..][..q.len()])` for the eight keys i < 8: the same bits, in
+    /// whatever way is faster.
+    fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+        std::array::from_fn(|i| self.dot(q, &k[i * stride..i * stride + q.len()]))
+    }
+    /// At `FAST` only: each s of `scores` replaced by e^(s - max), and their sum returned (the
+    /// host's is act.rs's `exps_fast`).
+    fn exps(&self, scores: &mut [f32], max: f32) -> f32;
 }
 
-/// Eight keys' dots at once: `dot8(q, k, stride)[i]` is `dot(q, &k[i * stride..][..q.len()])`.
-pub trait Dot8: Fn(&[f32], &[f32], usize) -> [f32; 8] + Copy {}
-impl<F: Fn(&[f32], &[f32], usize) -> [f32; 8] + Copy> Dot8 for F {}
-
-/// `dot8` made of eight calls of `dot`.
-pub fn dots8(dot: impl Fn(&[f32], &[f32]) -> f32 + Copy) -> impl Dot8 {
-    move |q: &[f32], k: &[f32], stride: usize| std::array::from_fn(|i| dot(q, &k[i * stride..i * stride + q.len()]))
+/// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
+/// HF's eager attention), then the probability-weighted sum of values, in key order, with the
+/// products of `m`. With `FAST` (the host backend at `fast` precision) the softmax's exponent
+/// pass is `m.exps`, and the value sums are fused multiply-adds: other bits than without, the
+/// same for any batch and thread count.
+pub fn head<const FAST: bool>(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], m: impl Arith) {
+    head_inline::<FAST>(a, qh, h, pos, out, m)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn head_inline<const FAST: bool>(
-    a: &AttentionArgs,
-    qh: &[f32],
-    h: usize,
-    pos: usize,
-    out: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
-    dot8: impl Dot8,
-    exps: impl Fn(&mut [f32], f32) -> f32,
-) {
+fn head_inline<const FAST: bool>(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], m: impl Arith) {
     let kvh = h / (a.shape.n_heads / a.shape.n_kv_heads);
     let lo = first_key(a, pos);
     // The buffer is taken out of the thread-local and put back (no allocation) rather than
@@ -92,8 +85,8 @@ fn head_inline<const FAST: bool>(
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
     scores.clear();
     scores.resize(pos + 1 - lo, 0.0);
-    raw_scores(a, qh, kvh, lo, pos + 1, &mut scores, dot, dot8);
-    softmax::<FAST>(a, &mut scores, exps);
+    raw_scores(a, qh, kvh, lo, pos + 1, &mut scores, m);
+    softmax::<FAST>(a, &mut scores, m);
     out.iter_mut().for_each(|x| *x = 0.0);
     values::<FAST>(a, kvh, lo, pos + 1, &scores, out);
     SCORES.with_borrow_mut(|s| *s = scores);
@@ -112,39 +105,19 @@ pub const GROUP_QUERIES: usize = 16;
 
 /// Several queries of KV head `kvh`: `queries[i]` = (row of the call, query head), all of that
 /// KV head, at most GROUP_QUERIES; query i's result into `outs[i * d..(i + 1) * d]`. Each
-/// result has `head`'s bits (with the same `dot` and `exps`).
-#[allow(clippy::too_many_arguments)]
-pub fn group<const FAST: bool>(
-    a: &AttentionArgs,
-    q: &[f32],
-    kvh: usize,
-    queries: &[(usize, usize)],
-    outs: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
-    dot8: impl Dot8,
-    exps: impl Fn(&mut [f32], f32) -> f32,
-) {
-    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps)
+/// result has `head`'s bits (with the same `m`).
+pub fn group<const FAST: bool>(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
+    group_inline::<FAST>(a, q, kvh, queries, outs, m)
 }
 
 /// `group`, compiled for AVX2 and FMA: the value sums run 8 lanes wide instead of baseline
-/// x86_64's 4, and a `dot` compiled for the same features is inlined into the score loop
-/// (through a function pointer it was a call per key). Every element still gets the same
-/// operations in the same order, so the bits are `group`'s with the same `dot`.
+/// x86_64's 4, and an `m` whose products are compiled for the same features is inlined into
+/// the score loop (through a function pointer it was a call per key). Every element still gets
+/// the same operations in the same order, so the bits are `group`'s with the same `m`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub fn group_avx2<const FAST: bool>(
-    a: &AttentionArgs,
-    q: &[f32],
-    kvh: usize,
-    queries: &[(usize, usize)],
-    outs: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
-    dot8: impl Dot8,
-    exps: impl Fn(&mut [f32], f32) -> f32,
-) {
-    group_inline::<FAST>(a, q, kvh, queries, outs, dot, dot8, exps)
+pub fn group_avx2<const FAST: bool>(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
+    group_inline::<FAST>(a, q, kvh, queries, outs, m)
 }
 
 /// Bytes of keys (and of values) per tile: a quarter of a 32 KiB L1, so that a tile of each
@@ -152,17 +125,7 @@ pub fn group_avx2<const FAST: bool>(
 const TILE_BYTES: usize = 8 << 10;
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn group_inline<const FAST: bool>(
-    a: &AttentionArgs,
-    q: &[f32],
-    kvh: usize,
-    queries: &[(usize, usize)],
-    outs: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32 + Copy,
-    dot8: impl Dot8,
-    exps: impl Fn(&mut [f32], f32) -> f32,
-) {
+fn group_inline<const FAST: bool>(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
     let (d, qw) = (a.shape.head_dim, a.shape.n_heads * a.shape.head_dim);
     let n = queries.len();
     assert!(n <= GROUP_QUERIES && outs.len() >= n * d);
@@ -192,13 +155,13 @@ fn group_inline<const FAST: bool>(
         for (i, &(lo, end, off)) in spans.iter().enumerate() {
             let (s, e) = (t0.max(lo), t1.min(end));
             if s < e {
-                raw_scores(a, qh(i), kvh, s, e, &mut scores[off + s - lo..off + e - lo], dot, dot8);
+                raw_scores(a, qh(i), kvh, s, e, &mut scores[off + s - lo..off + e - lo], m);
             }
         }
         t0 = t1;
     }
     for &(lo, end, off) in spans {
-        softmax::<FAST>(a, &mut scores[off..off + end - lo], &exps);
+        softmax::<FAST>(a, &mut scores[off..off + end - lo], m);
     }
     outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
     let mut t0 = t_lo;
@@ -219,39 +182,29 @@ fn group_inline<const FAST: bool>(
 /// four side by side, so that their reductions overlap (each is the same `dot`'s bits as one
 /// at a time).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn raw_scores(
-    a: &AttentionArgs,
-    qh: &[f32],
-    kvh: usize,
-    t0: usize,
-    t1: usize,
-    dst: &mut [f32],
-    dot: impl Fn(&[f32], &[f32]) -> f32,
-    dot8: impl Dot8,
-) {
+fn raw_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, t0: usize, t1: usize, dst: &mut [f32], m: impl Arith) {
     let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
     let key = |t: usize| &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
     let mut t = t0;
     while t + 8 <= t1 {
-        let raw = dot8(qh, &a.k[t * kvw + kvh * d..(t + 7) * kvw + (kvh + 1) * d], kvw);
+        let raw = m.dot8(qh, &a.k[t * kvw + kvh * d..(t + 7) * kvw + (kvh + 1) * d], kvw);
         dst[t - t0..t - t0 + 8].copy_from_slice(&raw);
         t += 8;
     }
     while t + 4 <= t1 {
-        let raw = [dot(qh, key(t)), dot(qh, key(t + 1)), dot(qh, key(t + 2)), dot(qh, key(t + 3))];
+        let raw = [m.dot(qh, key(t)), m.dot(qh, key(t + 1)), m.dot(qh, key(t + 2)), m.dot(qh, key(t + 3))];
         dst[t - t0..t - t0 + 4].copy_from_slice(&raw);
         t += 4;
     }
     for t in t..t1 {
-        dst[t - t0] = dot(qh, key(t));
+        dst[t - t0] = m.dot(qh, key(t));
     }
 }
 
 /// Raw scores into probabilities in place: scaled (and capped), max-subtracted, exponentiated
-/// and normalized (f32, as HF's eager attention). `exps` is the exponent pass at `FAST`.
+/// and normalized (f32, as HF's eager attention). `m.exps` is the exponent pass at `FAST`.
 #[inline(always)]
-fn softmax<const FAST: bool>(a: &AttentionArgs, scores: &mut [f32], exps: impl Fn(&mut [f32], f32) -> f32) {
+fn softmax<const FAST: bool>(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
     // Scaled (and capped) in place, and their maximum: `f32::max` ignores NaN and the maximum
     // of the others does not depend on the order they are taken in, so eight running maxima
     // (no chain through one variable) give the same value. Where two zeros of either sign tie,
@@ -269,7 +222,7 @@ fn softmax<const FAST: bool>(a: &AttentionArgs, scores: &mut [f32], exps: impl F
     }
     let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
     let sum = if FAST {
-        exps(scores, max)
+        m.exps(scores, max)
     } else {
         let mut sum = 0.0f32;
         for s in scores.iter_mut() {
@@ -329,6 +282,20 @@ mod tests {
     use super::*;
     use crate::backend::host::row_dot::Isa;
 
+    /// The reference products with the host's fast exponents.
+    #[derive(Clone, Copy)]
+    struct Poly;
+
+    impl Arith for Poly {
+        fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+            dot_sequential(a, b)
+        }
+
+        fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
+            crate::backend::host::act::exps_fast(scores, max, Isa::Portable)
+        }
+    }
+
     fn values(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| ((crate::sample::next_u64(seed) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale).collect()
     }
@@ -356,20 +323,18 @@ mod tests {
                 for g in 0..nkv {
                     let list: Vec<(usize, usize)> = (0..rows * per).map(|i| (i / per, g * per + i % per)).take(GROUP_QUERIES).collect();
                     let mut outs = vec![0.0f32; list.len() * d];
-                    let dot = crate::backend::reference::dot_sequential;
-                    let exps = |s: &mut [f32], m: f32| crate::backend::host::act::exps_fast(s, m, Isa::Portable);
                     if fast {
-                        group::<true>(&a, &q, g, &list, &mut outs, dot, dots8(dot), exps);
+                        group::<true>(&a, &q, g, &list, &mut outs, Poly);
                     } else {
-                        group::<false>(&a, &q, g, &list, &mut outs, dot, dots8(dot), exps);
+                        group::<false>(&a, &q, g, &list, &mut outs, Poly);
                     }
                     for (&(r, h), got) in list.iter().zip(outs.chunks_exact(d)) {
                         let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
                         let mut want = vec![0.0f32; d];
                         if fast {
-                            head::<true>(&a, qh, h, first + r, &mut want, dot, dots8(dot), exps);
+                            head::<true>(&a, qh, h, first + r, &mut want, Poly);
                         } else {
-                            head::<false>(&a, qh, h, first + r, &mut want, dot, dots8(dot), exps);
+                            head::<false>(&a, qh, h, first + r, &mut want, Poly);
                         }
                         let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
                         assert!(same, "d={d} window={window:?} fast={fast} row {r} head {h}: {got:?} vs {want:?}");

@@ -87,6 +87,7 @@ pub(super) unsafe fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
 /// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 pub(crate) unsafe fn dot8_avx2_fma(q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
     use std::arch::x86_64::*;
     let d = q.len();

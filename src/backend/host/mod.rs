@@ -375,35 +375,33 @@ impl Kernels for HostBackend {
                 *l = (i / per, g * per + i % per);
             }
             let list = &list[..i1 - i0];
-            let exps = |s: &mut [f32], max: f32| act::exps_fast(s, max, self.isa);
             let mut outs = GROUP_OUT.with_borrow_mut(std::mem::take);
             outs.resize(list.len() * d, 0.0);
             #[cfg(target_arch = "x86_64")]
-            let done = self.isa != Isa::Portable && {
-                // SAFETY: an Isa other than Portable was checked available at construction
-                // (`with_isa`), and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the
-                // features `group_avx2` and `dot_avx2_fma` are compiled for; with them `dot`
-                // itself calls `dot_avx2_fma`, so the bits are the portable path's.
+            if self.isa != Isa::Portable {
+                // An Isa other than Portable was checked available at construction (`with_isa`),
+                // and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the features
+                // `group_avx2` and `Avx2Arith` are compiled for.
+                let m = Avx2Arith { isa: self.isa };
+                // SAFETY: as above.
                 unsafe {
-                    let dot = |x: &[f32], y: &[f32]| dot::dot_avx2_fma(x, y);
-                    // dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs) where it applies.
-                    let dot8 = |x: &[f32], k: &[f32], s: usize| dot::dot8_avx2_fma(x, k, s);
-                    match (fast, d % 32 == 0) {
-                        (false, true) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, dot8, exps),
-                        (false, false) => attention::group_avx2::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps),
-                        (true, true) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, dot8, exps),
-                        (true, false) => attention::group_avx2::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps),
+                    if fast {
+                        attention::group_avx2::<true>(a, q, g, list, &mut outs, m)
+                    } else {
+                        attention::group_avx2::<false>(a, q, g, list, &mut outs, m)
                     }
                 }
-                true
-            };
+            }
+            #[cfg(target_arch = "x86_64")]
+            let done = self.isa != Isa::Portable;
             #[cfg(not(target_arch = "x86_64"))]
             let done = false;
             if !done {
+                let m = HostArith { isa: self.isa };
                 if fast {
-                    attention::group::<true>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps)
+                    attention::group::<true>(a, q, g, list, &mut outs, m)
                 } else {
-                    attention::group::<false>(a, q, g, list, &mut outs, dot, attention::dots8(dot), exps)
+                    attention::group::<false>(a, q, g, list, &mut outs, m)
                 }
             }
             for (&(r, h), o) in list.iter().zip(outs.chunks_exact(d)) {
@@ -415,5 +413,53 @@ impl Kernels for HostBackend {
             }
             GROUP_OUT.with_borrow_mut(|b| *b = outs);
         });
+    }
+}
+
+/// attention.rs's arithmetic on the host: dot.rs's `dot` (AVX2 and FMA where the CPU has them,
+/// whichever kernels are chosen, so every path gets the same products) and act.rs's exponents.
+#[derive(Clone, Copy)]
+struct HostArith {
+    isa: Isa,
+}
+
+impl attention::Arith for HostArith {
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        dot(a, b)
+    }
+
+    fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
+        act::exps_fast(scores, max, self.isa)
+    }
+}
+
+/// `HostArith` with the AVX2 products called directly, so that they inline into
+/// `group_avx2`: made only where the CPU has AVX2 and FMA (`HostBackend::attention`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx2Arith {
+    isa: Isa,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl attention::Arith for Avx2Arith {
+    #[inline(always)]
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: an Avx2Arith exists only on a CPU with AVX2 and FMA; `dot` itself calls
+        // `dot_avx2_fma` there, so the bits are HostArith's.
+        unsafe { dot::dot_avx2_fma(a, b) }
+    }
+
+    #[inline(always)]
+    fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+        if q.len() % 32 != 0 {
+            return std::array::from_fn(|i| self.dot(q, &k[i * stride..i * stride + q.len()]));
+        }
+        // SAFETY: as `dot`; dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs).
+        unsafe { dot::dot8_avx2_fma(q, k, stride) }
+    }
+
+    fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
+        act::exps_fast(scores, max, self.isa)
     }
 }
