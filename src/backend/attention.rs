@@ -149,33 +149,33 @@ fn group_inline<const FAST: bool>(a: &AttentionArgs, q: &[f32], kvh: usize, quer
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
     scores.clear();
     scores.resize(total, 0.0);
-    let mut t0 = t_lo;
-    while t0 < t_hi {
-        let t1 = (t0 + tile).min(t_hi);
-        for (i, &(lo, end, off)) in spans.iter().enumerate() {
-            let (s, e) = (t0.max(lo), t1.min(end));
-            if s < e {
-                raw_scores(a, qh(i), kvh, s, e, &mut scores[off + s - lo..off + e - lo], m);
-            }
-        }
-        t0 = t1;
-    }
+    each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
     for &(lo, end, off) in spans {
         softmax::<FAST>(a, &mut scores[off..off + end - lo], m);
     }
     outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
-    let mut t0 = t_lo;
-    while t0 < t_hi {
-        let t1 = (t0 + tile).min(t_hi);
+    each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
+        values::<FAST>(a, kvh, keys.start, keys.end, &scores[at..at + keys.len()], &mut outs[i * d..(i + 1) * d])
+    });
+    SCORES.with_borrow_mut(|s| *s = scores);
+}
+
+/// `f(i, keys, at)` for each tile of `tile` keys in `all`, and in it for each query i (of
+/// `spans`: first key, last key + 1, where its scores start) that sees some of the tile: the
+/// keys it sees there, and where the first one's score is.
+#[inline(always)]
+fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, usize)], mut f: impl FnMut(usize, std::ops::Range<usize>, usize)) {
+    let mut t0 = all.start;
+    while t0 < all.end {
+        let t1 = (t0 + tile).min(all.end);
         for (i, &(lo, end, off)) in spans.iter().enumerate() {
             let (s, e) = (t0.max(lo), t1.min(end));
             if s < e {
-                values::<FAST>(a, kvh, s, e, &scores[off + s - lo..off + e - lo], &mut outs[i * d..(i + 1) * d]);
+                f(i, s..e, off + s - lo);
             }
         }
         t0 = t1;
     }
-    SCORES.with_borrow_mut(|s| *s = scores);
 }
 
 /// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`: eight keys at once, then
