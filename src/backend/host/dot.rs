@@ -141,17 +141,22 @@ mod tests {
         }
     }
 
+    /// Values of magnitudes 2^-1 to 2^10, where the order of a sum changes its rounding.
+    #[cfg(target_arch = "x86_64")]
+    fn spread(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
+            let r = crate::sample::next_u64(&mut seed);
+            ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (r % 12)) as f32
+        }
+    }
+
     /// The AVX2 version is the lane structure with fused multiply-adds and reduce32's tree:
     /// the same bits as that written out in scalar code, on values where order matters.
     #[test]
     fn avx2_is_fused_lanes_then_the_tree() {
         #[cfg(target_arch = "x86_64")]
         if *HAS_AVX2_FMA {
-            let mut seed = 0x2545_f491_4f6c_dd1du64;
-            let mut next = move || {
-                let r = crate::sample::next_u64(&mut seed);
-                ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (r % 12)) as f32
-            };
+            let mut next = spread(0x2545_f491_4f6c_dd1d);
             for n in [32usize, 64, 96, 128, 200, 256] {
                 let (a, b): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (next(), next())).unzip();
                 let mut acc = [0.0f32; 32];
@@ -178,11 +183,7 @@ mod tests {
     fn eight_keys_are_eight_dots() {
         #[cfg(target_arch = "x86_64")]
         if *HAS_AVX2_FMA {
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-            let mut next = move || {
-                let r = crate::sample::next_u64(&mut seed);
-                ((r >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 << (r % 12)) as f32
-            };
+            let mut next = spread(0x9e37_79b9_7f4a_7c15);
             for (d, stride) in [(32usize, 32usize), (64, 64), (64, 192), (128, 160), (256, 256)] {
                 let q: Vec<f32> = (0..d).map(|_| next()).collect();
                 let k: Vec<f32> = (0..7 * stride + d).map(|_| next()).collect();
