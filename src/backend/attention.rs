@@ -244,13 +244,15 @@ fn softmax<const FAST: bool>(a: &AttentionArgs, scores: &mut [f32], m: impl Arit
 fn values<const FAST: bool>(a: &AttentionArgs, kvh: usize, t0: usize, t1: usize, p: &[f32], out: &mut [f32]) {
     let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
     let base = kvh * d;
+    // Key t's values of this KV head, t0 <= t < t1, beside its probability (whole rows of the
+    // plane, so that the per-key slicing below checks only offsets fixed for the call).
+    let rows = || a.v[t0 * kvw..t1 * kvw].chunks_exact(kvw).map(|row| &row[base..base + d]).zip(&p[..t1 - t0]);
     let mut chunks = out.chunks_exact_mut(VALUE_RUN);
     for (c, oc) in (&mut chunks).enumerate() {
         let mut acc = [0.0f32; VALUE_RUN];
         acc.copy_from_slice(oc);
-        for (i, t) in (t0..t1).enumerate() {
-            let p = p[i];
-            let vt = &a.v[t * kvw + base + c * VALUE_RUN..][..VALUE_RUN];
+        for (vt, &p) in rows() {
+            let vt: &[f32; VALUE_RUN] = vt[c * VALUE_RUN..(c + 1) * VALUE_RUN].try_into().expect("a run of VALUE_RUN");
             for (x, &v) in acc.iter_mut().zip(vt) {
                 *x = if FAST { p.mul_add(v, *x) } else { *x + p * v };
             }
@@ -259,10 +261,8 @@ fn values<const FAST: bool>(a: &AttentionArgs, kvh: usize, t0: usize, t1: usize,
     }
     let tail = chunks.into_remainder();
     let off = d - tail.len();
-    for (i, t) in (t0..t1).enumerate() {
-        let p = p[i];
-        let vt = &a.v[t * kvw + base + off..t * kvw + base + d];
-        for (o, &v) in tail.iter_mut().zip(vt) {
+    for (vt, &p) in rows() {
+        for (o, &v) in tail.iter_mut().zip(&vt[off..]) {
             *o = if FAST { p.mul_add(v, *o) } else { *o + p * v };
         }
     }

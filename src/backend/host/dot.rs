@@ -93,23 +93,35 @@ pub(crate) unsafe fn dot8_avx2_fma(q: &[f32], k: &[f32], stride: usize) -> [f32;
     let d = q.len();
     assert!(d % 32 == 0 && k.len() >= 7 * stride + d);
     let (pq, pk) = (q.as_ptr(), k.as_ptr());
-    // Key i's lanes after the first level of the tree: (a0 + a1) + (a2 + a3).
-    let lanes = |i: usize| {
-        let mut acc = [_mm256_setzero_ps(); 4];
+    // Keys i and i + 1 together (each query load serves both; eight accumulators, no spills):
+    // each key's lanes after the first level of the tree, (a0 + a1) + (a2 + a3), then
+    // w[j] = v[j] + v[j + 4] for both keys: [w_i | w_i+1].
+    let pair = |i: usize| {
+        let z = _mm256_setzero_ps();
+        let (mut a0, mut a1, mut a2, mut a3, mut b0, mut b1, mut b2, mut b3) = (z, z, z, z, z, z, z, z);
+        let (ka, kb) = (pk.wrapping_add(i * stride), pk.wrapping_add((i + 1) * stride));
         let mut j = 0;
         while j < d {
-            for (c, lane) in acc.iter_mut().enumerate() {
-                // SAFETY: j + 8c + 8 <= d, and key i's d values lie in k (asserted above).
-                let (vq, vk) = unsafe { (_mm256_loadu_ps(pq.add(j + 8 * c)), _mm256_loadu_ps(pk.add(i * stride + j + 8 * c))) };
-                *lane = _mm256_fmadd_ps(vq, vk, *lane);
+            // SAFETY: j + 32 <= d, and keys i and i + 1's d values lie in k (asserted above).
+            unsafe {
+                let (q0, q1, q2, q3) =
+                    (_mm256_loadu_ps(pq.add(j)), _mm256_loadu_ps(pq.add(j + 8)), _mm256_loadu_ps(pq.add(j + 16)), _mm256_loadu_ps(pq.add(j + 24)));
+                a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(ka.add(j)), a0);
+                a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(ka.add(j + 8)), a1);
+                a2 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(ka.add(j + 16)), a2);
+                a3 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(ka.add(j + 24)), a3);
+                b0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kb.add(j)), b0);
+                b1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kb.add(j + 8)), b1);
+                b2 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(kb.add(j + 16)), b2);
+                b3 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(kb.add(j + 24)), b3);
             }
             j += 32;
         }
-        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+        let va = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        let vb = _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3));
+        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(va, vb), _mm256_permute2f128_ps::<0x31>(va, vb))
     };
-    // w[j] = v[j] + v[j + 4] for keys i and i + 1: [w_i | w_i+1].
-    let halves = |a: __m256, b: __m256| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b));
-    let (w01, w23, w45, w67) = (halves(lanes(0), lanes(1)), halves(lanes(2), lanes(3)), halves(lanes(4), lanes(5)), halves(lanes(6), lanes(7)));
+    let (w01, w23, w45, w67) = (pair(0), pair(2), pair(4), pair(6));
     // y[j] = w[j] + w[j + 2]: [y0 y0' y2 y2' | y1 y1' y3 y3'] from keys 0..4 (y0, y0' its two lanes).
     let pairs = |a: __m256, b: __m256| {
         _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(a, b), _mm256_shuffle_ps::<0b11_10_11_10>(a, b))
