@@ -157,8 +157,10 @@ pub enum Precision {
     /// Activations stay f32 end to end (logits within 1e-4 of HF on the golden fixtures).
     Exact,
     /// Activations may be rounded per 32-element block to 8 bits for integer dot products
-    /// against block-quantized weights, as llama.cpp does. A backend without such kernels
-    /// runs `Exact` and says so through `Backend::precision`.
+    /// against block-quantized weights, as llama.cpp does, and functions may take faster forms
+    /// (on the host: a polynomial exponent in GELU and in the attention softmax, whose sums run
+    /// in eight lanes, and fused value sums). A backend without such kernels runs `Exact` and
+    /// says so through `Backend::precision`.
     Fast,
 }
 
