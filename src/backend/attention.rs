@@ -81,7 +81,7 @@ fn head_inline<const FAST: bool>(a: &AttentionArgs, qh: &[f32], h: usize, pos: u
     let lo = first_key(a, pos);
     // The buffer is taken out of the thread-local and put back (no allocation) rather than
     // used inside a `with` closure: a closure is compiled without its caller's target
-    // features, so `group_avx2`'s value loop would run 4 lanes wide there.
+    // features, so an AVX2 caller's value loop would run 4 lanes wide there.
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
     scores.clear();
     scores.resize(pos + 1 - lo, 0.0);
