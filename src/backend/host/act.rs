@@ -10,9 +10,6 @@
 //!
 //! SiLU stays libm's at `fast` too: its exp is cheap next to GELU's tanh, the polynomial form
 //! bought no measurable decode speed on SmolLM2, and it changed SmolLM2's greedy replies.
-//!
-//! The attention softmax's exponent pass at `fast` (`exps_fast`) takes the same `exp_poly`,
-//! with its sum in eight lanes: libm's expf, one call per key, was a fifth of a verify pass.
 
 use crate::backend::cpu::GELU_C;
 use crate::backend::host::row_dot::Isa;
@@ -73,28 +70,6 @@ pub fn gated_fast(act: Activation, gate: &mut [f32], up: &[f32], isa: Isa) {
     }
 }
 
-/// The softmax's exponent pass at `fast` (attention.rs's `exps`), on the kernels of `isa`:
-/// each s of `scores` becomes `exp_poly(s - max)`, and the sum of the new values is returned,
-/// taken in eight running sums (lane i the values i, i + 8, ...) added in a fixed tree. Every
-/// path gives the same bits.
-pub fn exps_fast(scores: &mut [f32], max: f32, isa: Isa) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    #[allow(unused_mut)]
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) {
-        // SAFETY: the Avx2 and Avx512 kernels are only selected on a CPU with AVX2 and FMA
-        // (Isa::available).
-        done = unsafe { avx2::exps(scores, max, &mut lanes) };
-    }
-    let _ = isa;
-    for (i, s) in scores.iter_mut().enumerate().skip(done) {
-        *s = exp_poly(*s - max);
-        lanes[i % 8] += *s;
-    }
-    ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -125,21 +100,6 @@ mod avx2 {
         let ni = _mm256_cvtps_epi32(n);
         let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127))));
         _mm256_mul_ps(y, scale)
-    }
-
-    /// `exps_fast` on the whole groups of 8, their sums into `lanes`; returns how many
-    /// elements were done.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn exps(scores: &mut [f32], max: f32, lanes: &mut [f32; 8]) -> usize {
-        let n = scores.len() / 8 * 8;
-        let (vmax, mut sum) = (_mm256_set1_ps(max), _mm256_loadu_ps(lanes.as_ptr()));
-        for i in (0..n).step_by(8) {
-            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.as_ptr().add(i)), vmax));
-            _mm256_storeu_ps(scores.as_mut_ptr().add(i), e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
-        n
     }
 
     /// GELU on the whole groups of 8; returns how many elements were done.

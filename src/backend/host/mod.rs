@@ -358,8 +358,6 @@ impl Kernels for HostBackend {
         // in all, helpers cost more than they save.
         let visible = a.shape.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
         let serial = rows * nh * visible * d * 2 <= SERIAL_MACS;
-        // At `fast` the softmax and value sums take attention.rs's faster arithmetic.
-        let fast = self.precision == Precision::Fast;
         // Query i of KV head g is row i / per, head g * per + i % per. Tasks of `take` queries:
         // as many as fit a group, but at least two per thread where there are that many.
         let per = nh / nkv;
@@ -382,27 +380,15 @@ impl Kernels for HostBackend {
                 // An Isa other than Portable was checked available at construction (`with_isa`),
                 // and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the features
                 // `group_avx2` and `Avx2Arith` are compiled for.
-                let m = Avx2Arith { isa: self.isa };
                 // SAFETY: as above.
-                unsafe {
-                    if fast {
-                        attention::group_avx2::<true>(a, q, g, list, &mut outs, m)
-                    } else {
-                        attention::group_avx2::<false>(a, q, g, list, &mut outs, m)
-                    }
-                }
+                unsafe { attention::group_avx2(a, q, g, list, &mut outs, Avx2Arith(())) }
             }
             #[cfg(target_arch = "x86_64")]
             let done = self.isa != Isa::Portable;
             #[cfg(not(target_arch = "x86_64"))]
             let done = false;
             if !done {
-                let m = HostArith { isa: self.isa };
-                if fast {
-                    attention::group::<true>(a, q, g, list, &mut outs, m)
-                } else {
-                    attention::group::<false>(a, q, g, list, &mut outs, m)
-                }
+                attention::group(a, q, g, list, &mut outs, HostArith);
             }
             for (&(r, h), o) in list.iter().zip(outs.chunks_exact(d)) {
                 let at = r * nh * d + h * d;
@@ -417,29 +403,22 @@ impl Kernels for HostBackend {
 }
 
 /// attention.rs's arithmetic on the host: dot.rs's `dot` (AVX2 and FMA where the CPU has them,
-/// whichever kernels are chosen, so every path gets the same products) and act.rs's exponents.
+/// whichever kernels are chosen, so every path gets the same products).
 #[derive(Clone, Copy)]
-struct HostArith {
-    isa: Isa,
-}
+struct HostArith;
 
 impl attention::Arith for HostArith {
     fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         dot(a, b)
     }
-
-    fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
-        act::exps_fast(scores, max, self.isa)
-    }
 }
 
 /// `HostArith` with the AVX2 products called directly, so that they inline into
-/// `group_avx2`: made only where the CPU has AVX2 and FMA (`HostBackend::attention`).
+/// `group_avx2`: made only where the CPU has AVX2 and FMA (`HostBackend::attention`; the
+/// private field keeps it from being made elsewhere).
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
-struct Avx2Arith {
-    isa: Isa,
-}
+struct Avx2Arith(());
 
 #[cfg(target_arch = "x86_64")]
 impl attention::Arith for Avx2Arith {
@@ -457,9 +436,5 @@ impl attention::Arith for Avx2Arith {
         }
         // SAFETY: as `dot`; dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs).
         unsafe { dot::dot8_avx2_fma(q, k, stride) }
-    }
-
-    fn exps(&self, scores: &mut [f32], max: f32) -> f32 {
-        act::exps_fast(scores, max, self.isa)
     }
 }
