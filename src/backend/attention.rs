@@ -6,6 +6,7 @@
 //! once from memory, serves every query in L1. A tile only changes when each query's
 //! operations run, never which or in what order, so `group` gives `head`'s bits.
 
+use crate::backend::exp::exp_sub_scalar;
 use crate::backend::reference::dot_sequential;
 use crate::backend::AttentionShape;
 
@@ -51,6 +52,10 @@ pub trait Arith: Copy {
     fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
         std::array::from_fn(|i| self.dot(q, &k[i * stride..i * stride + q.len()]))
     }
+    /// `s[i] = expf(s[i] - max)` (exp.rs: the same bits on every path).
+    fn exp_sub(&self, s: &mut [f32], max: f32) {
+        exp_sub_scalar(s, max)
+    }
 }
 
 /// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as
@@ -73,7 +78,7 @@ fn head_inline(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f
     scores.clear();
     scores.resize(pos + 1 - lo, 0.0);
     raw_scores(a, qh, kvh, lo, pos + 1, &mut scores, m);
-    softmax(a, &mut scores);
+    softmax(a, &mut scores, m);
     out.iter_mut().for_each(|x| *x = 0.0);
     values(a, kvh, lo, pos + 1, &scores, out);
     SCORES.with_borrow_mut(|s| *s = scores);
@@ -138,7 +143,7 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     scores.resize(total, 0.0);
     each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
     for &(lo, end, off) in spans {
-        softmax(a, &mut scores[off..off + end - lo]);
+        softmax(a, &mut scores[off..off + end - lo], m);
     }
     outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
     each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
@@ -189,9 +194,10 @@ fn raw_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, t0: usize, t1: usize, d
 }
 
 /// Raw scores into probabilities in place: scaled (and capped), max-subtracted, exponentiated
-/// and normalized (f32, as HF's eager attention).
+/// (`m.exp_sub`: exp.rs's exponent, libm's `expf` bits on glibc) and normalized, the sum in key
+/// order (f32, as HF's eager attention).
 #[inline(always)]
-fn softmax(a: &AttentionArgs, scores: &mut [f32]) {
+fn softmax(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
     // Scaled (and capped) in place, and their maximum: `f32::max` ignores NaN and the maximum
     // of the others does not depend on the order they are taken in, so eight running maxima
     // (no chain through one variable) give the same value. Where two zeros of either sign tie,
@@ -208,10 +214,10 @@ fn softmax(a: &AttentionArgs, scores: &mut [f32]) {
         }
     }
     let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    m.exp_sub(scores, max);
     let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    for &s in scores.iter() {
+        sum += s;
     }
     for s in scores.iter_mut() {
         *s /= sum;

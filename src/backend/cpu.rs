@@ -367,12 +367,18 @@ pub fn rms_normalize_inplace(x: &mut [f32], eps: f32) {
 /// sqrt(2/pi), of gelu_pytorch_tanh.
 pub const GELU_C: f32 = 0.797_884_6;
 
+/// x / (1 + e^-x), with exp.rs's exponent.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + crate::backend::exp::expf(-x))
+}
+
 /// `act(gate) * up`, written into `gate`.
 pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
     match act {
         Activation::Silu => {
             for (g, &u) in gate.iter_mut().zip(up) {
-                *g = (*g / (1.0 + (-*g).exp())) * u;
+                *g = silu(*g) * u;
             }
         }
         // gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -39,6 +39,7 @@
 
 pub mod attention;
 pub mod cpu;
+pub mod exp;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod host;
@@ -158,9 +159,9 @@ pub enum Precision {
     Exact,
     /// Activations may be rounded per 32-element block to 8 bits for integer dot products
     /// against block-quantized weights, as llama.cpp does, and functions may take faster forms
-    /// (on the host: a polynomial exponent in GELU and in the attention softmax, whose sums run
-    /// in eight lanes, and fused value sums). A backend without such kernels runs `Exact` and
-    /// says so through `Backend::precision`.
+    /// (on the host: a polynomial exponent in GELU; attention and SiLU keep `Exact`'s
+    /// arithmetic). A backend without such kernels runs `Exact` and says so through
+    /// `Backend::precision`.
     Fast,
 }
 

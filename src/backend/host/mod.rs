@@ -289,6 +289,7 @@ impl Kernels for HostBackend {
     }
     fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
         match self.precision {
+            Precision::Exact if act == Activation::Silu => act::gated_silu(gate, up, self.isa),
             Precision::Exact => crate::backend::cpu::gated_activation(act, gate, up),
             Precision::Fast => act::gated_fast(act, gate, up, self.isa),
         }
@@ -436,5 +437,11 @@ impl attention::Arith for Avx2Arith {
         }
         // SAFETY: as `dot`; dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs).
         unsafe { dot::dot8_avx2_fma(q, k, stride) }
+    }
+
+    #[inline(always)]
+    fn exp_sub(&self, s: &mut [f32], max: f32) {
+        // SAFETY: as `dot`; the 8-lane exponent gives the scalar one's bits (exp.rs).
+        unsafe { crate::backend::exp::avx2::exp_sub(s, max) }
     }
 }

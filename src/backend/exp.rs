@@ -1,0 +1,234 @@
+//! e^x in f32 with one set of bits on every path: a scalar form for the reference and the
+//! scalar loops, and an 8-lane AVX2 form that performs the same operations lane by lane.
+//!
+//! The algorithm is the one glibc's `expf` has used since 2.27 (from Arm's optimized
+//! routines): x / ln2 * 32 = k + r in double, |r| <= 1/2; 2^(k/32) from a 32-entry table of
+//! 2^(i/32) with k / 32 added into the exponent bits; 2^(r/32) by a cubic; one rounding to
+//! f32 at the end (within 0.502 ulp). Written here with its fused multiply-adds where glibc's
+//! x86-64 FMA build has them, so on a glibc machine with FMA these are libm's `expf` bits
+//! (`tests` checks that against `f32::exp`); elsewhere they are still this function's, which
+//! keeps a row's bits independent of the platform's libm.
+//!
+//! Softmax (attention.rs) and SiLU (cpu.rs) take their exponent from here at both precisions.
+
+/// 32 / ln 2.
+const INV_LN2_N: f64 = f64::from_bits(0x4047_1547_652b_82fe);
+/// 1.5 * 2^52: adding it rounds a double below 2^51 in magnitude to an integer, ties to even.
+const SHIFT: f64 = f64::from_bits(0x4338_0000_0000_0000);
+/// The cubic for 2^(r/32) - 1 in r: C0 r^3 + C1 r^2 + C2 r (minimax coefficients over
+/// [-1/2, 1/2], scaled by 32^-3, 32^-2, 32^-1).
+const C: [f64; 3] = [f64::from_bits(0x3ebc_6af8_4b91_2394), f64::from_bits(0x3f2e_bfce_50fa_c4f3), f64::from_bits(0x3f96_2e42_ff0c_52d6)];
+/// TAB[i] = bits(2^(i/32), rounded to the nearest double) - (i << 47): adding k << 47 for
+/// k = 32 q + i then gives the bits of 2^(k/32) (q added into the exponent).
+const TAB: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+/// Above this e^x is not a finite f32 (the largest x whose e^x rounds below 2^128).
+const OVERFLOW: f32 = f32::from_bits(0x42b1_7217); // 88.72283
+/// Below this e^x rounds to 0 (e^x < 2^-150).
+const UNDERFLOW: f32 = f32::from_bits(0xc2cf_f1b4); // -103.97208
+
+/// e^x, rounded to f32: +inf above `OVERFLOW`, 0 below `UNDERFLOW` (and for -inf), NaN for NaN.
+#[inline(always)]
+pub fn expf(x: f32) -> f32 {
+    if x.is_nan() {
+        return x + x;
+    }
+    if x > OVERFLOW {
+        return f32::INFINITY;
+    }
+    if x < UNDERFLOW {
+        return 0.0;
+    }
+    // x / ln2 * 32 is not rounded on its own: glibc's FMA build fuses it into both of its
+    // uses, the shift and the remainder.
+    let xd = x as f64;
+    let shifted = INV_LN2_N.mul_add(xd, SHIFT);
+    let ki = shifted.to_bits();
+    let r = INV_LN2_N.mul_add(xd, -(shifted - SHIFT));
+    let s = f64::from_bits(TAB[(ki % 32) as usize].wrapping_add(ki << 47));
+    let p = C[0].mul_add(r, C[1]);
+    let y = C[2].mul_add(r, 1.0);
+    let y = p.mul_add(r * r, y);
+    (y * s) as f32
+}
+
+/// `x[i] = expf(x[i] - sub)` for every element.
+#[inline(always)]
+pub fn exp_sub_scalar(x: &mut [f32], sub: f32) {
+    for v in x {
+        *v = expf(*v - sub);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// `expf` on 4 lanes of doubles widened from f32 (the main path, no special cases).
+    #[inline(always)]
+    unsafe fn main4(xd: __m256d) -> __m128 {
+        let shifted = _mm256_fmadd_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_set1_pd(SHIFT));
+        let ki = _mm256_castpd_si256(shifted);
+        let r = _mm256_fmsub_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_sub_pd(shifted, _mm256_set1_pd(SHIFT)));
+        let idx = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+        // SAFETY: every index is below 32, the table's length.
+        let t = unsafe { _mm256_i64gather_epi64::<8>(TAB.as_ptr().cast(), idx) };
+        let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
+        let p = _mm256_fmadd_pd(_mm256_set1_pd(C[0]), r, _mm256_set1_pd(C[1]));
+        let y = _mm256_fmadd_pd(_mm256_set1_pd(C[2]), r, _mm256_set1_pd(1.0));
+        let y = _mm256_fmadd_pd(p, _mm256_mul_pd(r, r), y);
+        _mm256_cvtpd_ps(_mm256_mul_pd(y, s))
+    }
+
+    /// `expf` on 8 lanes, operation for operation (the special cases blended in after).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[inline(always)]
+    pub unsafe fn exp8(x: __m256) -> __m256 {
+        // SAFETY: the caller's promise.
+        unsafe {
+            let lo = main4(_mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+            let hi = main4(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)));
+            let y = _mm256_set_m128(hi, lo);
+            let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(OVERFLOW)));
+            let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(UNDERFLOW)));
+            _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+        }
+    }
+
+    /// `exp_sub_scalar`, 8 elements at a time: the same bits.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[inline(always)]
+    pub unsafe fn exp_sub(x: &mut [f32], sub: f32) {
+        let n = x.len() / 8 * 8;
+        let p = x.as_mut_ptr();
+        // SAFETY: i + 8 <= n <= x.len(); the caller's promise for the instructions.
+        unsafe {
+            let s = _mm256_set1_ps(sub);
+            for i in (0..n).step_by(8) {
+                _mm256_storeu_ps(p.add(i), exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s)));
+            }
+        }
+        exp_sub_scalar(&mut x[n..], sub);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table is 2^(i/32) as libm's exp2 gives it (correctly rounded at these points).
+    #[test]
+    fn table_is_powers_of_two_to_the_i_over_32() {
+        for (i, &t) in TAB.iter().enumerate() {
+            assert_eq!(t.wrapping_add((i as u64) << 47), (i as f64 / 32.0).exp2().to_bits(), "entry {i}");
+        }
+    }
+
+    /// Inputs: a stride through every f32 bit pattern, a dense run over softmax's range
+    /// [-30, 0], the thresholds and their neighbours, and the special values.
+    fn inputs() -> Vec<f32> {
+        let mut v: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
+        v.extend((0..400_000).map(|i| -30.0 * i as f32 / 400_000.0));
+        for t in [OVERFLOW, UNDERFLOW, 88.0, -88.0, -87.33, 0.0, -0.0] {
+            let b = t.to_bits();
+            v.extend((b - 40..b + 40).map(f32::from_bits));
+        }
+        // Two of the inputs where an unfused x / ln2 * 32 gives the other neighbour (an
+        // exhaustive comparison found these two among all 2^32).
+        v.extend([f32::from_bits(0x4202_422f), f32::from_bits(0xc27c_65d9)]);
+        v.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::MAX, f32::MIN]);
+        v
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    /// Against libm's `expf`: the same bits where libm is glibc's FMA build (every x86-64 CI
+    /// machine: AVX2 and FMA), else within one ulp.
+    #[test]
+    fn scalar_is_libm() {
+        let bits = cfg!(all(target_arch = "x86_64", target_env = "gnu")) && {
+            #[cfg(target_arch = "x86_64")]
+            let fma = is_x86_feature_detected!("fma");
+            #[cfg(not(target_arch = "x86_64"))]
+            let fma = false;
+            fma
+        };
+        let mut off = 0;
+        for x in inputs() {
+            let (got, want) = (expf(x), x.exp());
+            if bits {
+                assert!(same(got, want), "expf({x:e}) = {got:e} ({:#x}), libm {want:e} ({:#x})", got.to_bits(), want.to_bits());
+            } else if !same(got, want) {
+                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+                assert!(ulps <= 1, "expf({x:e}) = {got:e}, libm {want:e}");
+                off += 1;
+            }
+        }
+        if !bits {
+            eprintln!("{off} inputs one ulp from this libm");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_is_scalar() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("no AVX2 and FMA here: the 8-lane form is not run");
+            return;
+        }
+        let mut x = inputs();
+        let want: Vec<f32> = x.iter().map(|&v| expf(v - 0.25)).collect();
+        // SAFETY: AVX2 and FMA were detected above.
+        unsafe { avx2_exp_sub(&mut x, 0.25) };
+        for (i, (&g, &w)) in x.iter().zip(&want).enumerate() {
+            assert!(same(g, w), "element {i}: {g:e} vs {w:e}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2_exp_sub(x: &mut [f32], sub: f32) {
+        // SAFETY: the caller's promise.
+        unsafe { avx2::exp_sub(x, sub) }
+    }
+}
