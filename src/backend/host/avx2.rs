@@ -163,6 +163,7 @@ pub(super) fn each_row<const R: usize, const H: usize>(
     while R > 1 && r + R <= m {
         let (xs, ss) = (std::array::from_fn(|i| x_row(r + i)), std::array::from_fn(|i| sum_row(r + i)));
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            prefetch_ahead(w);
             o[r..r + R].copy_from_slice(&many(w, xs, ss));
         }
         r += R;
@@ -170,6 +171,7 @@ pub(super) fn each_row<const R: usize, const H: usize>(
     while H > 1 && H < R && r + H <= m {
         let (xs, ss) = (std::array::from_fn(|i| x_row(r + i)), std::array::from_fn(|i| sum_row(r + i)));
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            prefetch_ahead(w);
             o[r..r + H].copy_from_slice(&few(w, xs, ss));
         }
         r += H;

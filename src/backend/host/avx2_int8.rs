@@ -170,6 +170,7 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
         let rows: [_; R] = std::array::from_fn(|i| row(r + i));
         let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
         for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+            prefetch_ahead(w);
             o[r..r + R].copy_from_slice(&row_dots::<BB, SUBS, MIN, R>(w, xq, xd, xs, decode, sums));
         }
         r += R;
