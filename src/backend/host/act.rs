@@ -53,18 +53,11 @@ fn gelu(x: f32, u: f32) -> f32 {
 /// `gate[i] = silu(gate[i]) * up[i]` (cpu.rs's form, at both precisions), 8 lanes wide on
 /// the kernels of `isa` where they have AVX2: the same operations, so the same bits.
 pub fn gated_silu(gate: &mut [f32], up: &[f32], isa: Isa) {
-    let n = gate.len().min(up.len());
-    #[allow(unused_mut)]
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) {
-        // SAFETY: as in `gated_fast`.
-        done = unsafe { avx2::silu(&mut gate[..n], &up[..n]) };
-    }
-    let _ = isa;
-    for (g, &u) in gate[done..n].iter_mut().zip(&up[done..n]) {
-        *g = crate::backend::cpu::silu(*g) * u;
-    }
+    let lanes: Lanes = avx2::silu;
+    #[cfg(not(target_arch = "x86_64"))]
+    let lanes = ();
+    gated(gate, up, isa, lanes, |g, u| crate::backend::cpu::silu(g) * u)
 }
 
 /// `gate[i] = act(gate[i]) * up[i]` at `fast`, on the kernels of `isa`: GELU as above, SiLU
@@ -73,18 +66,33 @@ pub fn gated_fast(act: Activation, gate: &mut [f32], up: &[f32], isa: Isa) {
     if act == Activation::Silu {
         return gated_silu(gate, up, isa);
     }
+    #[cfg(target_arch = "x86_64")]
+    let lanes: Lanes = avx2::gelu;
+    #[cfg(not(target_arch = "x86_64"))]
+    let lanes = ();
+    gated(gate, up, isa, lanes, gelu)
+}
+
+/// An 8-lane loop over the whole groups of 8: returns how many elements it did.
+#[cfg(target_arch = "x86_64")]
+type Lanes = unsafe fn(&mut [f32], &[f32]) -> usize;
+#[cfg(not(target_arch = "x86_64"))]
+type Lanes = ();
+
+/// `gate[i] = f(gate[i], up[i])`: `lanes` first where `isa` has AVX2, `f` on the rest.
+fn gated(gate: &mut [f32], up: &[f32], isa: Isa, lanes: Lanes, f: impl Fn(f32, f32) -> f32) {
     let n = gate.len().min(up.len());
     #[allow(unused_mut)]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) {
         // SAFETY: the Avx2 and Avx512 kernels are only selected on a CPU with AVX2 and FMA
-        // (Isa::available).
-        done = unsafe { avx2::gelu(&mut gate[..n], &up[..n]) };
+        // (Isa::available), the features `lanes` is compiled for.
+        done = unsafe { lanes(&mut gate[..n], &up[..n]) };
     }
-    let _ = isa;
+    let _ = (isa, lanes);
     for (g, &u) in gate[done..n].iter_mut().zip(&up[done..n]) {
-        *g = gelu(*g, u);
+        *g = f(*g, u);
     }
 }
 
@@ -120,34 +128,33 @@ mod avx2 {
         _mm256_mul_ps(y, scale)
     }
 
-    /// SiLU times up on the whole groups of 8, as cpu::silu: -x, e^-x (exp.rs), 1 + that, x
-    /// over it, times up. Returns how many elements were done.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn silu(gate: &mut [f32], up: &[f32]) -> usize {
+    /// `g / (1 + e(g)) * u` on the whole groups of 8 (the form both activations take); returns
+    /// how many elements were done.
+    #[inline(always)]
+    unsafe fn logistic_times_up(gate: &mut [f32], up: &[f32], e: impl Fn(__m256) -> __m256) -> usize {
         let n = gate.len() / 8 * 8;
         let one = _mm256_set1_ps(1.0);
         for i in (0..n).step_by(8) {
             let g = _mm256_loadu_ps(gate.as_ptr().add(i));
             let u = _mm256_loadu_ps(up.as_ptr().add(i));
-            let e = crate::backend::exp::avx2::exp8(neg8(g));
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u));
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e(g))), u));
         }
         n
     }
 
-    /// GELU on the whole groups of 8; returns how many elements were done.
+    /// SiLU times up, as cpu::silu: -x, e^-x (exp.rs), 1 + that, x over it, times up.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn silu(gate: &mut [f32], up: &[f32]) -> usize {
+        logistic_times_up(gate, up, |g| crate::backend::exp::avx2::exp8(neg8(g)))
+    }
+
+    /// GELU times up, as `gelu`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn gelu(gate: &mut [f32], up: &[f32]) -> usize {
-        let n = gate.len() / 8 * 8;
-        let one = _mm256_set1_ps(1.0);
-        for i in (0..n).step_by(8) {
-            let g = _mm256_loadu_ps(gate.as_ptr().add(i));
-            let u = _mm256_loadu_ps(up.as_ptr().add(i));
+        logistic_times_up(gate, up, |g| {
             let x3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
             let inner = _mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715), g);
-            let e = exp8(_mm256_mul_ps(inner, _mm256_set1_ps(-2.0 * GELU_C)));
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u));
-        }
-        n
+            exp8(_mm256_mul_ps(inner, _mm256_set1_ps(-2.0 * GELU_C)))
+        })
     }
 }
