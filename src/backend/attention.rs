@@ -50,12 +50,18 @@ pub trait Arith: Copy {
     /// `dot(q, &k[i * stride..][..q.len()])` for the eight keys i < 8: the same bits, in
     /// whatever way is faster.
     fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
-        std::array::from_fn(|i| self.dot(q, &k[i * stride..i * stride + q.len()]))
+        dots8(*self, q, k, stride)
     }
     /// `s[i] = expf(s[i] - max)` (exp.rs: the same bits on every path).
     fn exp_sub(&self, s: &mut [f32], max: f32) {
         exp_sub_scalar(s, max)
     }
+}
+
+/// `m.dot8` as eight calls of `m.dot`: the default, and what a faster `dot8` falls back to.
+#[inline(always)]
+pub fn dots8(m: impl Arith, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+    std::array::from_fn(|i| m.dot(q, &k[i * stride..i * stride + q.len()]))
 }
 
 /// One query head at position `pos`: softmax over the visible keys (max-subtracted, f32, as

@@ -288,10 +288,11 @@ impl Kernels for HostBackend {
         self.precision
     }
     fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
-        match self.precision {
-            Precision::Exact if act == Activation::Silu => act::gated_silu(gate, up, self.isa),
-            Precision::Exact => crate::backend::cpu::gated_activation(act, gate, up),
-            Precision::Fast => act::gated_fast(act, gate, up, self.isa),
+        // SiLU takes one arithmetic at both precisions (act.rs); GELU's depends on it.
+        match (act, self.precision) {
+            (Activation::Silu, _) => act::gated_silu(gate, up, self.isa),
+            (_, Precision::Exact) => crate::backend::cpu::gated_activation(act, gate, up),
+            (_, Precision::Fast) => act::gated_fast(act, gate, up, self.isa),
         }
     }
 
@@ -378,19 +379,15 @@ impl Kernels for HostBackend {
             outs.resize(list.len() * d, 0.0);
             #[cfg(target_arch = "x86_64")]
             if self.isa != Isa::Portable {
-                // An Isa other than Portable was checked available at construction (`with_isa`),
-                // and both imply AVX2 and FMA (row_dot.rs's `Isa::available`), the features
-                // `group_avx2` and `Avx2Arith` are compiled for.
-                // SAFETY: as above.
+                // SAFETY: an Isa other than Portable was checked available at construction
+                // (`with_isa`), and on x86-64 both imply AVX2 and FMA (row_dot.rs's
+                // `Isa::available`), the features `group_avx2` and `Avx2Arith` are compiled for.
                 unsafe { attention::group_avx2(a, q, g, list, &mut outs, Avx2Arith(())) }
-            }
-            #[cfg(target_arch = "x86_64")]
-            let done = self.isa != Isa::Portable;
-            #[cfg(not(target_arch = "x86_64"))]
-            let done = false;
-            if !done {
+            } else {
                 attention::group(a, q, g, list, &mut outs, HostArith);
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            attention::group(a, q, g, list, &mut outs, HostArith);
             for (&(r, h), o) in list.iter().zip(outs.chunks_exact(d)) {
                 let at = r * nh * d + h * d;
                 assert!(at + d <= shared.len);
@@ -433,7 +430,7 @@ impl attention::Arith for Avx2Arith {
     #[inline(always)]
     fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
         if q.len() % 32 != 0 {
-            return std::array::from_fn(|i| self.dot(q, &k[i * stride..i * stride + q.len()]));
+            return attention::dots8(*self, q, k, stride);
         }
         // SAFETY: as `dot`; dot8_avx2_fma gives dot_avx2_fma's bits (dot.rs).
         unsafe { dot::dot8_avx2_fma(q, k, stride) }
