@@ -6,7 +6,8 @@
 //! and a few activation row counts (1: decode; 9: a verify of 8 drafted rows; 64: prefill, on
 //! an eighth of the rows), prints the best of 5 runs in ns per weight row per activation row. ISA is
 //! portable, avx2, vnni or neon (default: the CPU's best); with vnni, Q8_0, Q4_0, Q5_0 and Q4_1
-//! are also timed packed (host/packed.rs), as the host backend runs them. A tool for comparing kernel changes
+//! are also timed through the group kernels (host/packed.rs) as the host backend runs them, over
+//! the stored rows and over the interleaved copy. A tool for comparing kernel changes
 //! on one machine; the model-level numbers come from examples/bench.rs.
 
 use std::time::Instant;
@@ -49,7 +50,7 @@ fn main() {
         }
         let kernel = Int8Kernel::new(ty, isa).expect("a block format");
         // On VNNI machines the block-sum formats' stored-order kernel is the AVX2 one (what rows
-        // after a packed matrix's last group of 16 take); the packed line follows.
+        // after a packed matrix's last group of 16 take); the group kernels' lines follow.
         let mut line = format!("{ty:>5} {isa:?}:");
         for m in [1, 2, 3, 4, 9, 12, 64] {
             let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
@@ -68,29 +69,36 @@ fn main() {
         println!("{line}");
         #[cfg(target_arch = "x86_64")]
         if matches!(isa, Int8Isa::Avx512Vnni | Int8Isa::Avx2) && packlm::backend::host::int8::sums_per_block(ty) {
-            // The same matrix packed at open, as the host backend runs it on this CPU.
-            let t = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
+            // The same matrix through the group kernels, as the host backend runs it on this
+            // CPU: over the stored rows (from the open on), then over the interleaved copy.
+            let tensor = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
             let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
-            let p = Packed::new(&t, lanes, &Arena::new(), &|n, task| (0..n).for_each(task)).expect("a block-sum format");
-            let mut line = format!("{ty:>5} packed:");
-            for m in [1, 2, 3, 4, 9, 12, 64] {
-                let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-                let mut q8 = Q8Rows::default();
-                q8.quantize(&x, n_in);
-                let groups = if m == 64 { p.groups / 8 } else { p.groups };
-                let mut out = vec![0.0f32; groups * lanes * m];
-                let mut best = f64::INFINITY;
-                for _ in 0..5 {
-                    let t = Instant::now();
-                    // SAFETY: `isa` is the VNNI or AVX2 kernels (16 or 8 lanes), which
-                    // Int8Kernel::new found this CPU runs.
-                    // `out` holds m rows of groups * lanes results.
-                    unsafe { p.run(0, groups, &q8, n_in, m, out.as_mut_ptr(), groups * lanes) };
-                    best = best.min(t.elapsed().as_secs_f64());
+            let arena = Arena::new();
+            let p = Packed::new(&tensor, lanes, &arena, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
+            for order in ["stored", "interleaved"] {
+                if order == "interleaved" {
+                    p.interleave(&arena, &std::sync::atomic::AtomicBool::new(false));
                 }
-                line += &format!("  m={m}: {:.2} ns", best * 1e9 / (groups * lanes * m) as f64);
+                let mut line = format!("{ty:>5} {order}:");
+                for m in [1, 2, 3, 4, 9, 12, 64] {
+                    let x: Vec<f32> = (0..m * n_in).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+                    let mut q8 = Q8Rows::default();
+                    q8.quantize(&x, n_in);
+                    let groups = if m == 64 { p.groups / 8 } else { p.groups };
+                    let mut out = vec![0.0f32; groups * lanes * m];
+                    let mut best = f64::INFINITY;
+                    for _ in 0..5 {
+                        let t = Instant::now();
+                        // SAFETY: `isa` is the VNNI or AVX2 kernels (16 or 8 lanes), which
+                        // Int8Kernel::new found this CPU runs.
+                        // `out` holds m rows of groups * lanes results.
+                        unsafe { p.run(0, groups, &q8, n_in, m, out.as_mut_ptr(), groups * lanes) };
+                        best = best.min(t.elapsed().as_secs_f64());
+                    }
+                    line += &format!("  m={m}: {:.2} ns", best * 1e9 / (groups * lanes * m) as f64);
+                }
+                println!("{line}");
             }
-            println!("{line}");
         }
     }
 }

@@ -339,12 +339,13 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
     }
 }
 
-/// On x86-64, `fast` packs the block-sum formats' matrices at open (packed.rs), 16 rows a group
-/// for the VNNI kernels and 8 for the AVX2 ones (forced here on AVX-512 machines too): the
-/// packed matmul gives the portable bits for every batch size (1 to 64 rows: one chunk of
+/// On x86-64, `fast` runs the block-sum formats' matrices through the group kernels (packed.rs),
+/// 16 rows a group for the VNNI kernels and 8 for the AVX2 ones (forced here on AVX-512
+/// machines too): over the stored rows from the open on, and over the interleaved copy once it
+/// is written. Both give the portable bits for every batch size (1 to 64 rows: one chunk of
 /// activation rows, several, and a last short one) and thread count, with and without rows
-/// after the last group, and a tensor prepared twice is packed once; its rows read for an
-/// embedding lookup are the stored rows' values.
+/// after the last group; a tensor prepared twice is packed once; its rows read for an
+/// embedding lookup after the copy is written are the stored rows' values.
 #[test]
 fn packed_matrices_give_the_portable_bits() {
     use packlm::backend::cpu::CpuWeight;
@@ -358,8 +359,11 @@ fn packed_matrices_give_the_portable_bits() {
     }
     let mut rng = Rng(17);
     for (isa, lanes) in kinds {
-        let backends: Vec<HostBackend> =
-            [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast)).collect();
+        // The copies are written only when asked, so that both orders are run.
+        let backends: Vec<HostBackend> = [1, 2, 3]
+            .iter()
+            .map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false))
+            .collect();
         for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1] {
             for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
                 let w = tensor(ty, n_out, n_in, &mut rng);
@@ -368,28 +372,39 @@ fn packed_matrices_give_the_portable_bits() {
                 assert_eq!((packed.lanes, packed.rows()), (lanes, n_out / lanes * lanes), "{isa:?} {ty}");
                 let twice = CpuWeight::new(&backends[0], &w).unwrap();
                 assert!(std::sync::Arc::ptr_eq(cw.prepared.as_ref().unwrap(), twice.prepared.as_ref().unwrap()), "{ty}: packed twice");
-                // Embedding rows read from the packed copy are the stored rows' values.
-                let (mut a, mut b) = (vec![0.0f32; n_in], vec![f32::NAN; n_in]);
-                for j in 0..n_out {
-                    w.row_f32(j, &mut a);
-                    cw.row_f32(j, &mut b);
-                    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{isa:?} {ty} {n_out}x{n_in}: embedding row {j}");
-                }
-                for m in [1, 2, 3, 4, 9, 12, 13, 21, 64] {
-                    let x = random_x(&mut rng, m * n_in);
-                    let mut q8 = Q8Rows::default();
-                    q8.quantize(&x, n_in);
-                    let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
-                    for (t, be) in backends.iter().enumerate() {
-                        let mut got = vec![f32::NAN; m * n_out];
-                        be.matmul_prepared(&cw, &x, m, &mut got);
-                        for r in 0..m {
-                            for j in 0..n_out {
-                                let (g, w) = (got[r * n_out + j], want[j * m + r]);
-                                assert_eq!(g.to_bits(), w.to_bits(), "{isa:?} {ty} {n_out}x{n_in} m={m} {} threads: row {r} col {j}: {g} vs {w}", t + 1);
+                for interleaved in [false, true] {
+                    if interleaved {
+                        backends[0].interleave_now();
+                    }
+                    assert_eq!(packed.is_interleaved(), interleaved, "{isa:?} {ty}");
+                    for m in [1, 2, 3, 4, 9, 12, 13, 21, 64] {
+                        let x = random_x(&mut rng, m * n_in);
+                        let mut q8 = Q8Rows::default();
+                        q8.quantize(&x, n_in);
+                        let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+                        for (t, be) in backends.iter().enumerate() {
+                            let mut got = vec![f32::NAN; m * n_out];
+                            be.matmul_prepared(&cw, &x, m, &mut got);
+                            for r in 0..m {
+                                for j in 0..n_out {
+                                    let (g, w) = (got[r * n_out + j], want[j * m + r]);
+                                    assert_eq!(
+                                        g.to_bits(),
+                                        w.to_bits(),
+                                        "{isa:?} {ty} {n_out}x{n_in} interleaved {interleaved} m={m} {} threads: row {r} col {j}: {g} vs {w}",
+                                        t + 1
+                                    );
+                                }
                             }
                         }
                     }
+                }
+                // Embedding rows, read once the copy is written, are the stored rows' values.
+                let (mut a, mut b) = (vec![0.0f32; n_in], vec![f32::NAN; n_in]);
+                for j in 0..n_out {
+                    dequantize_row(ty, &w.bytes()[j * w.row_bytes()..(j + 1) * w.row_bytes()], &mut a);
+                    cw.row_f32(j, &mut b);
+                    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{isa:?} {ty} {n_out}x{n_in}: embedding row {j}");
                 }
             }
         }

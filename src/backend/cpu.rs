@@ -38,6 +38,8 @@ pub trait Kernels: Send + Sync + 'static {
     fn prepare(&self, _w: &WeightTensor) -> Result<Option<Prepared>> {
         Ok(None)
     }
+    /// See `Backend::weights_prepared`.
+    fn weights_prepared(&self) {}
     /// `matmul` over a prepared matrix, the same bits as `matmul` over its tensor.
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
         self.matmul(&w.tensor, x, rows, out)
@@ -205,6 +207,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
         Ok(Vector::new(v.len(), v.to_vec()))
+    }
+    fn weights_prepared(&self) {
+        self.kernels.weights_prepared()
     }
     fn tensor(&self, len: usize) -> Tensor {
         Tensor::new(len, vec![0.0f32; len])

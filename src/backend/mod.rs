@@ -5,8 +5,9 @@
 //!
 //! - [`Weight`] and [`Vector`]: a model's matrices and small vectors (norm weights, biases),
 //!   prepared by the backend once at open (`prepare_matrix`, `prepare_vector`). The host keeps
-//!   the memory-mapped bytes as they are, or at `fast` repacks the block formats its integer
-//!   kernels read interleaved (host/packed.rs); the GPU uploads them once.
+//!   the memory-mapped bytes as they are, and at `fast` gives the block formats its integer
+//!   kernels read in groups of rows a side table at open and an interleaved copy after it
+//!   (host/packed.rs); the GPU uploads them once.
 //! - [`Tensor`]: an activation buffer of f32 elements (`tensor`), where the backend computes.
 //!   The engine never reads one: only [`Backend::read`] brings values back to host memory, and
 //!   the engine uses it for the wanted rows' logits only.
@@ -283,6 +284,10 @@ pub trait Backend: Send + Sync {
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight>;
     /// Prepares a small f32 vector once at open.
     fn prepare_vector(&self, v: &[f32]) -> Result<Vector>;
+    /// The engine's call once every weight of a model is prepared (the end of an open): a
+    /// backend may start work it put off, on threads of its own, as long as every result keeps
+    /// its bits whether that work is done or not.
+    fn weights_prepared(&self) {}
     /// A zeroed activation buffer of `len` f32 elements.
     fn tensor(&self, len: usize) -> Tensor;
     /// The first `len` elements of `t`, in host memory: the only way values leave the backend.

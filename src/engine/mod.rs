@@ -158,6 +158,7 @@ impl Model {
         let mut step = |done: usize, total: usize| report(READ_SHARE + (1.0 - READ_SHARE) * done as f32 / total as f32);
         backend.accepts(&pack.spec)?;
         let weights = Weights::resolve(&pack.spec, &pack.tensors, backend.as_ref(), &mut step)?;
+        backend.weights_prepared();
         let fingerprint = fingerprint(&pack);
         if log::enabled(log::Level::Debug) {
             log::log(log::Level::Debug, &format!("{} layers: {}", pack.spec.family, pack.spec.layers_json()));

@@ -46,8 +46,8 @@
 //! kernels that go with it ([`Int8Isa::for_isa`]): the CPU's best gives the best integer
 //! kernels (VNNI or AVX2 on x86_64, NEON on aarch64), and a forced `Isa::Portable` gives the
 //! portable ones on every CPU, so tests can run each path through the whole backend. On
-//! x86_64 the block-sum formats' matrices are packed at open for the VNNI or AVX2 kernels
-//! (packed.rs); these entry points then serve only the rows after a packed matrix's last group.
+//! x86_64 the block-sum formats' matrices take the VNNI or AVX2 group kernels (packed.rs);
+//! these entry points then serve only the rows after a matrix's last group.
 //!
 //! # Accuracy
 //!

@@ -8,10 +8,12 @@
 //! `fast` rounds each activation row to 8 bits per 32-element block once per matmul and runs
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
 //! staying on the f32 kernels. The weights are the mapped bytes in both, but for one case: at
-//! `fast` on x86-64, the matrices of the 32-element block formats are packed once at open,
-//! sixteen rows interleaved for AVX-512 VNNI, eight for AVX2 (packed.rs), and their mapped
-//! pages handed back, so that the process holds one copy; the bits are those of every other
-//! kernel path.
+//! `fast` on x86-64, the matrices of the 32-element block formats run through group kernels,
+//! sixteen rows at a time for AVX-512 VNNI, eight for AVX2 (packed.rs). From the open they
+//! interleave the stored rows in registers (the open copies only the block headers); after it,
+//! a thread of the backend's own writes an interleaved copy of each matrix, which the kernels
+//! take up once whole, handing the mapped pages back so that the process holds one copy. The
+//! bits are those of every other kernel path, whichever order a pass reads.
 
 pub mod act;
 mod dot;
@@ -71,11 +73,11 @@ pub struct HostBackend {
     /// `Fast` lets matmuls against block-quantized weights round the activations to 8 bits
     /// (int8.rs); `Exact` keeps them f32.
     precision: Precision,
-    /// The matrices packed so far (packed.rs), by their bytes' address and length: a tied
-    /// embedding and output matrix are prepared twice and packed once.
+    /// The matrices prepared for the group kernels so far (packed.rs), by their bytes' address
+    /// and length: a tied embedding and output matrix are prepared twice and packed once.
     packed: Mutex<Vec<(usize, usize, std::sync::Weak<Packed>)>>,
-    /// The memory those are cut from.
-    arena: packed::Arena,
+    /// Writes their interleaved copies after the open, and holds the memory they are cut from.
+    interleaver: packed::Interleaver,
 }
 
 impl HostBackend {
@@ -90,12 +92,30 @@ impl HostBackend {
         if !isa.available() {
             return Err(Error::new(Status::ErrBackendUnavailable, format!("this CPU cannot run the {isa:?} kernels")));
         }
-        Ok(HostBackend { team: Team::new(threads)?, isa, precision: Precision::Exact, packed: Mutex::new(Vec::new()), arena: packed::Arena::new() })
+        Ok(HostBackend {
+            team: Team::new(threads)?,
+            isa,
+            precision: Precision::Exact,
+            packed: Mutex::new(Vec::new()),
+            interleaver: packed::Interleaver::new(true),
+        })
     }
 
     /// The same kernels at `precision`.
     pub fn with_precision(self, precision: Precision) -> HostBackend {
         HostBackend { precision, ..self }
+    }
+
+    /// With `background` false, the interleaved copies (packed.rs) are written only by
+    /// `interleave_now`, so that tests can run the group kernels over the stored order and
+    /// over the copies in turn. Call it before preparing any matrix.
+    pub fn with_background_interleave(self, background: bool) -> HostBackend {
+        HostBackend { interleaver: packed::Interleaver::new(background), ..self }
+    }
+
+    /// Writes every interleaved copy not yet written, on the calling thread.
+    pub fn interleave_now(&self) {
+        self.interleaver.finish();
     }
 
     pub fn threads(&self) -> usize {
@@ -328,10 +348,15 @@ impl Kernels for HostBackend {
         if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
             return Ok(Some(p));
         }
-        let Some(p) = Packed::new(w, lanes, &self.arena, &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
+        let Some(p) = Packed::new(w, lanes, self.interleaver.arena(), &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
         let p = std::sync::Arc::new(p);
         cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
+        self.interleaver.submit(&p);
         Ok(Some(p))
+    }
+
+    fn weights_prepared(&self) {
+        self.interleaver.start();
     }
 
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {

@@ -1,6 +1,6 @@
-//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`)
-//! packed at open, weight rows interleaved L at a time: 16 for the AVX-512 VNNI kernels, 8 for
-//! the AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`) run
+//! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
+//! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
 //! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's `acc =
 //! fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
@@ -9,36 +9,44 @@
 //!
 //! # Layout
 //!
-//! Rows are taken L at a time (a group); the rows after the last whole group stay in the stored
-//! bytes and take the row-order kernels. Group g's block b is `stride` bytes: the L rows' f16
-//! scales as stored (Q4_1: then their f16 mins), then chunks of 4L bytes in which bytes
-//! 4r..4r+4 belong to row r:
+//! The kernels read the quants in one of two places, with the same arithmetic and bits:
 //!
-//! - Q8_0: eight chunks, chunk k holding elements 4k..4k+4 of each row. For VNNI as unsigned
-//!   bytes (q + 128: the sign bit flipped), `vpdpbusd`'s unsigned operand, the activations'
-//!   `cb` (-128 times the block's sum) taking the offset back; for AVX2 as stored, since
-//!   `vpmaddubsw` would overflow i16 on q + 128 and takes |q| against x with q's sign instead.
-//! - Q4_0, Q5_0, Q4_1: four chunks, chunk k holding stored bytes 4k..4k+4 of each row's
-//!   nibbles: their low nibbles are elements 4k..4k+4, their high nibbles elements
-//!   16+4k..16+4k+4. Q4_0's offset (8) is taken back by `cb / 16`, Q5_0's (16) by `cb / 8`;
-//!   Q4_1 has none. Q5_0's fifth bits follow as eight masks of 4L bits, two per chunk (its low
-//!   and its high elements), bit 4r+i standing for row r's element i of the chunk.
+//! - Where the pack stores them (the mapped file), from the open on: for each block the
+//!   kernel loads the L rows' quant bytes and interleaves them in registers (a transposition
+//!   of 4-byte groups: 24 shuffles for Q8_0's 32 bytes a row, 8 for the nibble formats' 16),
+//!   so that register k holds bytes 4k..4k+4 of every row, row r in lane r.
+//! - In an interleaved copy (`Interleaver`), written after the open on a thread of its own and
+//!   taken up by the kernels once whole: group g's block b is those registers as they are
+//!   loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r (Q8_0: eight chunks,
+//!   for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand, the activations' `cb`
+//!   taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1: four chunks of the stored
+//!   nibble bytes). Once a piece of the copy is written, the mapped pages it came from are
+//!   handed back (`WeightTensor::release_pages`), so that the process holds one copy.
 //!
-//! The packed copy is the same size as the stored bytes. After packing, the mapped pages of the
-//! tensor are handed back to the kernel (`WeightTensor::release_pages`), so that the process
-//! holds one copy; the few reads of the stored bytes that remain (the last rows, an embedding
-//! row) fault their pages in again.
+//! Why both: the copy is the size of the weights, and writing it into fresh memory took
+//! 0.15-0.44 s of a 0.2-0.5 s open of SmolLM2-135M or Gemma3-270M (page faults; the file's
+//! pages were in the page cache already), while the shuffles cost a decode step some 30% on a
+//! machine with 10 GB/s of read bandwidth. So the open pays for neither, and decode runs at
+//! the copy's speed a few tenths of a second later.
+//!
+//! What would need a gather per block in the stored order, the rows' block headers, is copied
+//! at open into a side table (`Packed`): rows are taken L at a time (a group); the rows after
+//! the last whole group take the row-order kernels. Group g's block b is `stride` bytes of the
+//! table: the L rows' f16 scales as stored; for Q4_1 then their f16 mins; for Q5_0 then the
+//! fifth bits as eight masks of 4L bits, two per register of nibbles (its low and its high
+//! elements), bit 4r+i standing for row r's element i of the register. The table is 2/34 of a
+//! Q8_0 matrix's bytes, 2/18 of Q4_0's, 4/20 of Q4_1's and 6/22 of Q5_0's.
 //!
 //! # Memory
 //!
-//! Packed matrices are cut, one after the other, from large anonymous regions (`Arena`),
-//! advised into huge pages: a model's layer matrices are mostly under 2 MiB, and each in a
-//! mapping of its own took one page fault (and one zeroed 4 KiB page) per 4 KiB, some half of
-//! the open's time. A region is address space until written, so its unused end costs no memory.
+//! Side tables and copies are cut, one after the other, from large anonymous regions
+//! (`Arena`), advised into huge pages: each in a mapping of its own took one page fault (and
+//! one zeroed 4 KiB page) per 4 KiB. A region is address space until written, so its unused
+//! end costs no memory.
 
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
-use crate::quant::{dequantize_row, WeightType, QK};
+use crate::quant::{WeightType, QK};
 
 use super::int8::sums_per_block;
 #[cfg(target_arch = "x86_64")]
@@ -49,8 +57,9 @@ pub const GROUP: usize = 16;
 /// Weight rows per group for the AVX2 kernels: the lanes of a 256-bit register.
 pub const GROUP_AVX2: usize = 8;
 
-/// Bytes of the source handed back at a time while packing (`WeightTensor::release_pages`).
-const RELEASE_BYTES: usize = 1 << 20;
+/// Stored bytes per task while building a side table, and per piece of an interleaved copy
+/// (after which its pages are handed back and the stop flag is looked at).
+const TASK_BYTES: usize = 1 << 20;
 
 /// Address space reserved per region of an `Arena`; a larger matrix gets a region of its own.
 const REGION_BYTES: usize = 256 << 20;
@@ -124,31 +133,67 @@ impl Arena {
     }
 }
 
-/// A matrix packed for the block-sum kernels (see the module notes).
+/// A matrix's side table for the block-sum kernels (see the module notes).
 pub struct Packed {
     pub ty: WeightType,
     /// Rows per group: 16 (VNNI) or 8 (AVX2).
     pub lanes: usize,
-    /// Whole groups packed: rows 0..groups * lanes.
+    /// Whole groups: rows 0..groups * lanes.
     pub groups: usize,
     /// 32-element blocks per row.
     pub nb: usize,
-    data: Slab,
+    /// Stored bytes per row.
+    row_bytes: usize,
+    /// The matrix as stored: its quants until `interleaved` is written, and its last rows.
+    tensor: WeightTensor,
+    /// (groups, nb, stride): the rows' block headers.
+    side: Slab,
+    /// (groups, nb, chunks): the quants interleaved (see the module notes), once written whole.
+    interleaved: std::sync::OnceLock<Slab>,
 }
 
-/// The packed formats, as the kernels' const parameter.
+/// The formats, as the kernels' const parameter.
 const Q8_0: u8 = 0;
 const Q4_0: u8 = 1;
 const Q5_0: u8 = 2;
 const Q4_1: u8 = 3;
 
-/// Bytes of one block of a group of `l` rows, and where its chunks (of 4l bytes) start.
-const fn layout(f: u8, l: usize) -> (usize, usize) {
+/// Bytes of one group block's headers for a group of `l` rows: the scales, then Q4_1's mins or
+/// Q5_0's masks.
+const fn stride(f: u8, l: usize) -> usize {
     match f {
-        Q8_0 => (2 * l + 8 * 4 * l, 2 * l),
-        Q4_0 => (2 * l + 4 * 4 * l, 2 * l),
-        Q5_0 => (2 * l + 4 * 4 * l + 8 * l / 2, 2 * l),
-        _ => (4 * l + 4 * 4 * l, 4 * l),
+        Q8_0 | Q4_0 => 2 * l,
+        Q5_0 => 2 * l + 8 * l / 2,
+        _ => 4 * l,
+    }
+}
+
+/// Bytes of one group block's quants, interleaved: eight chunks of 4l bytes for Q8_0, four for
+/// the nibble formats.
+const fn chunk_bytes(f: u8, l: usize) -> usize {
+    if f == Q8_0 {
+        8 * 4 * l
+    } else {
+        4 * 4 * l
+    }
+}
+
+/// Bytes of one stored block.
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q8_0 => 34,
+        Q4_0 => 18,
+        Q5_0 => 22,
+        _ => 20,
+    }
+}
+
+/// Where the quant bytes start in a stored block (Q8_0's 32, the nibble formats' 16).
+const fn quants_at(f: u8) -> usize {
+    match f {
+        Q8_0 | Q4_0 => 2,
+        Q5_0 => 6,
+        _ => 4,
     }
 }
 
@@ -161,26 +206,11 @@ fn format(ty: WeightType) -> u8 {
     }
 }
 
-/// Row r's stored block `blk` into its places in group block `d` (see the module notes). The
-/// sizes are constants, so that the copies need no checks: packing runs at open.
+/// Row r's stored block `blk`'s headers into their places in group block `d` (see the module
+/// notes). The sizes are constants, so that the copies need no checks.
 #[inline(always)]
-fn pack_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
-    let (_, at) = layout(F, L);
-    let c = 4 * L;
+fn side_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
     d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    if F == Q8_0 {
-        // VNNI reads unsigned bytes (q + 128); AVX2 keeps q signed for its sign trick.
-        let flip = if L == GROUP { 0x8080_8080 } else { 0 };
-        for k in 0..8 {
-            let v = u32::from_le_bytes([blk[2 + 4 * k], blk[3 + 4 * k], blk[4 + 4 * k], blk[5 + 4 * k]]) ^ flip;
-            d[at + c * k + 4 * r..at + c * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
-        }
-        return;
-    }
-    let qs = quants_at(F);
-    for k in 0..4 {
-        d[at + c * k + 4 * r..at + c * k + 4 * r + 4].copy_from_slice(&blk[qs + 4 * k..qs + 4 * k + 4]);
-    }
     if F == Q4_1 {
         d[2 * L + 2 * r..2 * L + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
@@ -190,37 +220,45 @@ fn pack_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk
         let shift = 4 * (r % 2);
         for k in 0..4 {
             for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                d[at + 4 * c + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
+                d[2 * L + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
             }
         }
     }
 }
 
 /// Group g's L rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of ST bytes.
-fn pack_group<const F: u8, const L: usize, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+fn side_group<const F: u8, const L: usize, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
     for r in 0..L {
         let row = &bytes[(g * L + r) * rb..(g * L + r + 1) * rb];
         for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<ST>().0) {
-            pack_block::<F, L, BB, ST>(blk, r, d);
+            side_block::<F, L, BB, ST>(blk, r, d);
         }
     }
 }
 
-/// Where a nibble format's 16 quant bytes start in its stored block.
-fn quants_at(f: u8) -> usize {
-    match f {
-        Q4_0 => 2,
-        Q5_0 => 6,
-        _ => 4,
+/// Group g's L rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of CS bytes of
+/// interleaved quants (see the module notes).
+fn interleave_group<const F: u8, const L: usize, const BB: usize, const CS: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+    let (c, qs) = (4 * L, quants_at(F));
+    // VNNI reads Q8_0 as unsigned bytes (q + 128); AVX2 keeps q signed for its sign trick.
+    let flip = if F == Q8_0 && L == GROUP { 0x8080_8080u32 } else { 0 };
+    for r in 0..L {
+        let row = &bytes[(g * L + r) * rb..(g * L + r + 1) * rb];
+        for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<CS>().0) {
+            for k in 0..CS / c {
+                let v = u32::from_le_bytes([blk[qs + 4 * k], blk[qs + 4 * k + 1], blk[qs + 4 * k + 2], blk[qs + 4 * k + 3]]) ^ flip;
+                d[c * k + 4 * r..c * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
     }
 }
 
 impl Packed {
-    /// `w` packed in groups of `lanes` rows (GROUP for the VNNI kernels, GROUP_AVX2 for the
-    /// AVX2 ones), or None when its format is not a block-sum one, it has fewer rows, or the
-    /// memory for the copy cannot be had (the stored bytes then serve, the same bits).
-    /// The copy is cut from `arena`. `run(n, task)` runs `task(i)` for every i < n, on any
-    /// threads.
+    /// The side table of `w` for groups of `lanes` rows (GROUP for the VNNI kernels,
+    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one, it has
+    /// fewer rows, or the memory for the table cannot be had (the row-order kernels then
+    /// serve, the same bits). The table is cut from `arena`. `run(n, task)` runs `task(i)` for
+    /// every i < n, on any threads.
     pub fn new(w: &WeightTensor, lanes: usize, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
@@ -228,98 +266,197 @@ impl Packed {
             return None;
         }
         let f = format(ty);
-        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), layout(f, lanes).0);
+        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), stride(f, lanes));
         let groups = w.rows() / lanes;
-        let (data, ptr) = arena.slab(groups * nb * st)?;
+        let (side, ptr) = arena.slab(groups * nb * st)?;
         // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
         // before this call returns.
-        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, data.len) };
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, side.len) };
         let bytes = w.bytes();
-        // Tasks of about RELEASE_BYTES of the source each, whose pages they hand back when done.
-        let per_task = (RELEASE_BYTES / (lanes * rb)).max(1);
+        let per_task = (TASK_BYTES / (lanes * rb)).max(1);
         let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = dst.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
         run(pieces.len(), &|t| {
             let mut piece = pieces[t].lock();
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
                 let g = t * per_task + i;
                 match (f, lanes == GROUP) {
-                    (Q8_0, true) => pack_group::<Q8_0, GROUP, 34, { layout(Q8_0, GROUP).0 }>(bytes, rb, g, dst),
-                    (Q4_0, true) => pack_group::<Q4_0, GROUP, 18, { layout(Q4_0, GROUP).0 }>(bytes, rb, g, dst),
-                    (Q5_0, true) => pack_group::<Q5_0, GROUP, 22, { layout(Q5_0, GROUP).0 }>(bytes, rb, g, dst),
-                    (_, true) => pack_group::<Q4_1, GROUP, 20, { layout(Q4_1, GROUP).0 }>(bytes, rb, g, dst),
-                    (Q8_0, false) => pack_group::<Q8_0, GROUP_AVX2, 34, { layout(Q8_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
-                    (Q4_0, false) => pack_group::<Q4_0, GROUP_AVX2, 18, { layout(Q4_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
-                    (Q5_0, false) => pack_group::<Q5_0, GROUP_AVX2, 22, { layout(Q5_0, GROUP_AVX2).0 }>(bytes, rb, g, dst),
-                    (_, false) => pack_group::<Q4_1, GROUP_AVX2, 20, { layout(Q4_1, GROUP_AVX2).0 }>(bytes, rb, g, dst),
+                    (Q8_0, true) => side_group::<Q8_0, GROUP, 34, { stride(Q8_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q4_0, true) => side_group::<Q4_0, GROUP, 18, { stride(Q4_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q5_0, true) => side_group::<Q5_0, GROUP, 22, { stride(Q5_0, GROUP) }>(bytes, rb, g, dst),
+                    (_, true) => side_group::<Q4_1, GROUP, 20, { stride(Q4_1, GROUP) }>(bytes, rb, g, dst),
+                    (Q8_0, false) => side_group::<Q8_0, GROUP_AVX2, 34, { stride(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q4_0, false) => side_group::<Q4_0, GROUP_AVX2, 18, { stride(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q5_0, false) => side_group::<Q5_0, GROUP_AVX2, 22, { stride(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (_, false) => side_group::<Q4_1, GROUP_AVX2, 20, { stride(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
                 }
             }
-            let g1 = (t * per_task + piece.len() / (nb * st)).min(groups);
-            w.release_pages(t * per_task * lanes * rb..g1 * lanes * rb);
         });
         drop(pieces);
-        Some(Packed { ty, lanes, groups, nb, data })
+        Some(Packed { ty, lanes, groups, nb, row_bytes: rb, tensor: w.clone(), side, interleaved: std::sync::OnceLock::new() })
     }
 
-    /// Rows packed (the rest take the stored bytes).
+    /// Writes the interleaved copy of the quants (see the module notes) from `arena`, handing
+    /// back the stored pages piece by piece, and gives it to the kernels once whole. Stops,
+    /// leaving the stored order in use, when `stop` is set or the memory cannot be had.
+    pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool) {
+        if self.interleaved.get().is_some() {
+            return;
+        }
+        let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
+        let cs = chunk_bytes(f, l);
+        let Some((copy, ptr)) = arena.slab(self.groups * nb * cs) else { return };
+        // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
+        // before `interleaved` is set below.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, copy.len) };
+        let bytes = self.tensor.bytes();
+        let per_piece = (TASK_BYTES / (l * rb)).max(1);
+        for (t, piece) in dst.chunks_mut(per_piece * nb * cs).enumerate() {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
+                let g = t * per_piece + i;
+                match (f, l == GROUP) {
+                    (Q8_0, true) => interleave_group::<Q8_0, GROUP, 34, { chunk_bytes(Q8_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q4_0, true) => interleave_group::<Q4_0, GROUP, 18, { chunk_bytes(Q4_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q5_0, true) => interleave_group::<Q5_0, GROUP, 22, { chunk_bytes(Q5_0, GROUP) }>(bytes, rb, g, dst),
+                    (_, true) => interleave_group::<Q4_1, GROUP, 20, { chunk_bytes(Q4_1, GROUP) }>(bytes, rb, g, dst),
+                    (Q8_0, false) => interleave_group::<Q8_0, GROUP_AVX2, 34, { chunk_bytes(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q4_0, false) => interleave_group::<Q4_0, GROUP_AVX2, 18, { chunk_bytes(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q5_0, false) => interleave_group::<Q5_0, GROUP_AVX2, 22, { chunk_bytes(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (_, false) => interleave_group::<Q4_1, GROUP_AVX2, 20, { chunk_bytes(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
+                }
+            }
+            // A pass still on the stored order faults these pages in again from the page
+            // cache: the same bytes.
+            let g1 = (t * per_piece + piece.len() / (nb * cs)).min(self.groups);
+            self.tensor.release_pages(t * per_piece * l * rb..g1 * l * rb);
+        }
+        let _ = self.interleaved.set(copy);
+        // Once more for the pages a pass on the stored order faulted in while the copy was
+        // being written.
+        self.tensor.release_pages(0..self.rows() * rb);
+    }
+
+    /// Whether the kernels read the interleaved copy.
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved.get().is_some()
+    }
+
+    /// Rows the group kernels take (the rest take the row-order ones).
     pub fn rows(&self) -> usize {
         self.groups * self.lanes
     }
+}
 
-    /// Row j's stored bytes (j < `rows()`), rebuilt from the packed copy into `row`.
-    pub fn stored_row(&self, j: usize, row: &mut Vec<u8>) {
-        let (f, l) = (format(self.ty), self.lanes);
-        let ((st, at), c) = (layout(f, l), 4 * l);
-        let (g, r, bb) = (j / l, j % l, self.ty.block_bytes());
-        row.clear();
-        row.resize(self.nb * bb, 0);
-        let group = &self.data.bytes()[g * self.nb * st..(g + 1) * self.nb * st];
-        for (blk, d) in row.chunks_exact_mut(bb).zip(group.chunks_exact(st)) {
-            blk[..2].copy_from_slice(&d[2 * r..2 * r + 2]);
-            if f == Q8_0 {
-                let flip = if l == GROUP { 0x80 } else { 0 };
-                for k in 0..8 {
-                    for i in 0..4 {
-                        blk[2 + 4 * k + i] = d[at + c * k + 4 * r + i] ^ flip;
+/// Writes the interleaved copies of one backend's matrices (`Packed::interleave`), one after
+/// another in the order they were prepared: from `start` (the end of the open: while the open
+/// runs, a second thread faulting in fresh pages slowed it by half) on a thread of its own that
+/// lives while there are matrices waiting, or, without `background`, when `finish` is called. Dropped, it stops that
+/// thread at its next piece and waits for it, so that no thread of the library outlives the
+/// model that started it.
+pub struct Interleaver {
+    shared: std::sync::Arc<Shared>,
+    background: bool,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Shared {
+    /// Where the side tables and copies are cut from.
+    arena: Arena,
+    /// Matrices still to interleave, and whether a thread is taking them.
+    queue: parking_lot::Mutex<(std::collections::VecDeque<std::sync::Weak<Packed>>, bool)>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// Interleaves what the queue holds until it is empty (then, on the queue's thread, says
+    /// that no thread takes it any more) or `stop` is set.
+    fn drain(&self, on_thread: bool) {
+        loop {
+            let next = {
+                let mut q = self.queue.lock();
+                loop {
+                    match q.0.pop_front() {
+                        Some(p) => match p.upgrade() {
+                            Some(p) => break Some(p),
+                            None => continue,
+                        },
+                        None => break None,
                     }
                 }
-                continue;
-            }
-            let qs = quants_at(f);
-            for k in 0..4 {
-                blk[qs + 4 * k..qs + 4 * k + 4].copy_from_slice(&d[at + c * k + 4 * r..at + c * k + 4 * r + 4]);
-            }
-            if f == Q4_1 {
-                blk[2..4].copy_from_slice(&d[2 * l + 2 * r..2 * l + 2 * r + 2]);
-            }
-            if f == Q5_0 {
-                let mut qh = 0u32;
-                for k in 0..4 {
-                    for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                        let m = d[at + 4 * c + l / 2 * (2 * k + half) + r / 2];
-                        qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
+            };
+            let stopped = self.stop.load(std::sync::atomic::Ordering::Relaxed);
+            match next {
+                Some(p) if !stopped => p.interleave(&self.arena, &self.stop),
+                _ => {
+                    let mut q = self.queue.lock();
+                    // A matrix queued after the pop above is taken on the next round.
+                    if !q.0.is_empty() && !stopped {
+                        continue;
                     }
+                    if on_thread {
+                        q.1 = false;
+                    }
+                    return;
                 }
-                blk[2..6].copy_from_slice(&qh.to_le_bytes());
             }
         }
     }
 }
 
-thread_local! {
-    /// A stored row rebuilt for `row_f32`, reused across calls.
-    static ROW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+impl Interleaver {
+    pub fn new(background: bool) -> Interleaver {
+        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), stop: Default::default() };
+        Interleaver { shared: std::sync::Arc::new(shared), background, thread: parking_lot::Mutex::new(None) }
+    }
+
+    pub fn arena(&self) -> &Arena {
+        &self.shared.arena
+    }
+
+    /// Queues `p` for the next `start` or `finish`.
+    pub fn submit(&self, p: &std::sync::Arc<Packed>) {
+        self.shared.queue.lock().0.push_back(std::sync::Arc::downgrade(p));
+    }
+
+    /// With `background`, starts the thread if matrices are queued and none is taking them. A
+    /// thread that cannot be had leaves the stored order in use.
+    pub fn start(&self) {
+        let mut q = self.shared.queue.lock();
+        if !self.background || q.1 || q.0.is_empty() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let Ok(handle) = std::thread::Builder::new().name("packlm-interleave".into()).spawn(move || shared.drain(true)) else { return };
+        q.1 = true;
+        drop(q);
+        // The previous thread said it was done before this one was started: it has returned,
+        // or is returning.
+        if let Some(done) = self.thread.lock().replace(handle) {
+            let _ = done.join();
+        }
+    }
+
+    /// Interleaves every matrix still queued, on the calling thread.
+    pub fn finish(&self) {
+        self.shared.drain(false);
+    }
+}
+
+impl Drop for Interleaver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl PreparedMatrix for Packed {
-    fn row_f32(&self, r: usize, dst: &mut [f32]) -> bool {
-        if r >= self.rows() {
-            return false;
-        }
-        let mut row = ROW.take();
-        self.stored_row(r, &mut row);
-        dequantize_row(self.ty, &row, dst);
-        ROW.set(row);
-        true
+    /// The stored rows are all there: embedding rows are read from them.
+    fn row_f32(&self, _r: usize, _dst: &mut [f32]) -> bool {
+        false
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -328,11 +465,11 @@ impl PreparedMatrix for Packed {
 }
 
 impl Packed {
-    /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled:
-    /// `Q8Rows::quantize` or `quantize_for_packed`): the result of weight row g0 * lanes + j
-    /// and activation row r goes to `out + r * stride + j`, a group's lanes in one store.
-    /// With `stride` the output's width that is its place in a (rows, n_out) result, so that
-    /// nothing is moved afterwards.
+    /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled: `Q8Rows::quantize` or
+    /// `quantize_for_packed`): the result of weight row g0 * lanes + j and activation row r
+    /// goes to `out + r * stride + j`, a group's lanes in one store. With `stride` the
+    /// output's width that is its place in a (rows, n_out) result, so that nothing is moved
+    /// afterwards.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C, and for 16 lanes also AVX-512 F, VL, BW, DQ and VNNI
@@ -341,6 +478,7 @@ impl Packed {
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
+        assert!(g1 <= self.groups);
         // SAFETY: the caller's promise.
         unsafe {
             if self.lanes == GROUP {
@@ -352,34 +490,62 @@ impl Packed {
     }
 }
 
-/// The reads of a kernel's `group` over `nb` blocks (of `st` bytes in `blocks`) and RX
+/// The reads of a kernel's `group` over `nb` blocks: the side table (`st` bytes a block), the
+/// quants (`FULL`: the group's interleaved copy; else its L stored rows of `rb` bytes), and RX
 /// activation rows (values, scales, sums for Q4_1, corrections), checked once so that its loop
 /// needs no checks.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::type_complexity)]
 #[inline(always)]
-fn check_rows<const F: u8, const RX: usize>(blocks: &[u8], nb: usize, st: usize, (xq, xd, xs, cb): ([&[i8]; RX], [&[f32]; RX], [&[f32]; RX], [&[i32]; RX])) {
-    assert!(blocks.len() >= nb * st);
+fn check_rows<const F: u8, const RX: usize, const FULL: bool>(
+    side: &[u8],
+    quants: &[u8],
+    (l, rb, nb, st): (usize, usize, usize, usize),
+    (xq, xd, xs, cb): ([&[i8]; RX], [&[f32]; RX], [&[f32]; RX], [&[i32]; RX]),
+) {
+    assert!(side.len() >= nb * st);
+    if FULL {
+        assert!(quants.len() >= nb * chunk_bytes(F, l));
+    } else {
+        assert!(rb >= nb * block_bytes(F) && quants.len() >= l * rb);
+    }
     for r in 0..RX {
         assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
     }
 }
 
-/// Bytes ahead of the block being read that a pass prefetches, whatever its activation rows.
-/// Passes of 3 or more rows used to be left to the hardware prefetcher: 4 rows of Q8_0 read
-/// about 24 GB/s that way and 40 with this (`kernel_time`), and 4096 bytes ahead took 5-10%
-/// more off a verify of 8 drafted rows than 2048.
+/// Bytes ahead of the block being read that a pass over an interleaved copy prefetches,
+/// whatever its activation rows. Passes of 3 or more rows used to be left to the hardware
+/// prefetcher: 4 rows of Q8_0 read about 24 GB/s that way and 40 with this (`kernel_time`), and
+/// 4096 bytes ahead took 5-10% more off a verify of 8 drafted rows than 2048. A pass over the
+/// stored rows prefetches the next group instead: its rows are contiguous, and its blocks are
+/// read at L block sizes a step, so that sweeps the stored bytes at the rate they are read
+/// (more distance did no better in `kernel_time`; none was 30-50% slower).
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_BYTES: usize = 4096;
 
-/// Asks for the cache lines of the block `PREFETCH_BYTES` past `base` (`st` bytes). The address
-/// may lie past the matrix: a prefetch never faults or reads it.
+/// Asks for the cache lines of the `len` bytes at `at`. The address may lie past the matrix:
+/// a prefetch never faults or reads it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_block(base: *const u8, st: usize) {
-    for line in (0..st).step_by(64) {
+fn prefetch_lines(at: *const u8, len: usize) {
+    for line in (0..len).step_by(64) {
         // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.wrapping_add(PREFETCH_BYTES + line).cast()) };
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.wrapping_add(line).cast()) };
+    }
+}
+
+/// Block b's prefetch (see PREFETCH_BYTES), for a group of l rows of format F: from `quants`,
+/// the interleaved copy (`FULL`) or the stored rows (`rb` bytes each).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_block<const F: u8, const FULL: bool>(quants: *const u8, l: usize, rb: usize, b: usize) {
+    if FULL {
+        let cs = chunk_bytes(F, l);
+        prefetch_lines(quants.wrapping_add(b * cs + PREFETCH_BYTES), cs);
+    } else {
+        let step = l * block_bytes(F);
+        prefetch_lines(quants.wrapping_add(l * rb + b * step), step);
     }
 }
 
@@ -397,8 +563,8 @@ macro_rules! rows_and_run {
         #[inline]
         #[allow(clippy::too_many_arguments)]
         unsafe fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
-            let (nb, st) = (p.nb, layout(F, $lanes).0);
-            let blocks = &p.data.bytes()[g * nb * st..(g + 1) * nb * st];
+            let (nb, st, rb) = (p.nb, super::stride(F, $lanes), p.row_bytes);
+            let side = &p.side.bytes()[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
             let mut xd: [&[f32]; RX] = [&[]; RX];
             let mut xs: [&[f32]; RX] = [&[]; RX];
@@ -407,7 +573,13 @@ macro_rules! rows_and_run {
                 (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
                 cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
             }
-            let acc = group::<F, RX>(blocks, nb, xq, xd, xs, cb);
+            let acc = match p.interleaved.get() {
+                Some(copy) => {
+                    let cs = super::chunk_bytes(F, $lanes);
+                    group::<F, RX, true>(side, &copy.bytes()[g * nb * cs..(g + 1) * nb * cs], 0, nb, xq, xd, xs, cb)
+                }
+                None => group::<F, RX, false>(side, &p.tensor.bytes()[g * $lanes * rb..(g + 1) * $lanes * rb], rb, nb, xq, xd, xs, cb),
+            };
             for (r, a) in acc.iter().enumerate() {
                 // SAFETY: the caller's promise: activation row r0 + r's lanes of group g lie in
                 // the writable run; storeu has no alignment requirement.
@@ -458,50 +630,118 @@ macro_rules! rows_and_run {
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{check_rows, format, layout, prefetch_block, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{block_bytes, check_rows, chunk_bytes, format, prefetch_block, quants_at, stride, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
 
-    /// One group's `nb` blocks (`blocks`, of format F) against RX activation rows: lane l of
-    /// result r is the group's row l . activation row r, int8.rs's block-sum arithmetic.
+    /// The 32 quant bytes at `q` of 16 rows `rb` apart, as eight registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (a 16 x 8 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `q + r * rb .. + 32` is readable for r < 16.
+    #[target_feature(enable = "avx2,avx512f")]
+    #[inline]
+    unsafe fn q8_lanes(q: *const u8, rb: usize) -> [__m512i; 8] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm256_loadu_si256(q.add(r * rb).cast()) };
+        // z[j]: row j in the low half, row j + 8 in the high one; the halves are transposed
+        // side by side (8 x 8 each), the 128-bit lanes brought together last.
+        let z: [__m512i; 8] = std::array::from_fn(|j| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(row(j)), row(j + 8)));
+        let t: [__m512i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (z[2 * (i / 2)], z[2 * (i / 2) + 1]);
+            if i % 2 == 0 { _mm512_unpacklo_epi32(a, b) } else { _mm512_unpackhi_epi32(a, b) }
+        });
+        // u[k] (v[k]): dword k of rows 0..4 (4..8) in the 128-bit lanes 0 and 2 (rows + 8),
+        // dword k + 4 in lanes 1 and 3.
+        let quad = |t: &[__m512i]| -> [__m512i; 4] {
+            [
+                _mm512_unpacklo_epi64(t[0], t[2]),
+                _mm512_unpackhi_epi64(t[0], t[2]),
+                _mm512_unpacklo_epi64(t[1], t[3]),
+                _mm512_unpackhi_epi64(t[1], t[3]),
+            ]
+        };
+        let (u, v) = (quad(&t[..4]), quad(&t[4..]));
+        let low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        std::array::from_fn(|k| if k < 4 { _mm512_permutex2var_epi64(u[k], low, v[k]) } else { _mm512_permutex2var_epi64(u[k - 4], high, v[k - 4]) })
+    }
+
+    /// The 16 quant bytes at `q` of 16 rows `rb` apart, as four registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (a 16 x 4 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `q + r * rb .. + 16` is readable for r < 16.
+    #[target_feature(enable = "avx2,avx512f")]
+    #[inline]
+    unsafe fn nibble_lanes(q: *const u8, rb: usize) -> [__m512i; 4] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm_loadu_si128(q.add(r * rb).cast()) };
+        // z[j]: rows j, j + 4, j + 8, j + 12 in its four 128-bit lanes, each transposed 4 x 4.
+        let z: [__m512i; 4] = std::array::from_fn(|j| {
+            let a = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(row(j)), row(j + 4));
+            _mm512_inserti32x4::<3>(_mm512_inserti32x4::<2>(a, row(j + 8)), row(j + 12))
+        });
+        let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+        [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
+    }
+
+    /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
+    /// where `FULL`, else its 16 stored rows of `rb` bytes; format F) against RX activation
+    /// rows: lane l of result r is the group's row l . activation row r, int8.rs's block-sum
+    /// arithmetic.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
     #[inline]
-    fn group<const F: u8, const RX: usize>(
-        blocks: &[u8],
+    #[allow(clippy::too_many_arguments)]
+    fn group<const F: u8, const RX: usize, const FULL: bool>(
+        side: &[u8],
+        quants: &[u8],
+        rb: usize,
         nb: usize,
         xq: [&[i8]; RX],
         xd: [&[f32]; RX],
         xs: [&[f32]; RX],
         cb: [&[i32]; RX],
     ) -> [__m512; RX] {
-        let (st, at) = layout(F, GROUP);
-        check_rows::<F, RX>(blocks, nb, st, (xq, xd, xs, cb));
+        let (st, bb, cs) = (stride(F, GROUP), block_bytes(F), chunk_bytes(F, GROUP));
+        check_rows::<F, RX, FULL>(side, quants, (GROUP, rb, nb, st), (xq, xd, xs, cb));
         let mut acc = [_mm512_setzero_ps(); RX];
-        let p = blocks.as_ptr();
+        let (sp, qp) = (side.as_ptr(), quants.as_ptr());
         for b in 0..nb {
             // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
-            // bytes of `blocks`, the 32 bytes of each activation row's block b, and its scale,
-            // sum and correction inside their slices; the loads have no alignment requirement.
+            // bytes of `side`, block b's chunks of the copy or block b of each of the 16
+            // stored rows, the 32 bytes of each activation row's block b, and its scale, sum
+            // and correction inside their slices; the loads have no alignment requirement.
             unsafe {
-                let base = p.add(b * st);
-                prefetch_block(base, st);
+                prefetch_block::<F, FULL>(qp, GROUP, rb, b);
+                let base = sp.add(b * st);
                 let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
                 let wm = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
-                let chunks = base.add(at);
+                let chunk = |k: usize| _mm512_loadu_si512(qp.add(b * cs + 64 * k).cast());
+                let q = qp.add(b * bb + quants_at(F));
                 let mut wv = [_mm512_setzero_si512(); 8];
                 if F == Q8_0 {
-                    for (k, v) in wv.iter_mut().enumerate() {
-                        *v = _mm512_loadu_si512(chunks.add(64 * k).cast());
+                    if FULL {
+                        wv = std::array::from_fn(chunk);
+                    } else {
+                        // `vpdpbusd` takes the weights as unsigned bytes: q + 128, the sign bit
+                        // flipped (as the copy holds them); the activations' `cb` takes the
+                        // offset back.
+                        let flip = _mm512_set1_epi8(-128);
+                        for (v, c) in wv.iter_mut().zip(q8_lanes(q, rb)) {
+                            *v = _mm512_xor_si512(c, flip);
+                        }
                     }
                 } else {
                     let m4 = _mm512_set1_epi8(0x0F);
-                    for k in 0..4 {
-                        let c = _mm512_loadu_si512(chunks.add(64 * k).cast());
+                    let nibbles: [__m512i; 4] = if FULL { std::array::from_fn(chunk) } else { nibble_lanes(q, rb) };
+                    for (k, c) in nibbles.into_iter().enumerate() {
                         wv[k] = _mm512_and_si512(c, m4);
                         wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(c), m4);
                     }
                     if F == Q5_0 {
-                        let masks = chunks.add(4 * 64).cast::<u64>();
+                        let masks = base.add(2 * GROUP).cast::<u64>();
                         let bit = _mm512_set1_epi8(0x10);
                         for k in 0..4 {
                             let (lo, hi) = (masks.add(2 * k).read_unaligned(), masks.add(2 * k + 1).read_unaligned());
@@ -551,59 +791,113 @@ mod vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{check_rows, format, layout, prefetch_block, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{block_bytes, check_rows, chunk_bytes, format, prefetch_block, quants_at, stride, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
 
     /// Byte j of a 64-bit pattern selecting bit j % 8 (for the Q5_0 masks).
     const BIT_OF_BYTE: i64 = 0x8040_2010_0804_0201u64 as i64;
 
-    /// One group's `nb` blocks (format F, 8 rows) against RX activation rows: lane l of result r
-    /// is the group's row l . activation row r, int8.rs's block-sum arithmetic. `vpmaddubsw`
-    /// multiplies unsigned by signed bytes: the nibble formats go in as they are (pair sums at
-    /// most 2 * 31 * 127, so four pairs add in i16 without overflow), Q8_0 as |q| against x
-    /// with q's sign.
+    /// The 32 quant bytes at `q` of 8 rows `rb` apart, as eight registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (an 8 x 8 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `q + r * rb .. + 32` is readable for r < 8.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn q8_lanes(q: *const u8, rb: usize) -> [__m256i; 8] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let z: [__m256i; 8] = std::array::from_fn(|r| unsafe { _mm256_loadu_si256(q.add(r * rb).cast()) });
+        let t: [__m256i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (z[2 * (i / 2)], z[2 * (i / 2) + 1]);
+            if i % 2 == 0 { _mm256_unpacklo_epi32(a, b) } else { _mm256_unpackhi_epi32(a, b) }
+        });
+        // u[k] (v[k]): dword k of rows 0..4 (4..8) in the low 128-bit lane, dword k + 4 in the
+        // high one.
+        let quad = |t: &[__m256i]| -> [__m256i; 4] {
+            [
+                _mm256_unpacklo_epi64(t[0], t[2]),
+                _mm256_unpackhi_epi64(t[0], t[2]),
+                _mm256_unpacklo_epi64(t[1], t[3]),
+                _mm256_unpackhi_epi64(t[1], t[3]),
+            ]
+        };
+        let (u, v) = (quad(&t[..4]), quad(&t[4..]));
+        std::array::from_fn(|k| if k < 4 { _mm256_permute2x128_si256::<0x20>(u[k], v[k]) } else { _mm256_permute2x128_si256::<0x31>(u[k - 4], v[k - 4]) })
+    }
+
+    /// The 16 quant bytes at `q` of 8 rows `rb` apart, as four registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (an 8 x 4 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `q + r * rb .. + 16` is readable for r < 8.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn nibble_lanes(q: *const u8, rb: usize) -> [__m256i; 4] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm_loadu_si128(q.add(r * rb).cast()) };
+        // z[j]: rows j and j + 4 in its two 128-bit lanes, each transposed 4 x 4.
+        let z: [__m256i; 4] = std::array::from_fn(|j| _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(row(j)), row(j + 4)));
+        let (t0, t1) = (_mm256_unpacklo_epi32(z[0], z[1]), _mm256_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm256_unpacklo_epi32(z[2], z[3]), _mm256_unpackhi_epi32(z[2], z[3]));
+        [_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)]
+    }
+
+    /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
+    /// where `FULL`, else its 8 stored rows of `rb` bytes; format F) against RX activation
+    /// rows: lane l of result r is the group's row l . activation row r, int8.rs's block-sum
+    /// arithmetic. `vpmaddubsw` multiplies unsigned by signed bytes: the nibble formats go in
+    /// as they are (pair sums at most 2 * 31 * 127, so four pairs add in i16 without
+    /// overflow), Q8_0 as |q| against x with q's sign.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn group<const F: u8, const RX: usize>(
-        blocks: &[u8],
+    #[allow(clippy::too_many_arguments)]
+    fn group<const F: u8, const RX: usize, const FULL: bool>(
+        side: &[u8],
+        quants: &[u8],
+        rb: usize,
         nb: usize,
         xq: [&[i8]; RX],
         xd: [&[f32]; RX],
         xs: [&[f32]; RX],
         cb: [&[i32]; RX],
     ) -> [__m256; RX] {
-        let (st, at) = layout(F, L);
-        check_rows::<F, RX>(blocks, nb, st, (xq, xd, xs, cb));
+        let (st, bb, cs) = (stride(F, L), block_bytes(F), chunk_bytes(F, L));
+        check_rows::<F, RX, FULL>(side, quants, (L, rb, nb, st), (xq, xd, xs, cb));
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); RX];
-        let p = blocks.as_ptr();
+        let (sp, qp) = (side.as_ptr(), quants.as_ptr());
         for b in 0..nb {
             // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
-            // bytes of `blocks`, the 32 bytes of each activation row's block b, and its scale,
-            // sum and correction inside their slices; the loads have no alignment requirement.
+            // bytes of `side`, block b's chunks of the copy or block b of each of the 8 stored
+            // rows, the 32 bytes of each activation row's block b, and its scale, sum and
+            // correction inside their slices; the loads have no alignment requirement.
             unsafe {
-                let base = p.add(b * st);
-                prefetch_block(base, st);
+                prefetch_block::<F, FULL>(qp, L, rb, b);
+                let base = sp.add(b * st);
                 let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
                 let wm = if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
-                let chunks = base.add(at);
+                let chunk = |k: usize| _mm256_loadu_si256(qp.add(b * cs + 32 * k).cast());
+                let q = qp.add(b * bb + quants_at(F));
+                // Q8_0: the signed quants (for their signs) and their magnitudes.
+                let mut qs = [_mm256_setzero_si256(); 8];
                 let mut wv = [_mm256_setzero_si256(); 8];
                 if F == Q8_0 {
-                    for (k, v) in wv.iter_mut().enumerate() {
-                        *v = _mm256_abs_epi8(_mm256_loadu_si256(chunks.add(32 * k).cast()));
+                    qs = if FULL { std::array::from_fn(chunk) } else { q8_lanes(q, rb) };
+                    for (v, &c) in wv.iter_mut().zip(&qs) {
+                        *v = _mm256_abs_epi8(c);
                     }
                 } else {
                     let m4 = _mm256_set1_epi8(0x0F);
-                    for k in 0..4 {
-                        let c = _mm256_loadu_si256(chunks.add(32 * k).cast());
+                    let nibbles: [__m256i; 4] = if FULL { std::array::from_fn(chunk) } else { nibble_lanes(q, rb) };
+                    for (k, c) in nibbles.into_iter().enumerate() {
                         wv[k] = _mm256_and_si256(c, m4);
                         wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(c), m4);
                     }
                     if F == Q5_0 {
                         // Mask i's 32 bits, bit 4r + j for byte 4r + j: each byte picks its
                         // mask byte, tests its bit, and gains 16 where it is set.
-                        let masks = chunks.add(4 * 32).cast::<u32>();
+                        let masks = base.add(2 * L).cast::<u32>();
                         let spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
                         let bits = _mm256_set1_epi64x(BIT_OF_BYTE);
                         let sixteen = _mm256_set1_epi8(0x10);
@@ -622,8 +916,7 @@ mod avx2 {
                     let s = if F == Q8_0 {
                         let mut s = _mm256_setzero_si256();
                         for (k, &v) in wv.iter().enumerate() {
-                            let q = _mm256_loadu_si256(chunks.add(32 * k).cast());
-                            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x(k), q)), ones));
+                            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x(k), qs[k])), ones));
                         }
                         s
                     } else {
