@@ -6,7 +6,7 @@
 //! and a few activation row counts (1: decode; 9: a verify of 8 drafted rows; 64: prefill, on
 //! an eighth of the rows), prints the best of 5 runs in ns per weight row per activation row. ISA is
 //! portable, avx2, vnni or neon (default: the CPU's best); with vnni, Q8_0, Q4_0, Q5_0 and Q4_1
-//! are also timed through the group kernels (host/packed.rs) as the host backend runs them, over
+//! are also timed through the group kernels (host/packed/) as the host backend runs them, over
 //! the stored rows and over the interleaved copy. A tool for comparing kernel changes
 //! on one machine; the model-level numbers come from examples/bench.rs.
 

@@ -13,7 +13,7 @@
 //!   n/64 (two accumulators) or n/32 for the min chain and the block-sum formats' one chain, 1
 //!   to join, 3 in reduce8, 1 for the mins.
 //! - The whole matmul: batch size and thread count never change a bit.
-//! - Matrices packed for the VNNI block-sum kernels (packed.rs) give the portable bits.
+//! - Matrices packed for the VNNI block-sum kernels (packed/) give the portable bits.
 
 mod common;
 use common::quant::{min_terms, put_f16, random_row, random_x, tensor};
@@ -339,7 +339,7 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
     }
 }
 
-/// On x86-64, `fast` runs the block-sum formats' matrices through the group kernels (packed.rs),
+/// On x86-64, `fast` runs the block-sum formats' matrices through the group kernels (packed/),
 /// 16 rows a group for the VNNI kernels and 8 for the AVX2 ones (forced here on AVX-512
 /// machines too): over the stored rows from the open on, and over the interleaved copy once it
 /// is written. Both give the portable bits for every batch size (1 to 64 rows: one chunk of

@@ -7,7 +7,7 @@
 //!   prepared by the backend once at open (`prepare_matrix`, `prepare_vector`). The host keeps
 //!   the memory-mapped bytes as they are, and at `fast` gives the block formats its integer
 //!   kernels read in groups of rows a side table at open and an interleaved copy after it
-//!   (host/packed.rs); the GPU uploads them once.
+//!   (host/packed/); the GPU uploads them once.
 //! - [`Tensor`]: an activation buffer of f32 elements (`tensor`), where the backend computes.
 //!   The engine never reads one: only [`Backend::read`] brings values back to host memory, and
 //!   the engine uses it for the wanted rows' logits only.

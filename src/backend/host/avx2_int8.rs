@@ -12,7 +12,7 @@
 //!
 //! The 32-element formats take int8.rs's block-sum arithmetic: here four weight rows at a time
 //! over their stored bytes (`summed_tile`); at `fast` the host backend runs their matrices
-//! through the group kernels (packed.rs), and only rows after a matrix's last group come here. The lane-sum
+//! through the group kernels (packed/), and only rows after a matrix's last group come here. The lane-sum
 //! kernels below (`tile`, `tile_512`) are the K formats'.
 
 use std::arch::x86_64::*;
@@ -370,7 +370,7 @@ pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: im
 }
 
 /// The block-sum formats' entries over stored bytes; a matrix prepared for the group kernels
-/// (packed.rs) takes those, and only the rows after its last group these.
+/// (packed/) takes those, and only the rows after its last group these.
 macro_rules! summed_entries {
     ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]

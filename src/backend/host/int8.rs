@@ -27,7 +27,7 @@
 //! i32 (|s_b| <= 32 * 128 * 127 < 2^24, so its f32 is exact too); then in f32, `t = ws *
 //! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1, `acc = fma(wm, s_x[b], acc)`, in block
 //! order from 0; the result is `acc`. One float step per block: what makes
-//! a 512-bit kernel over weight rows interleaved 16 at a time (packed.rs) cheap, each lane
+//! a 512-bit kernel over weight rows interleaved 16 at a time (packed/) cheap, each lane
 //! being one weight row's chain.
 //!
 //! **Lane sums** (the other formats): for activation block b and lane l (0..8): `p_l = sum of
@@ -46,7 +46,7 @@
 //! kernels that go with it ([`Int8Isa::for_isa`]): the CPU's best gives the best integer
 //! kernels (VNNI or AVX2 on x86_64, NEON on aarch64), and a forced `Isa::Portable` gives the
 //! portable ones on every CPU, so tests can run each path through the whole backend. On
-//! x86_64 the block-sum formats' matrices take the VNNI or AVX2 group kernels (packed.rs);
+//! x86_64 the block-sum formats' matrices take the VNNI or AVX2 group kernels (packed/);
 //! these entry points then serve only the rows after a matrix's last group.
 //!
 //! # Accuracy
@@ -77,7 +77,7 @@ pub struct Q8Rows {
     /// unsigned bytes (w + 128) adds to a lane's sum, taken back by starting the sum there.
     pub c: Vec<i32>,
     /// (m, n_in / 32): `-128 * sum(q)` for each block, the same correction for a whole block
-    /// (the packed kernels, packed.rs).
+    /// (the packed kernels, packed/).
     pub cb: Vec<i32>,
 }
 
@@ -101,7 +101,7 @@ impl Q8Rows {
         self.quantize_with(x, n_in, false, true);
     }
 
-    /// As `quantize`, for the packed kernels (packed.rs): `cb` filled, `d8` and `c` left
+    /// As `quantize`, for the packed kernels (packed/): `cb` filled, `d8` and `c` left
     /// empty.
     pub fn quantize_for_packed(&mut self, x: &[f32], n_in: usize) {
         self.quantize_with(x, n_in, Isa::Avx2.available(), false);

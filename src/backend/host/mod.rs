@@ -9,7 +9,7 @@
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
 //! staying on the f32 kernels. The weights are the mapped bytes in both, but for one case: at
 //! `fast` on x86-64, the matrices of the 32-element block formats run through group kernels,
-//! sixteen rows at a time for AVX-512 VNNI, eight for AVX2 (packed.rs). From the open they
+//! sixteen rows at a time for AVX-512 VNNI, eight for AVX2 (packed/). From the open they
 //! interleave the stored rows in registers (the open copies only the block headers); after it,
 //! a thread of the backend's own writes an interleaved copy of each matrix, which the kernels
 //! take up once whole, handing the mapped pages back so that the process holds one copy. The
@@ -73,7 +73,7 @@ pub struct HostBackend {
     /// `Fast` lets matmuls against block-quantized weights round the activations to 8 bits
     /// (int8.rs); `Exact` keeps them f32.
     precision: Precision,
-    /// The matrices prepared for the group kernels so far (packed.rs), by their bytes' address
+    /// The matrices prepared for the group kernels so far (packed/), by their bytes' address
     /// and length: a tied embedding and output matrix are prepared twice and packed once.
     packed: Mutex<Vec<(usize, usize, std::sync::Weak<Packed>)>>,
     /// Writes their interleaved copies after the open, and holds the memory they are cut from.
@@ -106,7 +106,7 @@ impl HostBackend {
         HostBackend { precision, ..self }
     }
 
-    /// With `background` false, the interleaved copies (packed.rs) are written only by
+    /// With `background` false, the interleaved copies (packed/) are written only by
     /// `interleave_now`, so that tests can run the group kernels over the stored order and
     /// over the copies in turn. Call it before preparing any matrix.
     pub fn with_background_interleave(self, background: bool) -> HostBackend {
@@ -130,7 +130,7 @@ impl HostBackend {
         tile.next_multiple_of(align)
     }
 
-    /// The rows per group `prepare` packs matrices in (packed.rs), if it does: at `fast`, 16
+    /// The rows per group `prepare` packs matrices in (packed/), if it does: at `fast`, 16
     /// for the VNNI kernels, 8 for the AVX2 ones.
     fn packs(&self) -> Option<usize> {
         match (self.precision, Int8Isa::for_isa(self.isa)) {
@@ -201,7 +201,7 @@ impl HostBackend {
     }
 
     /// The `fast` matmul over a packed matrix: tiles of whole groups take the VNNI kernels
-    /// (packed.rs), the rows after the last group the row-order ones, the same bits.
+    /// (packed/), the rows after the last group the row-order ones, the same bits.
     #[cfg(target_arch = "x86_64")]
     fn matmul_packed(&self, w: &WeightTensor, p: &Packed, kernel: &Int8Kernel, x: &[f32], rows: usize, out: &mut [f32]) {
         let (n_out, n_in, rb) = (w.rows(), w.cols(), w.row_bytes());
@@ -336,7 +336,7 @@ impl Kernels for HostBackend {
     }
 
     /// At `fast` on the VNNI kernels, the block-sum formats' matrices of 16 rows or more are
-    /// packed (packed.rs), once per tensor.
+    /// packed (packed/), once per tensor.
     fn prepare(&self, w: &WeightTensor) -> Result<Option<Prepared>> {
         let Some(lanes) = self.packs() else { return Ok(None) };
         if !int8::sums_per_block(w.ty) {

@@ -1,0 +1,464 @@
+//! The group kernels (see the module notes of packed/mod.rs): one module per instruction set,
+//! each a `group` over one group's blocks against a few activation rows, reading the quants
+//! from the interleaved copy or from the stored rows, and the `rows` / `run` around it.
+
+use super::{block_bytes, chunk_bytes, QK, Q4_1};
+
+/// The reads of a kernel's `group` over `nb` blocks: the side table (`st` bytes a block), the
+/// quants (`FULL`: the group's interleaved copy; else its L stored rows of `rb` bytes), and RX
+/// activation rows (values, scales, sums for Q4_1, corrections), checked once so that its loop
+/// needs no checks.
+#[allow(clippy::type_complexity)]
+#[inline(always)]
+fn check_rows<const F: u8, const RX: usize, const FULL: bool>(
+    side: &[u8],
+    quants: &[u8],
+    (l, rb, nb, st): (usize, usize, usize, usize),
+    (xq, xd, xs, cb): ([&[i8]; RX], [&[f32]; RX], [&[f32]; RX], [&[i32]; RX]),
+) {
+    assert!(side.len() >= nb * st);
+    if FULL {
+        assert!(quants.len() >= nb * chunk_bytes(F, l));
+    } else {
+        assert!(rb >= nb * block_bytes(F) && quants.len() >= l * rb);
+    }
+    for r in 0..RX {
+        assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
+    }
+}
+
+/// Bytes ahead of the block being read that a pass over an interleaved copy prefetches,
+/// whatever its activation rows. Passes of 3 or more rows used to be left to the hardware
+/// prefetcher: 4 rows of Q8_0 read about 24 GB/s that way and 40 with this (`kernel_time`), and
+/// 4096 bytes ahead took 5-10% more off a verify of 8 drafted rows than 2048. A pass over the
+/// stored rows prefetches the next group instead: its rows are contiguous, and its blocks are
+/// read at L block sizes a step, so that sweeps the stored bytes at the rate they are read
+/// (more distance did no better in `kernel_time`; none was 30-50% slower).
+const PREFETCH_BYTES: usize = 4096;
+
+/// Asks for the cache lines of the `len` bytes at `at`. The address may lie past the matrix:
+/// a prefetch never faults or reads it.
+#[inline(always)]
+fn prefetch_lines(at: *const u8, len: usize) {
+    for line in (0..len).step_by(64) {
+        // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.wrapping_add(line).cast()) };
+    }
+}
+
+/// Block b's prefetch (see PREFETCH_BYTES), for a group of l rows of format F: from `quants`,
+/// the interleaved copy (`FULL`) or the stored rows (`rb` bytes each).
+#[inline(always)]
+fn prefetch_block<const F: u8, const FULL: bool>(quants: *const u8, l: usize, rb: usize, b: usize) {
+    if FULL {
+        let cs = chunk_bytes(F, l);
+        prefetch_lines(quants.wrapping_add(b * cs + PREFETCH_BYTES), cs);
+    } else {
+        let step = l * block_bytes(F);
+        prefetch_lines(quants.wrapping_add(l * rb + b * step), step);
+    }
+}
+
+/// A kernel module's `rows` (one call of its `group`, stored into place) and `run` (every group
+/// and activation row), for its lanes, store and the activation-row counts its `chunk` gives.
+macro_rules! rows_and_run {
+    ($features:literal, $lanes:expr, $store:ident, [$($rx:literal)*]) => {
+        /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, rows
+        /// `stride` apart: `Packed::run`).
+        ///
+        /// # Safety
+        /// `Packed::run`'s promise about `out`, for these rows and group.
+        #[target_feature(enable = $features)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn rows<const F: u8, const RX: usize>(p: &Packed, g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
+            let (nb, st, rb) = (p.nb, super::super::stride(F, $lanes), p.row_bytes);
+            let side = &p.side.bytes()[g * nb * st..(g + 1) * nb * st];
+            let mut xq: [&[i8]; RX] = [&[]; RX];
+            let mut xd: [&[f32]; RX] = [&[]; RX];
+            let mut xs: [&[f32]; RX] = [&[]; RX];
+            let mut cb: [&[i32]; RX] = [&[]; RX];
+            for r in 0..RX {
+                (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
+                cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
+            }
+            let acc = match p.interleaved.get() {
+                Some(copy) => {
+                    let cs = super::super::chunk_bytes(F, $lanes);
+                    group::<F, RX, true>(side, &copy.bytes()[g * nb * cs..(g + 1) * nb * cs], 0, nb, xq, xd, xs, cb)
+                }
+                None => group::<F, RX, false>(side, &p.tensor.bytes()[g * $lanes * rb..(g + 1) * $lanes * rb], rb, nb, xq, xd, xs, cb),
+            };
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: the caller's promise: activation row r0 + r's lanes of group g lie in
+                // the writable run; storeu has no alignment requirement.
+                unsafe { $store(out.add((r0 + r) * stride + g * $lanes - row0), *a) };
+            }
+        }
+
+        /// Groups g0..g1 of format F against all m activation rows, `chunk` rows at a time.
+        ///
+        /// # Safety
+        /// `Packed::run`'s promise about `out`.
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn run_format<const F: u8>(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
+            for g in g0..g1 {
+                let mut r0 = 0;
+                while r0 < m {
+                    let rx = chunk(m - r0);
+                    // SAFETY: the caller's promise, for rows r0..r0 + rx < m and group g.
+                    match rx {
+                        $($rx => unsafe { rows::<F, $rx>(p, g, x, n_in, r0, out, stride, g0 * $lanes) },)*
+                        _ => unreachable!("chunk gives {rx} rows"),
+                    }
+                    r0 += rx;
+                }
+            }
+        }
+
+        /// # Safety
+        /// `Packed::run`'s promise about `out`.
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        pub(in crate::backend::host::packed) unsafe fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
+            // SAFETY: the caller's promise.
+            unsafe {
+                match format(p.ty) {
+                    Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out, stride),
+                    Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out, stride),
+                    Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
+                    _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
+                }
+            }
+        }
+    };
+}
+
+pub(super) mod vnni {
+    use std::arch::x86_64::*;
+
+    use super::super::{block_bytes, chunk_bytes, format, quants_at, stride, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{check_rows, prefetch_block};
+    use crate::backend::host::int8::Q8Rows;
+    use crate::quant::QK;
+
+    /// The 32 quant bytes at `q` of 16 rows `rb` apart, as eight registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (a 16 x 8 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `q + r * rb .. + 32` is readable for r < 16.
+    #[target_feature(enable = "avx2,avx512f")]
+    #[inline]
+    unsafe fn q8_lanes(q: *const u8, rb: usize) -> [__m512i; 8] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm256_loadu_si256(q.add(r * rb).cast()) };
+        // z[j]: row j in the low half, row j + 8 in the high one; the halves are transposed
+        // side by side (8 x 8 each), the 128-bit lanes brought together last.
+        let z: [__m512i; 8] = std::array::from_fn(|j| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(row(j)), row(j + 8)));
+        let t: [__m512i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (z[2 * (i / 2)], z[2 * (i / 2) + 1]);
+            if i % 2 == 0 { _mm512_unpacklo_epi32(a, b) } else { _mm512_unpackhi_epi32(a, b) }
+        });
+        // u[k] (v[k]): dword k of rows 0..4 (4..8) in the 128-bit lanes 0 and 2 (rows + 8),
+        // dword k + 4 in lanes 1 and 3.
+        let quad = |t: &[__m512i]| -> [__m512i; 4] {
+            [
+                _mm512_unpacklo_epi64(t[0], t[2]),
+                _mm512_unpackhi_epi64(t[0], t[2]),
+                _mm512_unpacklo_epi64(t[1], t[3]),
+                _mm512_unpackhi_epi64(t[1], t[3]),
+            ]
+        };
+        let (u, v) = (quad(&t[..4]), quad(&t[4..]));
+        let low = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let high = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        std::array::from_fn(|k| if k < 4 { _mm512_permutex2var_epi64(u[k], low, v[k]) } else { _mm512_permutex2var_epi64(u[k - 4], high, v[k - 4]) })
+    }
+
+    /// The 16 quant bytes at `q` of 16 rows `rb` apart, as four registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (a 16 x 4 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `q + r * rb .. + 16` is readable for r < 16.
+    #[target_feature(enable = "avx2,avx512f")]
+    #[inline]
+    unsafe fn nibble_lanes(q: *const u8, rb: usize) -> [__m512i; 4] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm_loadu_si128(q.add(r * rb).cast()) };
+        // z[j]: rows j, j + 4, j + 8, j + 12 in its four 128-bit lanes, each transposed 4 x 4.
+        let z: [__m512i; 4] = std::array::from_fn(|j| {
+            let a = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(row(j)), row(j + 4));
+            _mm512_inserti32x4::<3>(_mm512_inserti32x4::<2>(a, row(j + 8)), row(j + 12))
+        });
+        let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+        [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
+    }
+
+    /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
+    /// where `FULL`, else its 16 stored rows of `rb` bytes; format F) against RX activation
+    /// rows: lane l of result r is the group's row l . activation row r, int8.rs's block-sum
+    /// arithmetic.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn group<const F: u8, const RX: usize, const FULL: bool>(
+        side: &[u8],
+        quants: &[u8],
+        rb: usize,
+        nb: usize,
+        xq: [&[i8]; RX],
+        xd: [&[f32]; RX],
+        xs: [&[f32]; RX],
+        cb: [&[i32]; RX],
+    ) -> [__m512; RX] {
+        let (st, bb, cs) = (stride(F, GROUP), block_bytes(F), chunk_bytes(F, GROUP));
+        check_rows::<F, RX, FULL>(side, quants, (GROUP, rb, nb, st), (xq, xd, xs, cb));
+        let mut acc = [_mm512_setzero_ps(); RX];
+        let (sp, qp) = (side.as_ptr(), quants.as_ptr());
+        for b in 0..nb {
+            // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
+            // bytes of `side`, block b's chunks of the copy or block b of each of the 16
+            // stored rows, the 32 bytes of each activation row's block b, and its scale, sum
+            // and correction inside their slices; the loads have no alignment requirement.
+            unsafe {
+                prefetch_block::<F, FULL>(qp, GROUP, rb, b);
+                let base = sp.add(b * st);
+                let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
+                let wm = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
+                let chunk = |k: usize| _mm512_loadu_si512(qp.add(b * cs + 64 * k).cast());
+                let q = qp.add(b * bb + quants_at(F));
+                let mut wv = [_mm512_setzero_si512(); 8];
+                if F == Q8_0 {
+                    if FULL {
+                        wv = std::array::from_fn(chunk);
+                    } else {
+                        // `vpdpbusd` takes the weights as unsigned bytes: q + 128, the sign bit
+                        // flipped (as the copy holds them); the activations' `cb` takes the
+                        // offset back.
+                        let flip = _mm512_set1_epi8(-128);
+                        for (v, c) in wv.iter_mut().zip(q8_lanes(q, rb)) {
+                            *v = _mm512_xor_si512(c, flip);
+                        }
+                    }
+                } else {
+                    let m4 = _mm512_set1_epi8(0x0F);
+                    let nibbles: [__m512i; 4] = if FULL { std::array::from_fn(chunk) } else { nibble_lanes(q, rb) };
+                    for (k, c) in nibbles.into_iter().enumerate() {
+                        wv[k] = _mm512_and_si512(c, m4);
+                        wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(c), m4);
+                    }
+                    if F == Q5_0 {
+                        let masks = base.add(2 * GROUP).cast::<u64>();
+                        let bit = _mm512_set1_epi8(0x10);
+                        for k in 0..4 {
+                            let (lo, hi) = (masks.add(2 * k).read_unaligned(), masks.add(2 * k + 1).read_unaligned());
+                            wv[k] = _mm512_mask_add_epi8(wv[k], lo, wv[k], bit);
+                            wv[k + 4] = _mm512_mask_add_epi8(wv[k + 4], hi, wv[k + 4], bit);
+                        }
+                    }
+                }
+                for r in 0..RX {
+                    let xp = xq[r].as_ptr().add(b * QK).cast::<i32>();
+                    let c = *cb[r].get_unchecked(b);
+                    let mut s = _mm512_set1_epi32(match F {
+                        Q8_0 => c,
+                        Q4_0 => c >> 4,
+                        Q5_0 => c >> 3,
+                        _ => 0,
+                    });
+                    for (k, &v) in wv.iter().enumerate() {
+                        s = _mm512_dpbusd_epi32(s, v, _mm512_set1_epi32(xp.add(k).read_unaligned()));
+                    }
+                    let t = _mm512_mul_ps(ws, _mm512_set1_ps(*xd[r].get_unchecked(b)));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), t, acc[r]);
+                    if F == Q4_1 {
+                        acc[r] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
+                    }
+                }
+            }
+        }
+        acc
+    }
+
+    /// Activation rows per call of `group` for `left` rows still to do: all of them up to 12 (a
+    /// verify of 8 drafted rows is 9), else 8, so that the accumulators and a block's eight
+    /// weight registers stay in the 32 registers.
+    fn chunk(left: usize) -> usize {
+        if left > 12 {
+            8
+        } else {
+            left
+        }
+    }
+
+    rows_and_run!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni", GROUP, _mm512_storeu_ps, [1 2 3 4 5 6 7 8 9 10 11 12]);
+}
+
+pub(super) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::super::{block_bytes, chunk_bytes, format, quants_at, stride, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::{check_rows, prefetch_block};
+    use crate::backend::host::int8::Q8Rows;
+    use crate::quant::QK;
+
+    /// Byte j of a 64-bit pattern selecting bit j % 8 (for the Q5_0 masks).
+    const BIT_OF_BYTE: i64 = 0x8040_2010_0804_0201u64 as i64;
+
+    /// The 32 quant bytes at `q` of 8 rows `rb` apart, as eight registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (an 8 x 8 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `q + r * rb .. + 32` is readable for r < 8.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn q8_lanes(q: *const u8, rb: usize) -> [__m256i; 8] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let z: [__m256i; 8] = std::array::from_fn(|r| unsafe { _mm256_loadu_si256(q.add(r * rb).cast()) });
+        let t: [__m256i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (z[2 * (i / 2)], z[2 * (i / 2) + 1]);
+            if i % 2 == 0 { _mm256_unpacklo_epi32(a, b) } else { _mm256_unpackhi_epi32(a, b) }
+        });
+        // u[k] (v[k]): dword k of rows 0..4 (4..8) in the low 128-bit lane, dword k + 4 in the
+        // high one.
+        let quad = |t: &[__m256i]| -> [__m256i; 4] {
+            [
+                _mm256_unpacklo_epi64(t[0], t[2]),
+                _mm256_unpackhi_epi64(t[0], t[2]),
+                _mm256_unpacklo_epi64(t[1], t[3]),
+                _mm256_unpackhi_epi64(t[1], t[3]),
+            ]
+        };
+        let (u, v) = (quad(&t[..4]), quad(&t[4..]));
+        std::array::from_fn(|k| if k < 4 { _mm256_permute2x128_si256::<0x20>(u[k], v[k]) } else { _mm256_permute2x128_si256::<0x31>(u[k - 4], v[k - 4]) })
+    }
+
+    /// The 16 quant bytes at `q` of 8 rows `rb` apart, as four registers: register k holds
+    /// bytes 4k..4k+4 of row r in lane r (an 8 x 4 transposition of 4-byte groups).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `q + r * rb .. + 16` is readable for r < 8.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn nibble_lanes(q: *const u8, rb: usize) -> [__m256i; 4] {
+        // SAFETY: the caller's promise; the loads have no alignment requirement.
+        let row = |r: usize| unsafe { _mm_loadu_si128(q.add(r * rb).cast()) };
+        // z[j]: rows j and j + 4 in its two 128-bit lanes, each transposed 4 x 4.
+        let z: [__m256i; 4] = std::array::from_fn(|j| _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(row(j)), row(j + 4)));
+        let (t0, t1) = (_mm256_unpacklo_epi32(z[0], z[1]), _mm256_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm256_unpacklo_epi32(z[2], z[3]), _mm256_unpackhi_epi32(z[2], z[3]));
+        [_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)]
+    }
+
+    /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
+    /// where `FULL`, else its 8 stored rows of `rb` bytes; format F) against RX activation
+    /// rows: lane l of result r is the group's row l . activation row r, int8.rs's block-sum
+    /// arithmetic. `vpmaddubsw` multiplies unsigned by signed bytes: the nibble formats go in
+    /// as they are (pair sums at most 2 * 31 * 127, so four pairs add in i16 without
+    /// overflow), Q8_0 as |q| against x with q's sign.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn group<const F: u8, const RX: usize, const FULL: bool>(
+        side: &[u8],
+        quants: &[u8],
+        rb: usize,
+        nb: usize,
+        xq: [&[i8]; RX],
+        xd: [&[f32]; RX],
+        xs: [&[f32]; RX],
+        cb: [&[i32]; RX],
+    ) -> [__m256; RX] {
+        let (st, bb, cs) = (stride(F, L), block_bytes(F), chunk_bytes(F, L));
+        check_rows::<F, RX, FULL>(side, quants, (L, rb, nb, st), (xq, xd, xs, cb));
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); RX];
+        let (sp, qp) = (side.as_ptr(), quants.as_ptr());
+        for b in 0..nb {
+            // SAFETY (the loads below): b < nb, and the asserts above keep block b's stride
+            // bytes of `side`, block b's chunks of the copy or block b of each of the 8 stored
+            // rows, the 32 bytes of each activation row's block b, and its scale, sum and
+            // correction inside their slices; the loads have no alignment requirement.
+            unsafe {
+                prefetch_block::<F, FULL>(qp, L, rb, b);
+                let base = sp.add(b * st);
+                let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
+                let wm = if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
+                let chunk = |k: usize| _mm256_loadu_si256(qp.add(b * cs + 32 * k).cast());
+                let q = qp.add(b * bb + quants_at(F));
+                // Q8_0: the signed quants (for their signs) and their magnitudes.
+                let mut qs = [_mm256_setzero_si256(); 8];
+                let mut wv = [_mm256_setzero_si256(); 8];
+                if F == Q8_0 {
+                    qs = if FULL { std::array::from_fn(chunk) } else { q8_lanes(q, rb) };
+                    for (v, &c) in wv.iter_mut().zip(&qs) {
+                        *v = _mm256_abs_epi8(c);
+                    }
+                } else {
+                    let m4 = _mm256_set1_epi8(0x0F);
+                    let nibbles: [__m256i; 4] = if FULL { std::array::from_fn(chunk) } else { nibble_lanes(q, rb) };
+                    for (k, c) in nibbles.into_iter().enumerate() {
+                        wv[k] = _mm256_and_si256(c, m4);
+                        wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(c), m4);
+                    }
+                    if F == Q5_0 {
+                        // Mask i's 32 bits, bit 4r + j for byte 4r + j: each byte picks its
+                        // mask byte, tests its bit, and gains 16 where it is set.
+                        let masks = base.add(2 * L).cast::<u32>();
+                        let spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+                        let bits = _mm256_set1_epi64x(BIT_OF_BYTE);
+                        let sixteen = _mm256_set1_epi8(0x10);
+                        for i in 0..8 {
+                            let m = _mm256_shuffle_epi8(_mm256_set1_epi32(masks.add(i).read_unaligned() as i32), spread);
+                            let hit = _mm256_cmpeq_epi8(_mm256_and_si256(m, bits), bits);
+                            let v = (i / 2) + 4 * (i % 2);
+                            wv[v] = _mm256_or_si256(wv[v], _mm256_and_si256(hit, sixteen));
+                        }
+                    }
+                }
+                for r in 0..RX {
+                    let xp = xq[r].as_ptr().add(b * QK).cast::<i32>();
+                    let x = |k: usize| _mm256_set1_epi32(xp.add(k).read_unaligned());
+                    let c = *cb[r].get_unchecked(b);
+                    let s = if F == Q8_0 {
+                        let mut s = _mm256_setzero_si256();
+                        for (k, &v) in wv.iter().enumerate() {
+                            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x(k), qs[k])), ones));
+                        }
+                        s
+                    } else {
+                        let half = |k0: usize| {
+                            let mut h = _mm256_maddubs_epi16(wv[k0], x(k0));
+                            for k in k0 + 1..k0 + 4 {
+                                h = _mm256_add_epi16(h, _mm256_maddubs_epi16(wv[k], x(k)));
+                            }
+                            _mm256_madd_epi16(h, ones)
+                        };
+                        let corr = match F {
+                            Q4_0 => c >> 4,
+                            Q5_0 => c >> 3,
+                            _ => 0,
+                        };
+                        _mm256_add_epi32(_mm256_add_epi32(half(0), half(4)), _mm256_set1_epi32(corr))
+                    };
+                    let t = _mm256_mul_ps(ws, _mm256_set1_ps(*xd[r].get_unchecked(b)));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[r]);
+                    if F == Q4_1 {
+                        acc[r] = _mm256_fmadd_ps(wm, _mm256_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
+                    }
+                }
+            }
+        }
+        acc
+    }
+
+    /// Activation rows per call of `group`: AVX2's 16 registers hold a block's 8 weight
+    /// registers and a few rows' accumulators.
+    fn chunk(left: usize) -> usize {
+        left.min(3)
+    }
+
+    rows_and_run!("avx2,fma,f16c", L, _mm256_storeu_ps, [1 2 3]);
+}

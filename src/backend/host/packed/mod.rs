@@ -1,0 +1,494 @@
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`) run
+//! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
+//! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
+//! makes four products for each of the L rows, and after a block's eight the L lanes hold the
+//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's `acc =
+//! fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
+//! end. The bits are int8.rs's block-sum arithmetic, as every other kernel path gives them
+//! (tests/host_int8.rs).
+//!
+//! # Layout
+//!
+//! The kernels read the quants in one of two places, with the same arithmetic and bits:
+//!
+//! - Where the pack stores them (the mapped file), from the open on: for each block the
+//!   kernel loads the L rows' quant bytes and interleaves them in registers (a transposition
+//!   of 4-byte groups: 24 shuffles for Q8_0's 32 bytes a row, 8 for the nibble formats' 16),
+//!   so that register k holds bytes 4k..4k+4 of every row, row r in lane r.
+//! - In an interleaved copy (`Interleaver`), written after the open on a thread of its own and
+//!   taken up by the kernels once whole: group g's block b is those registers as they are
+//!   loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r (Q8_0: eight chunks,
+//!   for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand, the activations' `cb`
+//!   taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1: four chunks of the stored
+//!   nibble bytes). Once a piece of the copy is written, the mapped pages it came from are
+//!   handed back (`WeightTensor::release_pages`), so that the process holds one copy.
+//!
+//! Why both: the copy is the size of the weights, and writing it into fresh memory took
+//! 0.15-0.44 s of a 0.2-0.5 s open of SmolLM2-135M or Gemma3-270M (page faults; the file's
+//! pages were in the page cache already), while the shuffles cost a decode step some 30% on a
+//! machine with 10 GB/s of read bandwidth. So the open pays for neither, and decode runs at
+//! the copy's speed a few tenths of a second later.
+//!
+//! What would need a gather per block in the stored order, the rows' block headers, is copied
+//! at open into a side table (`Packed`): rows are taken L at a time (a group); the rows after
+//! the last whole group take the row-order kernels. Group g's block b is `stride` bytes of the
+//! table: the L rows' f16 scales as stored; for Q4_1 then their f16 mins; for Q5_0 then the
+//! fifth bits as eight masks of 4L bits, two per register of nibbles (its low and its high
+//! elements), bit 4r+i standing for row r's element i of the register. The table is 2/34 of a
+//! Q8_0 matrix's bytes, 2/18 of Q4_0's, 4/20 of Q4_1's and 6/22 of Q5_0's.
+//!
+//! # Memory
+//!
+//! Side tables and copies are cut, one after the other, from large anonymous regions
+//! (`Arena`), advised into huge pages: each in a mapping of its own took one page fault (and
+//! one zeroed 4 KiB page) per 4 KiB. A region is address space until written, so its unused
+//! end costs no memory.
+
+use crate::backend::cpu::PreparedMatrix;
+use crate::pack::tensor::WeightTensor;
+use crate::quant::{WeightType, QK};
+
+use super::int8::sums_per_block;
+#[cfg(target_arch = "x86_64")]
+use super::int8::Q8Rows;
+
+#[cfg(target_arch = "x86_64")]
+mod kernels;
+
+/// Weight rows per group for the VNNI kernels: the lanes of a 512-bit register of i32.
+pub const GROUP: usize = 16;
+/// Weight rows per group for the AVX2 kernels: the lanes of a 256-bit register.
+pub const GROUP_AVX2: usize = 8;
+
+/// Stored bytes per task while building a side table, and per piece of an interleaved copy
+/// (after which its pages are handed back and the stop flag is looked at).
+const TASK_BYTES: usize = 1 << 20;
+
+/// Address space reserved per region of an `Arena`; a larger matrix gets a region of its own.
+const REGION_BYTES: usize = 256 << 20;
+/// The huge-page size the regions are aligned to.
+const HUGE_PAGE: usize = 2 << 20;
+/// Alignment of each matrix in its region: a cache line.
+const SLAB_ALIGN: usize = 64;
+
+/// An anonymous mapping, written only through the disjoint slabs `Arena::slab` hands out.
+struct Region {
+    map: memmap2::MmapMut,
+    /// `map`'s first byte, taken once from `as_mut_ptr`, so that slabs can be cut from a shared
+    /// region.
+    base: *mut u8,
+}
+
+// SAFETY: the region is plain memory; the only writes are through slabs, each a range handed
+// out once (`Arena::slab`) and written by its one owner before it is shared (`Packed::new`).
+unsafe impl Send for Region {}
+// SAFETY: as for Send: shared access is reads of ranges no longer written.
+unsafe impl Sync for Region {}
+
+/// Where the packed matrices of one backend are cut from (see the module notes).
+#[derive(Default)]
+pub struct Arena {
+    /// The region being filled and the offset of its first free byte.
+    current: parking_lot::Mutex<Option<(std::sync::Arc<Region>, usize)>>,
+}
+
+/// `len` bytes at `off` in `region`: one packed matrix.
+struct Slab {
+    region: std::sync::Arc<Region>,
+    off: usize,
+    len: usize,
+}
+
+impl Slab {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: off..off + len lies in the region's map (`Arena::slab`), which lives as long
+        // as the Arc; once `Packed::new` returns nothing writes it.
+        unsafe { std::slice::from_raw_parts(self.region.base.add(self.off), self.len) }
+    }
+}
+
+impl Arena {
+    pub fn new() -> Arena {
+        Arena::default()
+    }
+
+    /// `len` bytes no other slab overlaps, zeroed, and a pointer to write them through; None
+    /// when the address space cannot be had.
+    fn slab(&self, len: usize) -> Option<(Slab, *mut u8)> {
+        let mut cur = self.current.lock();
+        let fits = |c: &Option<(std::sync::Arc<Region>, usize)>| c.as_ref().is_some_and(|(r, at)| at + len <= r.map.len());
+        if !fits(&cur) {
+            let size = REGION_BYTES.max(len + HUGE_PAGE);
+            let mut map = memmap2::MmapMut::map_anon(size).ok()?;
+            #[cfg(target_os = "linux")]
+            let _ = map.advise(memmap2::Advice::HugePage);
+            let base = map.as_mut_ptr();
+            // The first 2 MiB boundary: from there every whole huge page of the range can be one.
+            let start = (base as usize).next_multiple_of(HUGE_PAGE) - base as usize;
+            *cur = Some((std::sync::Arc::new(Region { map, base }), start));
+        }
+        let (region, at) = cur.as_mut()?;
+        let off = *at;
+        *at = (off + len).next_multiple_of(SLAB_ALIGN);
+        // SAFETY: off..off + len lies in the map (`fits`, or the fresh region's size).
+        let ptr = unsafe { region.base.add(off) };
+        Some((Slab { region: region.clone(), off, len }, ptr))
+    }
+}
+
+/// A matrix's side table for the block-sum kernels (see the module notes).
+pub struct Packed {
+    pub ty: WeightType,
+    /// Rows per group: 16 (VNNI) or 8 (AVX2).
+    pub lanes: usize,
+    /// Whole groups: rows 0..groups * lanes.
+    pub groups: usize,
+    /// 32-element blocks per row.
+    pub nb: usize,
+    /// Stored bytes per row.
+    row_bytes: usize,
+    /// The matrix as stored: its quants until `interleaved` is written, and its last rows.
+    tensor: WeightTensor,
+    /// (groups, nb, stride): the rows' block headers.
+    side: Slab,
+    /// (groups, nb, chunks): the quants interleaved (see the module notes), once written whole.
+    interleaved: std::sync::OnceLock<Slab>,
+}
+
+/// The formats, as the kernels' const parameter.
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q5_0: u8 = 2;
+const Q4_1: u8 = 3;
+
+/// Bytes of one group block's headers for a group of `l` rows: the scales, then Q4_1's mins or
+/// Q5_0's masks.
+const fn stride(f: u8, l: usize) -> usize {
+    match f {
+        Q8_0 | Q4_0 => 2 * l,
+        Q5_0 => 2 * l + 8 * l / 2,
+        _ => 4 * l,
+    }
+}
+
+/// Bytes of one group block's quants, interleaved: eight chunks of 4l bytes for Q8_0, four for
+/// the nibble formats.
+const fn chunk_bytes(f: u8, l: usize) -> usize {
+    if f == Q8_0 {
+        8 * 4 * l
+    } else {
+        4 * 4 * l
+    }
+}
+
+/// Bytes of one stored block.
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q8_0 => 34,
+        Q4_0 => 18,
+        Q5_0 => 22,
+        _ => 20,
+    }
+}
+
+/// Where the quant bytes start in a stored block (Q8_0's 32, the nibble formats' 16).
+const fn quants_at(f: u8) -> usize {
+    match f {
+        Q8_0 | Q4_0 => 2,
+        Q5_0 => 6,
+        _ => 4,
+    }
+}
+
+fn format(ty: WeightType) -> u8 {
+    match ty {
+        WeightType::Q8_0 => Q8_0,
+        WeightType::Q4_0 => Q4_0,
+        WeightType::Q5_0 => Q5_0,
+        _ => Q4_1,
+    }
+}
+
+/// Row r's stored block `blk`'s headers into their places in group block `d` (see the module
+/// notes). The sizes are constants, so that the copies need no checks.
+#[inline(always)]
+fn side_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
+    d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+    if F == Q4_1 {
+        d[2 * L + 2 * r..2 * L + 2 * r + 2].copy_from_slice(&blk[2..4]);
+    }
+    if F == Q5_0 {
+        // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        let shift = 4 * (r % 2);
+        for k in 0..4 {
+            for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
+                d[2 * L + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
+            }
+        }
+    }
+}
+
+/// Group g's L rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of ST bytes.
+fn side_group<const F: u8, const L: usize, const BB: usize, const ST: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+    for r in 0..L {
+        let row = &bytes[(g * L + r) * rb..(g * L + r + 1) * rb];
+        for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<ST>().0) {
+            side_block::<F, L, BB, ST>(blk, r, d);
+        }
+    }
+}
+
+/// Group g's L rows (of `rb` bytes in `bytes`) into `dst`, its `nb` blocks of CS bytes of
+/// interleaved quants (see the module notes).
+fn interleave_group<const F: u8, const L: usize, const BB: usize, const CS: usize>(bytes: &[u8], rb: usize, g: usize, dst: &mut [u8]) {
+    let (c, qs) = (4 * L, quants_at(F));
+    // VNNI reads Q8_0 as unsigned bytes (q + 128); AVX2 keeps q signed for its sign trick.
+    let flip = if F == Q8_0 && L == GROUP { 0x8080_8080u32 } else { 0 };
+    for r in 0..L {
+        let row = &bytes[(g * L + r) * rb..(g * L + r + 1) * rb];
+        for (blk, d) in row.as_chunks::<BB>().0.iter().zip(dst.as_chunks_mut::<CS>().0) {
+            for k in 0..CS / c {
+                let v = u32::from_le_bytes([blk[qs + 4 * k], blk[qs + 4 * k + 1], blk[qs + 4 * k + 2], blk[qs + 4 * k + 3]]) ^ flip;
+                d[c * k + 4 * r..c * k + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+impl Packed {
+    /// The side table of `w` for groups of `lanes` rows (GROUP for the VNNI kernels,
+    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one, it has
+    /// fewer rows, or the memory for the table cannot be had (the row-order kernels then
+    /// serve, the same bits). The table is cut from `arena`. `run(n, task)` runs `task(i)` for
+    /// every i < n, on any threads.
+    pub fn new(w: &WeightTensor, lanes: usize, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
+        let ty = w.ty;
+        let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
+        if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
+            return None;
+        }
+        let f = format(ty);
+        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), stride(f, lanes));
+        let groups = w.rows() / lanes;
+        let (side, ptr) = arena.slab(groups * nb * st)?;
+        // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
+        // before this call returns.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, side.len) };
+        let bytes = w.bytes();
+        let per_task = (TASK_BYTES / (lanes * rb)).max(1);
+        let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = dst.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
+        run(pieces.len(), &|t| {
+            let mut piece = pieces[t].lock();
+            for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
+                let g = t * per_task + i;
+                match (f, lanes == GROUP) {
+                    (Q8_0, true) => side_group::<Q8_0, GROUP, 34, { stride(Q8_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q4_0, true) => side_group::<Q4_0, GROUP, 18, { stride(Q4_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q5_0, true) => side_group::<Q5_0, GROUP, 22, { stride(Q5_0, GROUP) }>(bytes, rb, g, dst),
+                    (_, true) => side_group::<Q4_1, GROUP, 20, { stride(Q4_1, GROUP) }>(bytes, rb, g, dst),
+                    (Q8_0, false) => side_group::<Q8_0, GROUP_AVX2, 34, { stride(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q4_0, false) => side_group::<Q4_0, GROUP_AVX2, 18, { stride(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q5_0, false) => side_group::<Q5_0, GROUP_AVX2, 22, { stride(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (_, false) => side_group::<Q4_1, GROUP_AVX2, 20, { stride(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
+                }
+            }
+        });
+        drop(pieces);
+        Some(Packed { ty, lanes, groups, nb, row_bytes: rb, tensor: w.clone(), side, interleaved: std::sync::OnceLock::new() })
+    }
+
+    /// Writes the interleaved copy of the quants (see the module notes) from `arena`, handing
+    /// back the stored pages piece by piece, and gives it to the kernels once whole. Stops,
+    /// leaving the stored order in use, when `stop` is set or the memory cannot be had.
+    pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool) {
+        if self.interleaved.get().is_some() {
+            return;
+        }
+        let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
+        let cs = chunk_bytes(f, l);
+        let Some((copy, ptr)) = arena.slab(self.groups * nb * cs) else { return };
+        // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
+        // before `interleaved` is set below.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, copy.len) };
+        let bytes = self.tensor.bytes();
+        let per_piece = (TASK_BYTES / (l * rb)).max(1);
+        for (t, piece) in dst.chunks_mut(per_piece * nb * cs).enumerate() {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
+                let g = t * per_piece + i;
+                match (f, l == GROUP) {
+                    (Q8_0, true) => interleave_group::<Q8_0, GROUP, 34, { chunk_bytes(Q8_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q4_0, true) => interleave_group::<Q4_0, GROUP, 18, { chunk_bytes(Q4_0, GROUP) }>(bytes, rb, g, dst),
+                    (Q5_0, true) => interleave_group::<Q5_0, GROUP, 22, { chunk_bytes(Q5_0, GROUP) }>(bytes, rb, g, dst),
+                    (_, true) => interleave_group::<Q4_1, GROUP, 20, { chunk_bytes(Q4_1, GROUP) }>(bytes, rb, g, dst),
+                    (Q8_0, false) => interleave_group::<Q8_0, GROUP_AVX2, 34, { chunk_bytes(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q4_0, false) => interleave_group::<Q4_0, GROUP_AVX2, 18, { chunk_bytes(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (Q5_0, false) => interleave_group::<Q5_0, GROUP_AVX2, 22, { chunk_bytes(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
+                    (_, false) => interleave_group::<Q4_1, GROUP_AVX2, 20, { chunk_bytes(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
+                }
+            }
+            // A pass still on the stored order faults these pages in again from the page
+            // cache: the same bytes.
+            let g1 = (t * per_piece + piece.len() / (nb * cs)).min(self.groups);
+            self.tensor.release_pages(t * per_piece * l * rb..g1 * l * rb);
+        }
+        let _ = self.interleaved.set(copy);
+        // Once more for the pages a pass on the stored order faulted in while the copy was
+        // being written.
+        self.tensor.release_pages(0..self.rows() * rb);
+    }
+
+    /// Whether the kernels read the interleaved copy.
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved.get().is_some()
+    }
+
+    /// Rows the group kernels take (the rest take the row-order ones).
+    pub fn rows(&self) -> usize {
+        self.groups * self.lanes
+    }
+}
+
+/// Writes the interleaved copies of one backend's matrices (`Packed::interleave`), one after
+/// another in the order they were prepared: from `start` (the end of the open: while the open
+/// runs, a second thread faulting in fresh pages slowed it by half) on a thread of its own that
+/// lives while there are matrices waiting, or, without `background`, when `finish` is called. Dropped, it stops that
+/// thread at its next piece and waits for it, so that no thread of the library outlives the
+/// model that started it.
+pub struct Interleaver {
+    shared: std::sync::Arc<Shared>,
+    background: bool,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Shared {
+    /// Where the side tables and copies are cut from.
+    arena: Arena,
+    /// Matrices still to interleave, and whether a thread is taking them.
+    queue: parking_lot::Mutex<(std::collections::VecDeque<std::sync::Weak<Packed>>, bool)>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// Interleaves what the queue holds until it is empty (then, on the queue's thread, says
+    /// that no thread takes it any more) or `stop` is set.
+    fn drain(&self, on_thread: bool) {
+        loop {
+            let next = {
+                let mut q = self.queue.lock();
+                loop {
+                    match q.0.pop_front() {
+                        Some(p) => match p.upgrade() {
+                            Some(p) => break Some(p),
+                            None => continue,
+                        },
+                        None => break None,
+                    }
+                }
+            };
+            let stopped = self.stop.load(std::sync::atomic::Ordering::Relaxed);
+            match next {
+                Some(p) if !stopped => p.interleave(&self.arena, &self.stop),
+                _ => {
+                    let mut q = self.queue.lock();
+                    // A matrix queued after the pop above is taken on the next round.
+                    if !q.0.is_empty() && !stopped {
+                        continue;
+                    }
+                    if on_thread {
+                        q.1 = false;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Interleaver {
+    pub fn new(background: bool) -> Interleaver {
+        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), stop: Default::default() };
+        Interleaver { shared: std::sync::Arc::new(shared), background, thread: parking_lot::Mutex::new(None) }
+    }
+
+    pub fn arena(&self) -> &Arena {
+        &self.shared.arena
+    }
+
+    /// Queues `p` for the next `start` or `finish`.
+    pub fn submit(&self, p: &std::sync::Arc<Packed>) {
+        self.shared.queue.lock().0.push_back(std::sync::Arc::downgrade(p));
+    }
+
+    /// With `background`, starts the thread if matrices are queued and none is taking them. A
+    /// thread that cannot be had leaves the stored order in use.
+    pub fn start(&self) {
+        let mut q = self.shared.queue.lock();
+        if !self.background || q.1 || q.0.is_empty() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let Ok(handle) = std::thread::Builder::new().name("packlm-interleave".into()).spawn(move || shared.drain(true)) else { return };
+        q.1 = true;
+        drop(q);
+        // The previous thread said it was done before this one was started: it has returned,
+        // or is returning.
+        if let Some(done) = self.thread.lock().replace(handle) {
+            let _ = done.join();
+        }
+    }
+
+    /// Interleaves every matrix still queued, on the calling thread.
+    pub fn finish(&self) {
+        self.shared.drain(false);
+    }
+}
+
+impl Drop for Interleaver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl PreparedMatrix for Packed {
+    /// The stored rows are all there: embedding rows are read from them.
+    fn row_f32(&self, _r: usize, _dst: &mut [f32]) -> bool {
+        false
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Packed {
+    /// Groups g0..g1 against the m activation rows of `x` (`n_in` wide, `cb` filled: `Q8Rows::quantize` or
+    /// `quantize_for_packed`): the result of weight row g0 * lanes + j and activation row r
+    /// goes to `out + r * stride + j`, a group's lanes in one store. With `stride` the
+    /// output's width that is its place in a (rows, n_out) result, so that nothing is moved
+    /// afterwards.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C, and for 16 lanes also AVX-512 F, VL, BW, DQ and VNNI
+    /// (`Int8Isa::Avx512Vnni`). For every r < m, `out + r * stride .. + (g1 - g0) * lanes` is
+    /// valid for writes and written by no one else during the call.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
+        assert!(g1 <= self.groups);
+        // SAFETY: the caller's promise.
+        unsafe {
+            if self.lanes == GROUP {
+                kernels::vnni::run(self, g0, g1, x, n_in, m, out, stride)
+            } else {
+                kernels::avx2::run(self, g0, g1, x, n_in, m, out, stride)
+            }
+        }
+    }
+}
