@@ -46,7 +46,7 @@
 
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
-use crate::quant::{WeightType, QK};
+use crate::quant::{dequantize_row, WeightType, QK};
 
 use super::int8::sums_per_block;
 #[cfg(target_arch = "x86_64")]
@@ -456,10 +456,64 @@ impl Drop for Interleaver {
     }
 }
 
+impl Packed {
+    /// Row j's stored bytes (j < `rows()`), rebuilt from the side table and the interleaved
+    /// copy into `row`; false before the copy is written.
+    fn stored_row(&self, j: usize, row: &mut Vec<u8>) -> bool {
+        let Some(copy) = self.interleaved.get() else { return false };
+        let (f, l) = (format(self.ty), self.lanes);
+        let (st, cs, c) = (stride(f, l), chunk_bytes(f, l), 4 * l);
+        let (g, r, bb) = (j / l, j % l, block_bytes(f));
+        row.clear();
+        row.resize(self.nb * bb, 0);
+        let side = &self.side.bytes()[g * self.nb * st..(g + 1) * self.nb * st];
+        let quants = &copy.bytes()[g * self.nb * cs..(g + 1) * self.nb * cs];
+        let flip = if f == Q8_0 && l == GROUP { 0x80 } else { 0 };
+        let qs = quants_at(f);
+        for ((blk, d), q) in row.chunks_exact_mut(bb).zip(side.chunks_exact(st)).zip(quants.chunks_exact(cs)) {
+            blk[..2].copy_from_slice(&d[2 * r..2 * r + 2]);
+            for k in 0..cs / c {
+                for i in 0..4 {
+                    blk[qs + 4 * k + i] = q[c * k + 4 * r + i] ^ flip;
+                }
+            }
+            if f == Q4_1 {
+                blk[2..4].copy_from_slice(&d[2 * l + 2 * r..2 * l + 2 * r + 2]);
+            }
+            if f == Q5_0 {
+                let mut qh = 0u32;
+                for k in 0..4 {
+                    for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
+                        let m = d[2 * l + l / 2 * (2 * k + half) + r / 2];
+                        qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
+                    }
+                }
+                blk[2..6].copy_from_slice(&qh.to_le_bytes());
+            }
+        }
+        true
+    }
+}
+
+thread_local! {
+    /// A stored row rebuilt for `row_f32`, reused across calls.
+    static ROW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl PreparedMatrix for Packed {
-    /// The stored rows are all there: embedding rows are read from them.
-    fn row_f32(&self, _r: usize, _dst: &mut [f32]) -> bool {
-        false
+    /// Once the copy is written, embedding rows are read from it, so that the stored pages
+    /// handed back are not faulted in again one row at a time; before, from the stored rows.
+    fn row_f32(&self, r: usize, dst: &mut [f32]) -> bool {
+        if r >= self.rows() {
+            return false;
+        }
+        let mut row = ROW.take();
+        let rebuilt = self.stored_row(r, &mut row);
+        if rebuilt {
+            dequantize_row(self.ty, &row, dst);
+        }
+        ROW.set(row);
+        rebuilt
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
