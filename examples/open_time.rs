@@ -4,7 +4,8 @@
 //!
 //! Each run (in a fresh process, so that nothing is warm but the page cache) times
 //! `Model::open` and the first `encode("Hello, world", add_special, no parse_special)` apart,
-//! then, with `--prefill N`, one pass over N token ids, and reports the peak resident set
+//! then, with `--prefill N`, one pass over N token ids (timed: `prefill_s`, and `first_token_s`
+//! the three together, the time to a first token from nothing), and reports the peak resident set
 //! (VmHWM) after the open, after the encode and at the end, and the resident set after the encode
 //! (VmRSS, and its anonymous and file-backed parts). The first tokenize is counted
 //! because a tokenizer built lazily would only move the cost of the open there. With `--runs N`
@@ -79,11 +80,14 @@ fn main() {
     let rss_now = proc_status_mib("VmRSS:");
     let (rss_anon, rss_file) = (proc_status_mib("RssAnon:"), proc_status_mib("RssFile:"));
     let m = Arc::new(m);
+    let mut prefill_s = 0.0;
     if prefill > 0 {
         let mut s = Session::new(m.clone(), 0).unwrap_or_else(|e| fail(format!("session: {e}")));
         let vocab = m.spec().vocab_size as u32;
         let prompt: Vec<u32> = (0..prefill as u32).map(|i| (i * 7919 + 1) % vocab).collect();
+        let t = Instant::now();
         s.step_batch(&prompt, Want::Last).unwrap_or_else(|e| fail(format!("prefill: {e}")));
+        prefill_s = t.elapsed().as_secs_f64();
     }
     println!(
         "{}",
@@ -91,6 +95,8 @@ fn main() {
             "open_s": open_s,
             "encode_s": encode_s,
             "open_encode_s": open_s + encode_s,
+            "prefill_s": prefill_s,
+            "first_token_s": open_s + encode_s + prefill_s,
             "ids": ids,
             "peak_rss_open_mib": rss_open,
             "peak_rss_encode_mib": rss_encode,

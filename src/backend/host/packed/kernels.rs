@@ -82,11 +82,8 @@ macro_rules! rows_and_run {
                 (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
                 cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
             }
-            let acc = match p.interleaved.get() {
-                Some(copy) => {
-                    let cs = super::super::chunk_bytes(F, $lanes);
-                    group::<F, RX, true>(side, &copy.bytes()[g * nb * cs..(g + 1) * nb * cs], 0, nb, xq, xd, xs, cb)
-                }
+            let acc = match p.copy_group(g) {
+                Some(copy) => group::<F, RX, true>(side, copy, 0, nb, xq, xd, xs, cb),
                 None => group::<F, RX, false>(side, &p.tensor.bytes()[g * $lanes * rb..(g + 1) * $lanes * rb], rb, nb, xq, xd, xs, cb),
             };
             for (r, a) in acc.iter().enumerate() {

@@ -16,12 +16,13 @@
 //!   of 4-byte groups: 24 shuffles for Q8_0's 32 bytes a row, 8 for the nibble formats' 16),
 //!   so that register k holds bytes 4k..4k+4 of every row, row r in lane r.
 //! - In an interleaved copy (`Interleaver`), written after the open on a thread of its own and
-//!   taken up by the kernels once whole: group g's block b is those registers as they are
-//!   loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r (Q8_0: eight chunks,
-//!   for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand, the activations' `cb`
-//!   taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1: four chunks of the stored
-//!   nibble bytes). Once a piece of the copy is written, the mapped pages it came from are
-//!   handed back (`WeightTensor::release_pages`), so that the process holds one copy.
+//!   taken up by the kernels a piece at a time as it is written: group g's block b is those
+//!   registers as they are loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r
+//!   (Q8_0: eight chunks, for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand,
+//!   the activations' `cb` taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1: four
+//!   chunks of the stored nibble bytes). Once a piece of the copy is written, the mapped pages
+//!   it came from are handed back (`WeightTensor::release_pages`), so that the process holds
+//!   one copy, and embedding rows are read from the copy.
 //!
 //! Why both: the copy is the size of the weights, and writing it into fresh memory took
 //! 0.15-0.44 s of a 0.2-0.5 s open of SmolLM2-135M or Gemma3-270M (page faults; the file's
@@ -100,10 +101,20 @@ struct Slab {
 }
 
 impl Slab {
+    /// The whole slab: a side table, written before its `Packed` is made.
     fn bytes(&self) -> &[u8] {
         // SAFETY: off..off + len lies in the region's map (`Arena::slab`), which lives as long
         // as the Arc; once `Packed::new` returns nothing writes it.
         unsafe { std::slice::from_raw_parts(self.region.base.add(self.off), self.len) }
+    }
+
+    /// Bytes at..at + len of the slab, which the caller knows no one writes any more (a copy's
+    /// groups below `Packed::ready`).
+    fn range(&self, at: usize, len: usize) -> &[u8] {
+        assert!(at + len <= self.len);
+        // SAFETY: the range lies in the slab (asserted) and so in the region's map, which lives
+        // as long as the Arc; the caller's promise: nothing writes it while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.region.base.add(self.off + at), len) }
     }
 }
 
@@ -147,12 +158,16 @@ pub struct Packed {
     pub nb: usize,
     /// Stored bytes per row.
     row_bytes: usize,
-    /// The matrix as stored: its quants until `interleaved` is written, and its last rows.
+    /// The matrix as stored: the quants of the groups not yet in `copy`, and its last rows.
     tensor: WeightTensor,
     /// (groups, nb, stride): the rows' block headers.
     side: Slab,
-    /// (groups, nb, chunks): the quants interleaved (see the module notes), once written whole.
-    interleaved: std::sync::OnceLock<Slab>,
+    /// (groups, nb, chunks): the quants interleaved (see the module notes), set when its
+    /// writing starts; the groups below `ready` are written.
+    copy: std::sync::OnceLock<Slab>,
+    /// Groups of `copy` written so far (stored with Release once their bytes are): the kernels
+    /// and embedding lookups read those from the copy, the rest from the stored rows.
+    ready: std::sync::atomic::AtomicUsize,
 }
 
 /// The formats, as the kernels' const parameter.
@@ -295,30 +310,49 @@ impl Packed {
             }
         });
         drop(pieces);
-        Some(Packed { ty, lanes, groups, nb, row_bytes: rb, tensor: w.clone(), side, interleaved: std::sync::OnceLock::new() })
+        Some(Packed {
+            ty,
+            lanes,
+            groups,
+            nb,
+            row_bytes: rb,
+            tensor: w.clone(),
+            side,
+            copy: std::sync::OnceLock::new(),
+            ready: std::sync::atomic::AtomicUsize::new(0),
+        })
     }
 
-    /// Writes the interleaved copy of the quants (see the module notes) from `arena`, handing
-    /// back the stored pages piece by piece, and gives it to the kernels once whole. Stops,
-    /// leaving the stored order in use, when `stop` is set or the memory cannot be had.
+    /// Writes the interleaved copy of the quants (see the module notes) from `arena`, a piece
+    /// of about TASK_BYTES at a time: each piece is given to the kernels as soon as it is
+    /// written, and its stored pages handed back, so that the process never holds much of a
+    /// matrix twice (a pass reading the stored order meanwhile would fault them in again).
+    /// Stops, leaving the rest in the stored order, when `stop` is set or the memory cannot be
+    /// had; a second call, or one while another writes, does nothing.
     pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool) {
-        if self.interleaved.get().is_some() {
+        use std::sync::atomic::Ordering;
+        if self.copy.get().is_some() {
             return;
         }
         let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
         let cs = chunk_bytes(f, l);
-        let Some((copy, ptr)) = arena.slab(self.groups * nb * cs) else { return };
-        // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
-        // before `interleaved` is set below.
-        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, copy.len) };
+        let Some((slab, ptr)) = arena.slab(self.groups * nb * cs) else { return };
+        if self.copy.set(slab).is_err() {
+            return;
+        }
         let bytes = self.tensor.bytes();
         let per_piece = (TASK_BYTES / (l * rb)).max(1);
-        for (t, piece) in dst.chunks_mut(per_piece * nb * cs).enumerate() {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for g0 in (0..self.groups).step_by(per_piece) {
+            if stop.load(Ordering::Relaxed) {
                 return;
             }
+            let g1 = (g0 + per_piece).min(self.groups);
+            // SAFETY: groups g0..g1 of the slab lie in it (its size is groups * nb * cs), and
+            // this call alone writes them (`copy` was set by it); no one reads them before
+            // `ready` passes them below.
+            let piece = unsafe { std::slice::from_raw_parts_mut(ptr.add(g0 * nb * cs), (g1 - g0) * nb * cs) };
             for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
-                let g = t * per_piece + i;
+                let g = g0 + i;
                 match (f, l == GROUP) {
                     (Q8_0, true) => interleave_group::<Q8_0, GROUP, 34, { chunk_bytes(Q8_0, GROUP) }>(bytes, rb, g, dst),
                     (Q4_0, true) => interleave_group::<Q4_0, GROUP, 18, { chunk_bytes(Q4_0, GROUP) }>(bytes, rb, g, dst),
@@ -330,20 +364,28 @@ impl Packed {
                     (_, false) => interleave_group::<Q4_1, GROUP_AVX2, 20, { chunk_bytes(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
                 }
             }
-            // A pass still on the stored order faults these pages in again from the page
-            // cache: the same bytes.
-            let g1 = (t * per_piece + piece.len() / (nb * cs)).min(self.groups);
-            self.tensor.release_pages(t * per_piece * l * rb..g1 * l * rb);
+            self.ready.store(g1, Ordering::Release);
+            // A pass that looked at `ready` just before reads these from the page cache again:
+            // the same bytes.
+            self.tensor.release_pages(g0 * l * rb..g1 * l * rb);
         }
-        let _ = self.interleaved.set(copy);
-        // Once more for the pages a pass on the stored order faulted in while the copy was
-        // being written.
+        // Once more for the pages such passes faulted in.
         self.tensor.release_pages(0..self.rows() * rb);
     }
 
-    /// Whether the kernels read the interleaved copy.
+    /// Whether the kernels read every group from the interleaved copy.
     pub fn is_interleaved(&self) -> bool {
-        self.interleaved.get().is_some()
+        self.ready.load(std::sync::atomic::Ordering::Acquire) == self.groups
+    }
+
+    /// Group g's interleaved quants, where they are written.
+    fn copy_group(&self, g: usize) -> Option<&[u8]> {
+        if g >= self.ready.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let cs = self.nb * chunk_bytes(format(self.ty), self.lanes);
+        // Groups below `ready` are no longer written (`interleave`).
+        self.copy.get().map(|c| c.range(g * cs, cs))
     }
 
     /// Rows the group kernels take (the rest take the row-order ones).
@@ -458,16 +500,15 @@ impl Drop for Interleaver {
 
 impl Packed {
     /// Row j's stored bytes (j < `rows()`), rebuilt from the side table and the interleaved
-    /// copy into `row`; false before the copy is written.
+    /// copy into `row`; false where its group is not in the copy yet.
     fn stored_row(&self, j: usize, row: &mut Vec<u8>) -> bool {
-        let Some(copy) = self.interleaved.get() else { return false };
         let (f, l) = (format(self.ty), self.lanes);
         let (st, cs, c) = (stride(f, l), chunk_bytes(f, l), 4 * l);
         let (g, r, bb) = (j / l, j % l, block_bytes(f));
+        let Some(quants) = self.copy_group(g) else { return false };
         row.clear();
         row.resize(self.nb * bb, 0);
         let side = &self.side.bytes()[g * self.nb * st..(g + 1) * self.nb * st];
-        let quants = &copy.bytes()[g * self.nb * cs..(g + 1) * self.nb * cs];
         let flip = if f == Q8_0 && l == GROUP { 0x80 } else { 0 };
         let qs = quants_at(f);
         for ((blk, d), q) in row.chunks_exact_mut(bb).zip(side.chunks_exact(st)).zip(quants.chunks_exact(cs)) {
@@ -501,8 +542,8 @@ thread_local! {
 }
 
 impl PreparedMatrix for Packed {
-    /// Once the copy is written, embedding rows are read from it, so that the stored pages
-    /// handed back are not faulted in again one row at a time; before, from the stored rows.
+    /// Where the copy is written, embedding rows are read from it, so that the stored pages
+    /// handed back are not faulted in again one row at a time; elsewhere from the stored rows.
     fn row_f32(&self, r: usize, dst: &mut [f32]) -> bool {
         if r >= self.rows() {
             return false;
