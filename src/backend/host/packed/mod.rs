@@ -224,6 +224,23 @@ fn format(ty: WeightType) -> u8 {
     }
 }
 
+/// `$f::<F, L, BB, { $size(F, L) }>($args)` for the format `f` and lanes `l` (GROUP or
+/// GROUP_AVX2) at run time: the per-block copies are compiled for constant sizes.
+macro_rules! by_format {
+    ($f:ident, $size:ident, $fmt:expr, $l:expr, ($($arg:expr),*)) => {
+        match ($fmt, $l == GROUP) {
+            (Q8_0, true) => $f::<Q8_0, GROUP, 34, { $size(Q8_0, GROUP) }>($($arg),*),
+            (Q4_0, true) => $f::<Q4_0, GROUP, 18, { $size(Q4_0, GROUP) }>($($arg),*),
+            (Q5_0, true) => $f::<Q5_0, GROUP, 22, { $size(Q5_0, GROUP) }>($($arg),*),
+            (_, true) => $f::<Q4_1, GROUP, 20, { $size(Q4_1, GROUP) }>($($arg),*),
+            (Q8_0, false) => $f::<Q8_0, GROUP_AVX2, 34, { $size(Q8_0, GROUP_AVX2) }>($($arg),*),
+            (Q4_0, false) => $f::<Q4_0, GROUP_AVX2, 18, { $size(Q4_0, GROUP_AVX2) }>($($arg),*),
+            (Q5_0, false) => $f::<Q5_0, GROUP_AVX2, 22, { $size(Q5_0, GROUP_AVX2) }>($($arg),*),
+            (_, false) => $f::<Q4_1, GROUP_AVX2, 20, { $size(Q4_1, GROUP_AVX2) }>($($arg),*),
+        }
+    };
+}
+
 /// Row r's stored block `blk`'s headers into their places in group block `d` (see the module
 /// notes). The sizes are constants, so that the copies need no checks.
 #[inline(always)]
@@ -297,16 +314,7 @@ impl Packed {
             let mut piece = pieces[t].lock();
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
                 let g = t * per_task + i;
-                match (f, lanes == GROUP) {
-                    (Q8_0, true) => side_group::<Q8_0, GROUP, 34, { stride(Q8_0, GROUP) }>(bytes, rb, g, dst),
-                    (Q4_0, true) => side_group::<Q4_0, GROUP, 18, { stride(Q4_0, GROUP) }>(bytes, rb, g, dst),
-                    (Q5_0, true) => side_group::<Q5_0, GROUP, 22, { stride(Q5_0, GROUP) }>(bytes, rb, g, dst),
-                    (_, true) => side_group::<Q4_1, GROUP, 20, { stride(Q4_1, GROUP) }>(bytes, rb, g, dst),
-                    (Q8_0, false) => side_group::<Q8_0, GROUP_AVX2, 34, { stride(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (Q4_0, false) => side_group::<Q4_0, GROUP_AVX2, 18, { stride(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (Q5_0, false) => side_group::<Q5_0, GROUP_AVX2, 22, { stride(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (_, false) => side_group::<Q4_1, GROUP_AVX2, 20, { stride(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
-                }
+                by_format!(side_group, stride, f, lanes, (bytes, rb, g, dst))
             }
         });
         drop(pieces);
@@ -353,16 +361,7 @@ impl Packed {
             let piece = unsafe { std::slice::from_raw_parts_mut(ptr.add(g0 * nb * cs), (g1 - g0) * nb * cs) };
             for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
                 let g = g0 + i;
-                match (f, l == GROUP) {
-                    (Q8_0, true) => interleave_group::<Q8_0, GROUP, 34, { chunk_bytes(Q8_0, GROUP) }>(bytes, rb, g, dst),
-                    (Q4_0, true) => interleave_group::<Q4_0, GROUP, 18, { chunk_bytes(Q4_0, GROUP) }>(bytes, rb, g, dst),
-                    (Q5_0, true) => interleave_group::<Q5_0, GROUP, 22, { chunk_bytes(Q5_0, GROUP) }>(bytes, rb, g, dst),
-                    (_, true) => interleave_group::<Q4_1, GROUP, 20, { chunk_bytes(Q4_1, GROUP) }>(bytes, rb, g, dst),
-                    (Q8_0, false) => interleave_group::<Q8_0, GROUP_AVX2, 34, { chunk_bytes(Q8_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (Q4_0, false) => interleave_group::<Q4_0, GROUP_AVX2, 18, { chunk_bytes(Q4_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (Q5_0, false) => interleave_group::<Q5_0, GROUP_AVX2, 22, { chunk_bytes(Q5_0, GROUP_AVX2) }>(bytes, rb, g, dst),
-                    (_, false) => interleave_group::<Q4_1, GROUP_AVX2, 20, { chunk_bytes(Q4_1, GROUP_AVX2) }>(bytes, rb, g, dst),
-                }
+                by_format!(interleave_group, chunk_bytes, f, l, (bytes, rb, g, dst))
             }
             self.ready.store(g1, Ordering::Release);
             // A pass that looked at `ready` just before reads these from the page cache again:
