@@ -36,6 +36,13 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // INSTRUCTIONS_SETTLE_MS=N waits N ms after the open, so that work a backend does after it
+    // on a thread of its own (the host's interleaved copies) is done before the passes are
+    // counted: with `--separate-threads=yes` the passes' thread is then counted alone, over
+    // the kernels a long-running process runs.
+    if let Some(ms) = std::env::var("INSTRUCTIONS_SETTLE_MS").ok().and_then(|v| v.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let mut s = Session::new(m.clone(), 0).expect("session");
     // Token ids spread over the vocabulary, the same on every run.
     let vocab = m.spec().vocab_size as u32;
