@@ -69,3 +69,27 @@ fn the_fast_forms_are_close_to_the_exact_ones() {
         }
     }
 }
+
+/// The host backend splits a long activation across its threads (`gated_activation`): each
+/// element keeps the bits of the whole vector done at once on one thread, at both precisions.
+#[test]
+fn split_activations_keep_their_bits() {
+    use packlm::backend::cpu::Kernels;
+    use packlm::backend::host::HostBackend;
+    use packlm::backend::Precision;
+    let (gate, up) = inputs(9 * 1536 + 5, 11);
+    for precision in [Precision::Exact, Precision::Fast] {
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            let mut want = gate.clone();
+            HostBackend::new(1).unwrap().with_precision(precision).gated_activation(act, &mut want, &up);
+            for threads in [2, 3] {
+                let be = HostBackend::new(threads).unwrap().with_precision(precision);
+                for len in [gate.len(), 8192, 8193, 100] {
+                    let mut got = gate[..len].to_vec();
+                    be.gated_activation(act, &mut got, &up[..len]);
+                    common::assert_bits_equal(&got, &want[..len], &format!("{act:?} at {precision:?} on {threads} threads, {len} elements"));
+                }
+            }
+        }
+    }
+}

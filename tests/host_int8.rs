@@ -438,3 +438,47 @@ fn exact_and_float_weights_keep_the_f32_kernels() {
     assert_eq!(exact.precision(), Precision::Exact);
     assert_eq!(fast.precision(), Precision::Fast);
 }
+
+/// A packed matmul reuses the rounded activations of the one before it on the same thread when
+/// the rows are the same bits (q, k and v of a layer read one input). Rows that differ only a
+/// little (one element one ulp away, a zero's sign, the same values in another row count) are
+/// rounded again: each result is the portable kernel's over that call's own rows.
+#[test]
+fn packed_matmuls_reuse_rounded_rows_only_when_equal() {
+    use packlm::backend::cpu::CpuWeight;
+    let Some(isa) = [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.available() && cfg!(target_arch = "x86_64")) else {
+        eprintln!("note: no packed kernels on this CPU");
+        return;
+    };
+    let mut rng = Rng(23);
+    let be = HostBackend::with_isa(2, isa).unwrap().with_precision(Precision::Fast);
+    let (ty, n_out, n_in) = (WeightType::Q4_1, 48, 96);
+    let w = tensor(ty, n_out, n_in, &mut rng);
+    let cw = CpuWeight::new(&be, &w).unwrap();
+    assert!(cw.prepared.is_some(), "{isa:?}: not packed");
+    let x = random_x(&mut rng, 2 * n_in);
+    let mut ulp = x.clone();
+    ulp[5] = f32::from_bits(ulp[5].to_bits() + 1);
+    let mut zero = x.clone();
+    zero[40] = 0.0;
+    let mut neg_zero = zero.clone();
+    neg_zero[40] = -0.0;
+    // A block whose largest magnitude is the element changed, so that its scale changes too.
+    let mut big = x.clone();
+    big[70] = 100.0;
+    for (what, x) in [("x", &x), ("x again", &x), ("one ulp", &ulp), ("x", &x), ("zero", &zero), ("-0", &neg_zero), ("big", &big), ("x", &x)] {
+        for m in [2, 1] {
+            let x = &x[..m * n_in];
+            let mut q8 = Q8Rows::default();
+            q8.quantize(x, n_in);
+            let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+            let mut got = vec![f32::NAN; m * n_out];
+            be.matmul_prepared(&cw, x, m, &mut got);
+            for r in 0..m {
+                for j in 0..n_out {
+                    assert_eq!(got[r * n_out + j].to_bits(), want[j * m + r].to_bits(), "{what}, m={m}: row {r} col {j}");
+                }
+            }
+        }
+    }
+}

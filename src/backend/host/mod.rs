@@ -58,6 +58,9 @@ const TASK_MACS: usize = 1 << 18;
 /// Timed on Gemma3-270m's shapes, this size cut the K-quant matmuls by a tenth or more; the
 /// fewest-tasks rule below still keeps every thread busy.
 const PREFILL_TASK_MACS: usize = 1 << 22;
+/// Elements per run of a split activation (`gated_activation`): below two of them it stays on
+/// the calling thread.
+const ACT_CHUNK: usize = 4096;
 /// Fewest tasks per thread, so that every thread gets work and a slow one leaves its share to
 /// the others.
 const MIN_TASKS_PER_THREAD: usize = 4;
@@ -167,6 +170,31 @@ impl HostBackend {
     }
 }
 
+/// Task boundaries over `units` (groups of weight rows) into `bounds` (0, ..., units): tasks
+/// of `cap` units while more than two rounds of them are left for `threads` threads, then
+/// tasks of a `2 * threads`-th of what is left, down to one unit, so that a thread that
+/// finishes first waits for little at the end of the call. With tasks of one size the last
+/// one, up to a seventh of a 576-row projection, was often left to one thread (a tenth of a
+/// verify at 2 threads went to the caller waiting for it). Which rows a task takes never
+/// changes what they compute.
+fn taper(bounds: &mut Vec<usize>, units: usize, cap: usize, threads: usize) {
+    let cap = cap.max(1);
+    bounds.clear();
+    bounds.push(0);
+    let mut at = 0;
+    while at < units {
+        let left = units - at;
+        let take = if threads <= 1 || left > 2 * threads * cap { cap } else { left.div_ceil(2 * threads).min(cap) };
+        at += take.max(1).min(left);
+        bounds.push(at);
+    }
+}
+
+/// Whether `a` and `b` hold the same f32 bits (a NaN equal to itself, 0.0 unequal to -0.0).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.chunks(64).zip(b.chunks(64)).all(|(a, b)| a.iter().zip(b).fold(0, |d, (x, y)| d | (x.to_bits() ^ y.to_bits())) == 0)
+}
+
 /// `out` shared by the tasks of one matmul, each writing its own columns (`tiled`).
 struct SharedOut {
     ptr: *mut f32,
@@ -180,8 +208,13 @@ unsafe impl Sync for SharedOut {}
 thread_local! {
     /// The calling thread's rounded activations (the `fast` matmuls), reused across calls.
     static Q8_SCRATCH: std::cell::RefCell<Q8Rows> = std::cell::RefCell::new(Q8Rows::default());
+    /// The packed matmuls' rounded activations (`matmul_packed`), with the rows they were
+    /// rounded from.
+    static PACKED_Q8: std::cell::RefCell<(Vec<f32>, Q8Rows)> = std::cell::RefCell::new(Default::default());
     /// A task's matmul results before they move into place (`tiled`), reused across calls.
     static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A matmul's task boundaries (`taper`), reused across calls.
+    static TASK_BOUNDS: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
     /// An attention task's results before they move into place, reused across calls.
     static GROUP_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -208,15 +241,26 @@ impl HostBackend {
         let tile = self.tile_rows(n_out, n_in, rows, p.lanes);
         let serial = n_out * n_in * rows <= SERIAL_MACS;
         assert!(out.len() >= rows * n_out);
+        let mut bounds = TASK_BOUNDS.take();
+        taper(&mut bounds, n_out.div_ceil(p.lanes), tile / p.lanes, if serial { 1 } else { self.threads() });
         let shared = &SharedOut { ptr: out.as_mut_ptr(), len: out.len() };
-        Q8_SCRATCH.with_borrow_mut(|q8| {
-            q8.quantize_for_packed(x, n_in);
+        PACKED_Q8.with_borrow_mut(|(from, q8)| {
+            // A layer's q, k and v projections read one normed input, and its gate and up
+            // another: the rounding is a function of the rows' bits alone, so rows equal bit for
+            // bit to the last packed matmul's on this thread reuse its result (a tenth of the
+            // caller's own time in a verify at 2 threads went to rounding).
+            if !same_bits(from, x) {
+                q8.quantize_for_packed(x, n_in);
+                from.clear();
+                from.extend_from_slice(x);
+            }
             let q8 = &*q8;
-            // Tile t: weight rows j0..j1, a multiple of the lanes from j0; the packed kernels
+            // Task t: weight rows j0..j1, a multiple of the lanes from j0; the packed kernels
             // store each result in its place in `out` (rows, n_out), so that nothing is moved
             // afterwards (`tiled`'s transposition took a twentieth of a verify).
-            self.for_tasks(n_out.div_ceil(tile), serial, |t| {
-                let (j0, j1) = (t * tile, ((t + 1) * tile).min(n_out));
+            let bounds = &bounds;
+            self.for_tasks(bounds.len() - 1, serial, |t| {
+                let (j0, j1) = (bounds[t] * p.lanes, (bounds[t + 1] * p.lanes).min(n_out));
                 let split = j1.min(p.rows()).max(j0);
                 if split > j0 {
                     // SAFETY: `matmul_prepared` runs a packed matrix only where `packs` gives its
@@ -243,7 +287,8 @@ impl HostBackend {
                     TILE_OUT.set(buf);
                 }
             });
-        })
+        });
+        TASK_BOUNDS.set(bounds);
     }
 
     /// `run(j0, j1, chunk)` over tiles of consecutive weight rows j0..j1 (j0 a multiple of
@@ -307,13 +352,24 @@ impl Kernels for HostBackend {
     fn precision(&self) -> Precision {
         self.precision
     }
+    /// Elementwise, so split across the team in runs of `ACT_CHUNK` (a multiple of every
+    /// kernel's lanes) where there are several of them: at 2 threads, a verify's activations
+    /// on the calling thread alone were a twentieth of its time, the helper idle meanwhile.
     fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
-        // SiLU takes one arithmetic at both precisions (act.rs); GELU's depends on it.
-        match (act, self.precision) {
-            (Activation::Silu, _) => act::gated_silu(gate, up, self.isa),
-            (_, Precision::Exact) => crate::backend::cpu::gated_activation(act, gate, up),
-            (_, Precision::Fast) => act::gated_fast(act, gate, up, self.isa),
+        let one = |gate: &mut [f32], up: &[f32]| {
+            // SiLU takes one arithmetic at both precisions (act.rs); GELU's depends on it.
+            match (act, self.precision) {
+                (Activation::Silu, _) => act::gated_silu(gate, up, self.isa),
+                (_, Precision::Exact) => crate::backend::cpu::gated_activation(act, gate, up),
+                (_, Precision::Fast) => act::gated_fast(act, gate, up, self.isa),
+            }
+        };
+        let len = gate.len().min(up.len());
+        let chunk = len.div_ceil(self.threads()).next_multiple_of(ACT_CHUNK);
+        if len <= ACT_CHUNK * 2 || self.threads() == 1 {
+            return one(gate, up);
         }
+        self.for_chunks(&mut gate[..len], chunk, false, |i, g| one(g, &up[i * chunk..i * chunk + g.len()]));
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {

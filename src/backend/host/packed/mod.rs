@@ -379,17 +379,36 @@ impl Packed {
 
     /// Group g's interleaved quants, where they are written.
     fn copy_group(&self, g: usize) -> Option<&[u8]> {
-        if g >= self.ready.load(std::sync::atomic::Ordering::Acquire) {
-            return None;
-        }
+        self.written().group(g)
+    }
+
+    /// The part of the interleaved copy written so far, looked at once for a whole call.
+    fn written(&self) -> Written<'_> {
+        let ready = self.ready.load(std::sync::atomic::Ordering::Acquire);
         let cs = self.nb * chunk_bytes(format(self.ty), self.lanes);
         // Groups below `ready` are no longer written (`interleave`).
-        self.copy.get().map(|c| c.range(g * cs, cs))
+        let bytes = if ready == 0 { &[][..] } else { self.copy.get().map_or(&[][..], |c| c.range(0, ready * cs)) };
+        Written { bytes, group_bytes: cs }
     }
 
     /// Rows the group kernels take (the rest take the row-order ones).
     pub fn rows(&self) -> usize {
         self.groups * self.lanes
+    }
+}
+
+/// The groups of an interleaved copy written when it was looked at (`Packed::written`).
+#[derive(Clone, Copy)]
+struct Written<'a> {
+    bytes: &'a [u8],
+    group_bytes: usize,
+}
+
+impl<'a> Written<'a> {
+    /// Group g's interleaved quants, if they were written.
+    #[inline(always)]
+    fn group(self, g: usize) -> Option<&'a [u8]> {
+        self.bytes.get(g * self.group_bytes..(g + 1) * self.group_bytes)
     }
 }
 
