@@ -115,3 +115,41 @@ fn speculative_greedy_equals_plain_greedy_on_the_real_model() {
         eprintln!("{:?}: drafted {} accepted {} rounds {}", &prompt[..20], spec.drafted, spec.accepted, spec.rounds);
     }
 }
+
+/// At `fast` on x86-64 the host backend writes an interleaved copy of each block-quantized
+/// matrix after the open, on a thread of its own, and reads the stored rows until then: a
+/// pass while it writes, during which some groups come from the copy and some from the stored
+/// rows, gives the bits of a pass after it, and it ends with every matrix read from its copy
+/// (`weights_ready`). Where nothing is interleaved (no AVX2, another architecture) the
+/// weights are ready at once.
+#[test]
+fn passes_during_and_after_the_interleaving_agree() {
+    use packlm::backend::Precision;
+    use packlm::engine::{Model, OpenOptions};
+    let Some(p) = smollm2() else { return };
+    let r = reference();
+    let prompt = ids(&r["chat"]["ids"]);
+    for threads in [1, 2] {
+        let m = std::sync::Arc::new(Model::open(&p, &OpenOptions::new(BackendKind::Host, threads, Precision::Fast)).unwrap());
+        let packs = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        // Some 100 MB to write: not done as the open returns.
+        assert_eq!(m.backend().weights_ready(), !packs, "{threads} threads: ready right after the open");
+        let mut during = Vec::new();
+        let t = std::time::Instant::now();
+        while !m.backend().weights_ready() {
+            during.push(all_rows(&m, &prompt[..8]));
+            assert!(t.elapsed().as_secs() < 300, "{threads} threads: the interleaved copies were not written in 300 s");
+        }
+        let after = all_rows(&m, &prompt[..8]);
+        eprintln!("{threads} threads: {} passes during the writing, {:.2} s", during.len(), t.elapsed().as_secs_f64());
+        assert!(!packs || !during.is_empty());
+        for (i, rows) in during.iter().enumerate() {
+            assert_bits_equal(rows, &after, &format!("{threads} threads: pass {i} during the writing vs after it"));
+        }
+        // The whole prompt on 2 threads after the writing, against 1 thread during it.
+        if threads == 2 {
+            let one = std::sync::Arc::new(Model::open(&p, &OpenOptions::new(BackendKind::Host, 1, Precision::Fast)).unwrap());
+            assert_bits_equal(&all_rows(&m, &prompt), &all_rows(&one, &prompt), "fast: 2 threads after the writing vs 1 thread during it");
+        }
+    }
+}

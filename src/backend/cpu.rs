@@ -40,6 +40,10 @@ pub trait Kernels: Send + Sync + 'static {
     }
     /// See `Backend::weights_prepared`.
     fn weights_prepared(&self) {}
+    /// See `Backend::weights_ready`.
+    fn weights_ready(&self) -> bool {
+        true
+    }
     /// `matmul` over a prepared matrix, the same bits as `matmul` over its tensor.
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
         self.matmul(&w.tensor, x, rows, out)
@@ -210,6 +214,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn weights_prepared(&self) {
         self.kernels.weights_prepared()
+    }
+    fn weights_ready(&self) -> bool {
+        self.kernels.weights_ready()
     }
     fn tensor(&self, len: usize) -> Tensor {
         Tensor::new(len, vec![0.0f32; len])

@@ -288,6 +288,13 @@ pub trait Backend: Send + Sync {
     /// backend may start work it put off, on threads of its own, as long as every result keeps
     /// its bits whether that work is done or not.
     fn weights_prepared(&self) {}
+    /// Whether every weight is in the layout the backend keeps for the rest of the model's
+    /// life: false while work started by `weights_prepared` is queued or running (or if it
+    /// could not be done), true once it is done or where there is none. Results are the same
+    /// bits either way; speed and memory are what change.
+    fn weights_ready(&self) -> bool {
+        true
+    }
     /// A zeroed activation buffer of `len` f32 elements.
     fn tensor(&self, len: usize) -> Tensor;
     /// The first `len` elements of `t`, in host memory: the only way values leave the backend.

@@ -415,6 +415,11 @@ impl Kernels for HostBackend {
         self.interleaver.start();
     }
 
+    /// Every packed matrix read from its interleaved copy alone.
+    fn weights_ready(&self) -> bool {
+        self.packed.lock().iter().all(|(_, _, p)| p.upgrade().is_none_or(|p| p.is_interleaved()))
+    }
+
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if let Some(p) = w.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()) {
