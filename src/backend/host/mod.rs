@@ -164,9 +164,16 @@ impl HostBackend {
     /// `task(i, chunk i)` for the consecutive `chunk`-element pieces of `buf`, on the team (or
     /// on this thread alone when `serial`).
     fn for_chunks(&self, buf: &mut [f32], chunk: usize, serial: bool, task: impl Fn(usize, &mut [f32]) + Sync) {
-        // Each piece behind its own (never contended) lock: tasks take them by index.
-        let pieces: Vec<Mutex<&mut [f32]>> = buf.chunks_mut(chunk).map(Mutex::new).collect();
-        self.for_tasks(pieces.len(), serial, |i| task(i, &mut pieces[i].lock()));
+        let chunk = chunk.max(1);
+        let shared = SharedOut { ptr: buf.as_mut_ptr(), len: buf.len() };
+        self.for_tasks(buf.len().div_ceil(chunk), serial, |i| {
+            // (The whole struct, so that the closure captures it and not its raw pointer.)
+            let shared = &shared;
+            let (a, b) = (i * chunk, ((i + 1) * chunk).min(shared.len));
+            // SAFETY: a < b <= len for i below the task count, so the piece lies in `buf`; task
+            // i alone gets piece i, and `buf` stays borrowed until every task has ended.
+            task(i, unsafe { std::slice::from_raw_parts_mut(shared.ptr.add(a), b - a) })
+        });
     }
 }
 
@@ -213,6 +220,8 @@ thread_local! {
     static PACKED_Q8: std::cell::RefCell<(Vec<f32>, Q8Rows)> = std::cell::RefCell::new(Default::default());
     /// A task's matmul results before they move into place (`tiled`), reused across calls.
     static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The f32 matmuls' block sums of the activation rows, reused across calls.
+    static BLOCK_SUMS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
     /// A matmul's task boundaries (`taper`), reused across calls.
     static TASK_BOUNDS: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
     /// An attention task's results before they move into place, reused across calls.
@@ -385,10 +394,14 @@ impl Kernels for HostBackend {
         }
         let kernel = RowKernel::new(w.ty, self.isa);
         // Once per activation row, reused by every weight row (Q4_1's and Q4_K's min terms).
-        let sums: Vec<f32> =
-            if kernel.needs_block_sums() { x.chunks_exact(n_in).flat_map(block_sums).collect() } else { Vec::new() };
+        let mut sums = BLOCK_SUMS.take();
+        sums.clear();
+        if kernel.needs_block_sums() {
+            sums.extend(x.chunks_exact(n_in).flat_map(block_sums));
+        }
         let rb = w.row_bytes();
         self.tiled(w, rows, 1, out, |j0, j1, chunk| kernel.dot_rows(&w.bytes()[j0 * rb..j1 * rb], n_in, x, &sums, chunk));
+        BLOCK_SUMS.set(sums);
     }
 
     /// At `fast` on the VNNI kernels, the block-sum formats' matrices of 16 rows or more are

@@ -136,6 +136,14 @@ fn take(st: &mut PoolState) -> Option<Arc<Job>> {
     Some(job)
 }
 
+/// Jobs a thread keeps for its later calls (`JOBS`).
+const KEPT_JOBS: usize = 8;
+
+thread_local! {
+    /// The calling thread's jobs of earlier `Team::run` calls, for the next ones.
+    static JOBS: std::cell::RefCell<Vec<Arc<Job>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Threads in all for a request of `threads` (0 = one per core), checked against the maximum.
 fn resolve(threads: usize) -> Result<usize> {
     if threads > MAX_THREADS {
@@ -258,7 +266,7 @@ impl Team {
         // SAFETY: only the lifetime changes (a fat pointer to the same trait object); the
         // protocol above keeps every use inside this call.
         let task: TaskPtr = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), TaskPtr>(task) };
-        let job = Arc::new(Job {
+        let fresh = Job {
             task,
             n,
             next: AtomicUsize::new(0),
@@ -267,6 +275,23 @@ impl Team {
             panicked: AtomicBool::new(false),
             stop,
             skipped: AtomicBool::new(false),
+        };
+        // One of this thread's earlier jobs that no helper holds any more (a helper that took
+        // an entry of a finished call late holds it for a moment): no allocation per call once
+        // there are a few.
+        let job = JOBS.with_borrow_mut(|jobs| {
+            let mut fresh = Some(fresh);
+            for job in jobs.iter_mut() {
+                if let Some(j) = Arc::get_mut(job) {
+                    *j = fresh.take().expect("one job");
+                    return job.clone();
+                }
+            }
+            let job = Arc::new(fresh.take().expect("one job"));
+            if jobs.len() < KEPT_JOBS {
+                jobs.push(job.clone());
+            }
+            job
         });
         {
             let mut st = POOL.state.lock();

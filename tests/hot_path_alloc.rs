@@ -1,0 +1,80 @@
+//! Allocations in the hot path: after a warm-up, a decode step and a verify-sized pass allocate
+//! only what they hand back (the logits), at any thread count: per-pass scratch buffers,
+//! rounded activations, task lists and attention buffers are reused. (Its own test binary: the
+//! global allocator counts every thread's allocations.)
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use packlm::backend::{BackendKind, Precision};
+use packlm::engine::{Model, OpenOptions, Session, Want};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: System's allocator, with a count beside it.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's promise, passed on.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's promise, passed on.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Allocations a pass may make whatever the model's size: the logits it returns, and now and
+/// then a session's own lists growing (tokens, positions). A buffer allocated per layer, per
+/// matmul or per task would be tens to hundreds.
+const PER_PASS: usize = 8;
+
+#[test]
+fn decode_steps_and_batches_allocate_only_their_results() {
+    let models: Vec<_> = [smollm2(), gemma3_270m()].into_iter().flatten().collect();
+    for p in &models {
+        passes_allocate_little(p);
+    }
+}
+
+fn passes_allocate_little(p: &std::path::Path) {
+    for precision in [Precision::Fast, Precision::Exact] {
+        for threads in [1, 2] {
+            let m = std::sync::Arc::new(Model::open(p, &OpenOptions::new(BackendKind::Host, threads, precision)).unwrap());
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            let prompt: Vec<u32> = (0..48).map(|i| 100 + i * 37).collect();
+            s.step_batch(&prompt[..16], Want::Last).unwrap();
+            // Warm-up: every thread's buffers grown to a verify's 9 rows and a step's 1.
+            for r in 0..3 {
+                s.step_batch(&prompt[16 + 9 * r..25 + 9 * r], Want::All).unwrap();
+                s.step(7).unwrap();
+            }
+            let before = ALLOCS.load(Ordering::Relaxed);
+            for _ in 0..4 {
+                s.step(9).unwrap();
+            }
+            let steps = ALLOCS.load(Ordering::Relaxed) - before;
+            let before = ALLOCS.load(Ordering::Relaxed);
+            s.truncate(s.n_past() - 4).unwrap();
+            s.step_batch(&prompt[..9], Want::All).unwrap();
+            let batch = ALLOCS.load(Ordering::Relaxed) - before;
+            let what = format!("{}, {precision:?}, {threads} threads", p.display());
+            eprintln!("{what}: {steps} allocations in 4 steps, {batch} in a 9-row pass");
+            assert!(steps <= 4 * PER_PASS, "{what}: {steps} allocations in 4 decode steps");
+            assert!(batch <= PER_PASS, "{what}: {batch} allocations in a pass of 9 rows");
+        }
+    }
+}
