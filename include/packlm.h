@@ -219,6 +219,8 @@ typedef struct {
    * Worker threads of the host backend, the calling thread included; 0 = one per core. More
    * than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
    * process, shared by all models; this number caps how many of them the model's calls use.
+   * After a call, an idle helper spins about 0.1 ms and yields its core until 1 ms, then
+   * sleeps until the next call.
    */
   uint32_t threads;
   /**

@@ -181,8 +181,8 @@ impl HostBackend {
 /// of `cap` units while more than two rounds of them are left for `threads` threads, then
 /// tasks of a `2 * threads`-th of what is left, down to one unit, so that a thread that
 /// finishes first waits for little at the end of the call. With tasks of one size the last
-/// one, up to a seventh of a 576-row projection, was often left to one thread (a tenth of a
-/// verify at 2 threads went to the caller waiting for it). Which rows a task takes never
+/// one, up to a seventh of a 576-row projection, was often left to one thread (in a verify at
+/// 2 threads the caller spent a tenth of its time waiting for it; `perf`). Which rows a task takes never
 /// changes what they compute.
 fn taper(bounds: &mut Vec<usize>, units: usize, cap: usize, threads: usize) {
     let cap = cap.max(1);
@@ -256,7 +256,7 @@ impl HostBackend {
         PACKED_Q8.with_borrow_mut(|(from, q8)| {
             // A layer's q, k and v projections read one normed input, and its gate and up
             // another: the rounding is a function of the rows' bits alone, so rows equal bit for
-            // bit to the last packed matmul's on this thread reuse its result (a tenth of the
+            // bit to the last packed matmul's on this thread reuse its result (a twentieth of the
             // caller's own time in a verify at 2 threads went to rounding).
             if !same_bits(from, x) {
                 q8.quantize_for_packed(x, n_in);
