@@ -36,10 +36,16 @@ fn main() {
             std::process::exit(1);
         }
     };
-    // INSTRUCTIONS_SETTLE_MS=N waits N ms after the open, so that work a backend does after it
-    // on a thread of its own (the host's interleaved copies) is done before the passes are
-    // counted: with `--separate-threads=yes` the passes' thread is then counted alone, over
-    // the kernels a long-running process runs.
+    // The passes start once the backend's work on the weights after the open is done
+    // (`weights_ready`: the host's interleaved copies), so that with `--separate-threads=yes`
+    // the passes' thread is counted alone, over the kernels a long-running process runs.
+    // INSTRUCTIONS_SETTLE_MS=N waits N ms more; INSTRUCTIONS_NO_WAIT=1 counts the passes from
+    // the end of the open instead.
+    if std::env::var_os("INSTRUCTIONS_NO_WAIT").is_none() {
+        while !m.backend().weights_ready() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     if let Some(ms) = std::env::var("INSTRUCTIONS_SETTLE_MS").ok().and_then(|v| v.parse().ok()) {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }

@@ -64,15 +64,15 @@ fn prefetch_block<const F: u8, const FULL: bool>(quants: *const u8, l: usize, rb
 macro_rules! rows_and_run {
     ($features:literal, $lanes:expr, $store:ident, [$($rx:literal)*]) => {
         /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, rows
-        /// `stride` apart: `Packed::run`), the quants read from `copy` (the group's interleaved
-        /// copy) where it is written, else from the stored rows.
+        /// `stride` apart: `Packed::run`), the quants read from `quants`: the group's
+        /// interleaved copy (`FULL`), else its stored rows.
         ///
         /// # Safety
         /// `Packed::run`'s promise about `out`, for these rows and group.
         #[target_feature(enable = $features)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn rows<const F: u8, const RX: usize>(p: &Packed, copy: Option<&[u8]>, g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
+        unsafe fn rows<const F: u8, const RX: usize, const FULL: bool>(p: &Packed, quants: &[u8], g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
             let (nb, st, rb) = (p.nb, super::super::stride(F, $lanes), p.row_bytes);
             let side = &p.side.bytes()[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
@@ -83,10 +83,7 @@ macro_rules! rows_and_run {
                 (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
                 cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
             }
-            let acc = match copy {
-                Some(copy) => group::<F, RX, true>(side, copy, 0, nb, xq, xd, xs, cb),
-                None => group::<F, RX, false>(side, &p.tensor.bytes()[g * $lanes * rb..(g + 1) * $lanes * rb], rb, nb, xq, xd, xs, cb),
-            };
+            let acc = group::<F, RX, FULL>(side, quants, rb, nb, xq, xd, xs, cb);
             for (r, a) in acc.iter().enumerate() {
                 // SAFETY: the caller's promise: activation row r0 + r's lanes of group g lie in
                 // the writable run; storeu has no alignment requirement.
@@ -102,16 +99,24 @@ macro_rules! rows_and_run {
         #[allow(clippy::too_many_arguments)]
         unsafe fn run_format<const F: u8>(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
             // Which groups the copy holds is looked at once per call: per group it was some 3% of
-            // a decode step's instructions (callgrind).
-            let written = p.written();
+            // a decode step's instructions (callgrind). The choice between copy and stored rows
+            // is made here, each `rows` instance reading one of them: with the choice inside
+            // `rows`, a 9-row pass took 2% more instructions on the AVX2 path (callgrind), the
+            // same blocks and multiply-adds.
+            let (written, stored, rb) = (p.written(), p.tensor.bytes(), p.row_bytes);
             for g in g0..g1 {
                 let copy = written.group(g);
                 let mut r0 = 0;
                 while r0 < m {
                     let rx = chunk(m - r0);
                     // SAFETY: the caller's promise, for rows r0..r0 + rx < m and group g.
-                    match rx {
-                        $($rx => unsafe { rows::<F, $rx>(p, copy, g, x, n_in, r0, out, stride, g0 * $lanes) },)*
+                    match (rx, copy) {
+                        $(
+                            ($rx, Some(c)) => unsafe { rows::<F, $rx, true>(p, c, g, x, n_in, r0, out, stride, g0 * $lanes) },
+                            ($rx, None) => unsafe {
+                                rows::<F, $rx, false>(p, &stored[g * $lanes * rb..(g + 1) * $lanes * rb], g, x, n_in, r0, out, stride, g0 * $lanes)
+                            },
+                        )*
                         _ => unreachable!("chunk gives {rx} rows"),
                     }
                     r0 += rx;
