@@ -182,8 +182,8 @@ impl HostBackend {
 /// tasks of a `2 * threads`-th of what is left, down to one unit, so that a thread that
 /// finishes first waits for little at the end of the call. With tasks of one size the last
 /// one, up to a seventh of a 576-row projection, was often left to one thread (in a verify at
-/// 2 threads the caller spent a tenth of its time waiting for it; `perf`). Which rows a task takes never
-/// changes what they compute.
+/// 2 threads the caller spent a tenth of its time waiting for it; `perf`). Which rows a task
+/// takes never changes what they compute.
 fn taper(bounds: &mut Vec<usize>, units: usize, cap: usize, threads: usize) {
     let cap = cap.max(1);
     bounds.clear();
