@@ -74,9 +74,9 @@ fn ngram_drafter_with_size_max_proposes_the_continuation() {
     let m = open_model("llama");
     let mut s: *mut packlm_session = std::ptr::null_mut();
     assert_eq!(packlm_session_new(m, std::ptr::null(), &mut s), Status::Ok);
-    // History "1 2 3 9 7 1 2 3 4 5 8 1 2", pending 3: the latest earlier "1 2 3" (at 5) is
-    // followed by "4 5 8 1 2 3".
-    let history = [1u32, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2];
+    // History "1 2 3 4 5 8 9 7 1 2", pending 3: the one earlier "1 2 3" (at 0) is followed by
+    // "4 5 8 9 7 1 2 3".
+    let history = [1u32, 2, 3, 4, 5, 8, 9, 7, 1, 2];
     assert_eq!(packlm_step_batch(s, history.as_ptr(), history.len(), PACKLM_WANT_NONE, std::ptr::null_mut()), Status::Ok);
     let mut d: *mut packlm_drafter = std::ptr::null_mut();
     assert_eq!(packlm_drafter_new_ngram(3, &mut d), Status::Ok);
@@ -84,7 +84,7 @@ fn ngram_drafter_with_size_max_proposes_the_continuation() {
     let mut n = 0usize;
     // The buffer is smaller than k: only what is proposed is written, and that fits.
     assert_eq!(packlm_drafter_propose(d, s, 3, usize::MAX, out.as_mut_ptr(), &mut n), Status::Ok);
-    assert_eq!(&out[..n], &[4, 5, 8, 1, 2, 3]);
+    assert_eq!(&out[..n], &[4, 5, 8, 9, 7, 1, 2, 3]);
     packlm_drafter_free(d);
     packlm_session_free(s);
     packlm_model_free(m);

@@ -474,7 +474,7 @@ class Drafter(_Handle):
         self._ptr, self._keep = ptr, keep
 
     @classmethod
-    def ngram(cls, max_ngram=3):
+    def ngram(cls, max_ngram=5):
         d = C.c_void_p()
         _check(_lib.packlm_drafter_new_ngram(max_ngram, C.byref(d)))
         return cls(d)

@@ -1,8 +1,8 @@
 //! Drafters: where the speculative step's proposals come from.
 //!
-//! - `NgramDrafter` (prompt lookup): find the most recent earlier occurrence of the last n
-//!   tokens (n from `max_ngram` down to `min_ngram`) and propose what followed it, as many
-//!   tokens as its last proposals earned (`adapt`). No model.
+//! - `NgramDrafter` (prompt lookup): find the earlier occurrences of the last n tokens (n from
+//!   `max_ngram` down to `min_ngram`) and propose what they agree followed them
+//!   (`ngram_lookup`), as many tokens as its last proposals earned (`adapt`). No model.
 //! - `ModelDrafter`: a second, smaller model with the same tokenizer, in its own session; before
 //!   each proposal its session is rolled back to the longest prefix it shares with the target's
 //!   history and fed the rest, so it stays in step with what the target accepted.
@@ -18,6 +18,9 @@ pub trait Drafter {
     fn propose(&mut self, history: &[u32], pending: u32, k: usize) -> Result<Vec<u32>>;
 }
 
+/// The longest suffix `NgramDrafter::default` looks up.
+pub const DEFAULT_MAX_NGRAM: usize = 5;
+
 pub struct NgramDrafter {
     pub max_ngram: usize,
     /// Shortest suffix that counts as a match. One-token matches are mostly chance on prose and
@@ -31,8 +34,9 @@ pub struct NgramDrafter {
 }
 
 impl Default for NgramDrafter {
+    /// Suffixes of 5 tokens down to 2 (`ngram_lookup` says why 5).
     fn default() -> Self {
-        NgramDrafter::new(3, 2)
+        NgramDrafter::new(DEFAULT_MAX_NGRAM, 2)
     }
 }
 
@@ -78,25 +82,66 @@ impl Drafter for NgramDrafter {
     }
 }
 
-/// The continuation of the latest earlier match of `seq`'s last n tokens, longest n first
-/// (n from `max_ngram` down to `min_ngram`).
+/// What the history says follows `seq`: for the longest suffix of n tokens (n from
+/// `max_ngram` down to `min_ngram`) that occurred earlier, the tokens on which most of its
+/// earlier occurrences agree, one at a time. Token j of the proposal is the one that more than
+/// half of the occurrences still in the running (those that agreed on tokens 0..j and have a
+/// token j) continue with; the proposal ends where no token has such a majority, after `k`
+/// tokens, or at the end of the history. An occurrence that disagreed drops out, so after a
+/// shared start the proposal follows the occurrences that share it.
+///
+/// A suffix seen once proposes what followed it (copying code, the common case). A suffix seen
+/// after different tokens (", the" in prose, "# The" before varied comments) proposes only as
+/// far as its occurrences agree: a rejected token costs a row of a verify pass for nothing,
+/// and a lookup that took the latest occurrence alone was cut short there more often than not.
+/// Where the longest suffix that occurred has no majority at its first token, there is no
+/// proposal: that is the longest context the history has seen, and it is divided.
+///
+/// Measured by replaying greedy generations (the rounds a drafter gives follow from the
+/// tokens alone) on three code-editing requests other than the benchmark's, under a verify of d
+/// drafts costing 1.1 + 0.12 d steps: the latest-occurrence lookup (n from 3) gained 2.49x on
+/// average (geometric mean over SmolLM2 Q4_1 and Q8_0, Gemma3 Q4_K_M and Q4_0); this rule with
+/// n from 5, 3.00x. Longer suffixes help only with the majority rule, which keeps their many
+/// short matches from proposing much.
 pub fn ngram_lookup(seq: &[u32], min_ngram: usize, max_ngram: usize, k: usize) -> Vec<u32> {
     let len = seq.len();
     for n in (min_ngram.max(1)..=max_ngram.min(len.saturating_sub(1))).rev() {
         let suffix = &seq[len - n..];
-        // Latest start s < len - n with seq[s..s+n] == suffix and at least one token after it.
-        for s in (0..len - n).rev() {
-            if &seq[s..s + n] == suffix {
-                let from = s + n;
-                // k may be any size (SIZE_MAX from C): capped by what the history holds.
-                let to = from.saturating_add(k).min(len);
-                if to > from {
-                    return seq[from..to].to_vec();
-                }
-            }
+        // Where the token after each earlier occurrence lies: starts s < len - n, so at least
+        // one token follows.
+        let mut alive: Vec<usize> = (0..len - n).filter(|&s| &seq[s..s + n] == suffix).map(|s| s + n).collect();
+        if alive.is_empty() {
+            continue;
         }
+        let mut out = Vec::new();
+        // k may be any size (SIZE_MAX from C): the history bounds the loop.
+        while out.len() < k {
+            let j = out.len();
+            alive.retain(|&c| c + j < len);
+            let Some(t) = majority(alive.iter().map(|&c| seq[c + j])) else { break };
+            out.push(t);
+            alive.retain(|&c| seq[c + j] == t);
+        }
+        return out;
     }
     Vec::new()
+}
+
+/// The value that more than half of `items` equal, if any (Boyer-Moore vote, then a count).
+fn majority(items: impl Iterator<Item = u32> + Clone) -> Option<u32> {
+    let (mut cand, mut votes) = (0u32, 0usize);
+    for t in items.clone() {
+        if votes == 0 {
+            cand = t;
+        }
+        votes = if t == cand { votes + 1 } else { votes - 1 };
+    }
+    let (mut total, mut count) = (0usize, 0usize);
+    for t in items {
+        total += 1;
+        count += (t == cand) as usize;
+    }
+    (total > 0 && 2 * count > total).then_some(cand)
 }
 
 pub struct ModelDrafter {
@@ -148,16 +193,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ngram_proposes_what_followed_the_latest_match() {
-        // "1 2 3 9 ... 1 2 3" -> the latest earlier "1 2 3" is followed by 4 5.
-        let seq = [1, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2, 3];
+    fn ngram_proposes_what_the_earlier_occurrences_agree_on() {
+        // One earlier "1 2 3" (at 0): what followed it, up to k or the end of the history.
+        let seq = [1, 2, 3, 4, 5, 8, 9, 7, 1, 2, 3];
         assert_eq!(ngram_lookup(&seq, 1, 3, 2), vec![4, 5]);
-        assert_eq!(ngram_lookup(&seq, 1, 3, 10), vec![4, 5, 8, 1, 2, 3]);
+        assert_eq!(ngram_lookup(&seq, 1, 3, 10), vec![4, 5, 8, 9, 7, 1, 2, 3]);
+        // Two earlier "1 2 3", followed by 9 and by 4: no majority, no proposal (the shorter
+        // suffixes are not tried: "2 3" and "3" have the same two occurrences).
+        assert_eq!(ngram_lookup(&[1, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2, 3], 1, 3, 4), Vec::<u32>::new());
+        // Three, followed by 4 6, 4 5 and 9: 4 has two of three; then 6 against 5 is a tie.
+        assert_eq!(ngram_lookup(&[1, 2, 3, 4, 6, 1, 2, 3, 4, 5, 1, 2, 3, 9, 1, 2, 3], 2, 3, 8), vec![4]);
+        // "1 2" at 0, 6 and 12, followed by 4 5 7 0 1 2 4 5, 4 5 7 0 1 2 4 6 and 4 6: 4, then
+        // 5 (two of three), then the two left agree up to 5 against 6.
+        let seq = [1, 2, 4, 5, 7, 0, 1, 2, 4, 5, 7, 0, 1, 2, 4, 6, 0, 1, 2];
+        assert_eq!(ngram_lookup(&seq, 2, 2, 4), vec![4, 5, 7, 0]);
+        assert_eq!(ngram_lookup(&seq, 2, 2, 8), vec![4, 5, 7, 0, 1, 2, 4]);
+        // An occurrence drops out where the history ends after it: "7 1" at 0 and 3 agree on
+        // 2 7 1; then the one at 3 has no more tokens and the one at 0 goes on alone.
+        assert_eq!(ngram_lookup(&[7, 1, 2, 7, 1, 2, 7, 1], 2, 2, 8), vec![2, 7, 1, 2, 7, 1]);
+        // The longest suffix that occurred decides: "7 1" once (followed by 2) over "1" three
+        // times (followed by 5, 5 and 2).
+        assert_eq!(ngram_lookup(&[1, 5, 1, 5, 7, 1, 2, 0, 7, 1], 1, 3, 1), vec![2]);
+        assert_eq!(ngram_lookup(&[1, 5, 1, 5, 7, 1, 2, 0, 8, 1], 1, 3, 1), vec![5]);
         // No match of any length: nothing.
         assert_eq!(ngram_lookup(&[1, 2, 3], 1, 3, 4), Vec::<u32>::new());
         // Falls back to shorter n-grams, down to the minimum.
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 1, 3, 1), vec![7]);
         assert_eq!(ngram_lookup(&[5, 6, 1, 7, 1], 2, 3, 1), Vec::<u32>::new());
+        // k = 0: nothing.
+        assert_eq!(ngram_lookup(&seq, 1, 3, 0), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn majority_needs_more_than_half() {
+        assert_eq!(majority([3, 1, 3].into_iter()), Some(3));
+        assert_eq!(majority([1, 3, 3, 1].into_iter()), None);
+        assert_eq!(majority([1, 2, 3].into_iter()), None);
+        assert_eq!(majority([2, 1, 1, 2, 2].into_iter()), Some(2));
+        assert_eq!(majority([9].into_iter()), Some(9));
+        assert_eq!(majority(std::iter::empty()), None);
     }
 
     /// The proposal length follows what was taken: halved (but one past the taken part) after
@@ -198,7 +272,7 @@ mod tests {
 
     #[test]
     fn ngram_with_the_largest_k_proposes_the_whole_continuation() {
-        let seq = [1, 2, 3, 9, 7, 1, 2, 3, 4, 5, 8, 1, 2, 3];
-        assert_eq!(ngram_lookup(&seq, 1, 3, usize::MAX), vec![4, 5, 8, 1, 2, 3]);
+        let seq = [1, 2, 3, 4, 5, 8, 9, 7, 1, 2, 3];
+        assert_eq!(ngram_lookup(&seq, 1, 3, usize::MAX), vec![4, 5, 8, 9, 7, 1, 2, 3]);
     }
 }

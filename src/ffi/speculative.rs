@@ -296,9 +296,11 @@ pub struct packlm_drafter {
     inner: Box<dyn Drafter + Send>,
 }
 
-/// A prompt-lookup drafter: proposes what followed the latest earlier occurrence of the last
-/// n tokens (n from `max_ngram` down to 2; `max_ngram` 1 allows single-token matches). It
-/// proposes at most `k` tokens, fewer after its proposals were cut short: half its previous
+/// A prompt-lookup drafter: finds the earlier occurrences of the last n tokens (the longest n
+/// from `max_ngram` down to 2 that occurred; `max_ngram` 1 allows single-token matches) and
+/// proposes the tokens that more than half of them agree followed them, one at a time, ending
+/// where they no longer agree. 5 is the library's own default (`packlm generate --draft ngram`).
+/// It proposes at most `k` tokens, fewer after its proposals were cut short: half its previous
 /// allowance after a cut, twice as many after a proposal taken whole.
 /// `*out` is owned by the caller.
 #[no_mangle]
