@@ -25,8 +25,10 @@ use packlm::backend::{BackendKind, Precision};
 use packlm::engine::draft::{Drafter, NgramDrafter};
 use packlm::engine::speculative::{generate, Acceptance, Generated};
 use packlm::engine::{Model, OpenOptions, Session, Want};
-use packlm::pack::chat::Message;
 use packlm::sample::{argmax, SamplerParams};
+
+#[path = "bench/code_prompt.rs"]
+mod code_prompt;
 
 /// The request of `spec_speedup_code`: a ~40-line function to be repeated back with a small
 /// change, so that most of the reply can be drafted from the prompt.
@@ -219,12 +221,7 @@ fn main() {
     let peak_rss = peak_rss_mib();
 
     // Greedy generation on a code-editing request, plain and with n-gram drafting: same output.
-    let code_prompt = match m.render_chat(&[Message { role: "user".into(), content: CODE_EDIT.into() }], true) {
-        Ok(text) => or_fail(m.vocab().encode(&text, true, true), "tokenize the code-edit prompt"),
-        // A pack without a template (a base model) gets the request followed by the start of
-        // the answer, so that it continues with the function rather than ending the document.
-        Err(_) => or_fail(m.vocab().encode(&format!("{CODE_EDIT}\nAnswer:\n```python\n"), true, false), "tokenize the code-edit prompt"),
-    };
+    let code_prompt = or_fail(code_prompt::code_prompt(&m, CODE_EDIT), "tokenize the code-edit prompt");
     let (plain_s, plain) = time_generate(&m, &code_prompt, spec_n, spec_k, false, 3);
     let (spec_s, spec) = time_generate(&m, &code_prompt, spec_n, spec_k, true, 3);
     let decoded = |g: &Generated| or_fail(m.vocab().decode(&g.tokens, false), "detokenize");
