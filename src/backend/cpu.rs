@@ -14,6 +14,77 @@ use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::{apply_rope, apply_rope_table, cos_sin, RopeSpec};
 use crate::semantics::{Activation, KvSource, LayerSpec};
 
+/// Most rope pairs (rotary_dims / 2) that `rope` makes a table of; more rotate each head
+/// through `apply_rope`.
+const MAX_PAIRS: usize = 512;
+
+/// Most rows whose (cos, sin) tables `RopeTables` keeps: decode, verify and short prefill, where
+/// the sin_cos calls are a visible part of a pass (about 2% of a verify of 8 drafted rows on
+/// Gemma3 in `perf`, recomputed for q and k of every layer). A long prefill's tables would be
+/// large and its matmuls dwarf them.
+const ROPE_TABLE_MAX_ROWS: usize = 64;
+
+/// Tables `RopeTables` keeps: a pass uses one rope or two (Gemma3: the sliding layers' base
+/// and the full layers'), in the same pattern at every layer.
+const ROPE_TABLES_KEPT: usize = 2;
+
+/// The (cos, sin) pairs of `rows` positions from `start` for one rope, row after row.
+#[derive(Default)]
+struct RopeTable {
+    inv_freq: Vec<f32>,
+    factor: u32,
+    start: usize,
+    rows: usize,
+    pairs: Vec<(f32, f32)>,
+}
+
+/// The last tables a thread's `rope` calls made: a pass ropes q and k of every layer at the
+/// same positions, so all but the first call for each rope read a kept table. A table is found
+/// by what its values depend on (the inverse frequencies and the factor, compared by bits, and
+/// the positions), not by where the spec lies, so a spec of another model at a reused address
+/// cannot match. The values are the same `cos_sin` calls, so the same bits.
+#[derive(Default)]
+struct RopeTables {
+    kept: Vec<RopeTable>,
+    /// The table used last; a miss replaces the other (least recently used of two).
+    recent: usize,
+}
+
+impl RopeTables {
+    fn get(&mut self, rope: &RopeSpec, start: usize, rows: usize) -> &[(f32, f32)] {
+        let half = rope.rotary_dims / 2;
+        let freqs = &rope.inv_freq[..half];
+        let factor = rope.attention_factor.to_bits();
+        let same = |t: &RopeTable| {
+            t.start == start && t.rows == rows && t.factor == factor && t.inv_freq.len() == half && t.inv_freq.iter().zip(freqs).all(|(a, b)| a.to_bits() == b.to_bits())
+        };
+        let i = match self.kept.iter().position(same) {
+            Some(i) => i,
+            None => {
+                let i = if self.kept.len() < ROPE_TABLES_KEPT {
+                    self.kept.push(RopeTable::default());
+                    self.kept.len() - 1
+                } else {
+                    (self.recent + 1) % ROPE_TABLES_KEPT
+                };
+                let t = &mut self.kept[i];
+                (t.start, t.rows, t.factor) = (start, rows, factor);
+                t.inv_freq.clear();
+                t.inv_freq.extend_from_slice(freqs);
+                t.pairs.clear();
+                t.pairs.extend((0..rows).flat_map(|r| (0..half).map(move |i| cos_sin(rope, start + r, i))));
+                i
+            }
+        };
+        self.recent = i;
+        &self.kept[i].pairs
+    }
+}
+
+thread_local! {
+    static ROPE_TABLES: std::cell::RefCell<RopeTables> = std::cell::RefCell::new(RopeTables::default());
+}
+
 /// The heavy kernels of a host-memory backend, on plain slices.
 pub trait Kernels: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -270,9 +341,19 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize) {
         // One (cos, sin) table per row for all its heads (the sin_cos calls were 3% of a
-        // decode step when each head made its own); the same bits either way.
-        const MAX_PAIRS: usize = 512;
+        // decode step when each head made its own); the same bits either way. A pass of up to
+        // ROPE_TABLE_MAX_ROWS rows keeps its tables (`RopeTables`).
         let half = rope.rotary_dims / 2;
+        if half <= MAX_PAIRS && rows <= ROPE_TABLE_MAX_ROWS {
+            ROPE_TABLES.with(|t| {
+                let mut tables = t.borrow_mut();
+                let pairs = tables.get(rope, start, rows);
+                for (r, row) in data_mut(x)[..rows * width].chunks_exact_mut(width).enumerate() {
+                    row.chunks_exact_mut(head_dim).for_each(|head| apply_rope_table(&pairs[r * half..(r + 1) * half], head));
+                }
+            });
+            return;
+        }
         let mut table = [(0.0f32, 0.0f32); MAX_PAIRS];
         for (r, row) in data_mut(x)[..rows * width].chunks_exact_mut(width).enumerate() {
             if half > MAX_PAIRS {
@@ -421,5 +502,51 @@ pub fn add_into(x: &mut [f32], y: &[f32]) {
 pub fn add_bias(x: &mut [f32], bias: &[f32]) {
     for row in x.chunks_exact_mut(bias.len()) {
         add_into(row, bias);
+    }
+}
+
+#[cfg(test)]
+mod rope_table_tests {
+    use super::*;
+
+    fn spec(theta: f32, half: usize, attention_factor: f32) -> RopeSpec {
+        RopeSpec {
+            kind: "default".into(),
+            theta: theta as f64,
+            factor: None,
+            rotary_dims: 2 * half,
+            inv_freq: (0..half).map(|i| theta.powf(-((2 * i) as f32) / (2 * half) as f32)).collect(),
+            attention_factor,
+        }
+    }
+
+    /// Whatever was asked before, a kept table holds the `cos_sin` values of the rope and
+    /// positions asked for now: ropes differing in base or in factor alone, other starts and
+    /// row counts, two ropes alternating (Gemma3) and a third pushing one out.
+    #[test]
+    fn kept_rope_tables_are_those_of_the_rope_and_positions_asked_for() {
+        let (local, global, scaled) = (spec(10000.0, 4, 1.0), spec(1e6, 4, 1.0), spec(10000.0, 4, 1.25));
+        let mut tables = RopeTables::default();
+        let calls = [
+            (&local, 5, 3),
+            (&local, 5, 3),
+            (&global, 5, 3),
+            (&local, 5, 3),
+            (&global, 5, 3),
+            (&local, 6, 3),
+            (&local, 5, 2),
+            (&scaled, 5, 3),
+            (&global, 5, 3),
+            (&local, 5, 3),
+        ];
+        for (n, &(rope, start, rows)) in calls.iter().enumerate() {
+            let got: Vec<(u32, u32)> = tables.get(rope, start, rows).iter().map(|&(c, s)| (c.to_bits(), s.to_bits())).collect();
+            let want: Vec<(u32, u32)> = (0..rows)
+                .flat_map(|r| (0..4).map(move |i| cos_sin(rope, start + r, i)))
+                .map(|(c, s)| (c.to_bits(), s.to_bits()))
+                .collect();
+            assert_eq!(got, want, "call {n}: theta {}, factor {}, start {start}, rows {rows}", rope.theta, rope.attention_factor);
+            assert!(tables.kept.len() <= ROPE_TABLES_KEPT);
+        }
     }
 }
