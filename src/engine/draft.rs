@@ -92,17 +92,16 @@ impl Drafter for NgramDrafter {
 ///
 /// A suffix seen once proposes what followed it (copying code, the common case). A suffix seen
 /// after different tokens (", the" in prose, "# The" before varied comments) proposes only as
-/// far as its occurrences agree: a rejected token costs a row of a verify pass for nothing,
-/// and a lookup that took the latest occurrence alone was cut short there more often than not.
+/// far as its occurrences agree: a rejected token costs a row of a verify pass for nothing.
 /// Where the longest suffix that occurred has no majority at its first token, there is no
 /// proposal: that is the longest context the history has seen, and it is divided.
 ///
-/// Measured by replaying greedy generations (the rounds a drafter gives follow from the
-/// tokens alone) on three code-editing requests other than the benchmark's, under a verify of d
-/// drafts costing 1.1 + 0.12 d steps: the latest-occurrence lookup (n from 3) gained 2.49x on
-/// average (geometric mean over SmolLM2 Q4_1 and Q8_0, Gemma3 Q4_K_M and Q4_0); this rule with
-/// n from 5, 3.00x. Longer suffixes help only with the majority rule, which keeps their many
-/// short matches from proposing much.
+/// Chosen on three code-editing requests other than the benchmark's (examples/draft_replay.rs,
+/// which counts rounds instead of timing them, under a verify of d drafts costing 1.1 + 0.12 d
+/// steps; geometric mean over SmolLM2 Q4_1 and Q8_0, Gemma3 Q4_K_M and Q4_0): the
+/// latest-occurrence lookup with suffixes from 3 tokens gave 2.47x, this rule with suffixes
+/// from 5, 2.98x (suffixes from 5 with the latest occurrence alone: about 2.7x, in a replica
+/// of that count).
 pub fn ngram_lookup(seq: &[u32], min_ngram: usize, max_ngram: usize, k: usize) -> Vec<u32> {
     let len = seq.len();
     for n in (min_ngram.max(1)..=max_ngram.min(len.saturating_sub(1))).rev() {
