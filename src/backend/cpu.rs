@@ -72,7 +72,12 @@ impl RopeTables {
                 t.inv_freq.clear();
                 t.inv_freq.extend_from_slice(freqs);
                 t.pairs.clear();
-                t.pairs.extend((0..rows).flat_map(|r| (0..half).map(move |i| cos_sin(rope, start + r, i))));
+                t.pairs.reserve(rows * half);
+                for r in 0..rows {
+                    for i in 0..half {
+                        t.pairs.push(cos_sin(rope, start + r, i));
+                    }
+                }
                 i
             }
         };
