@@ -77,7 +77,7 @@ fn main() {
             let p = Packed::new(&tensor, lanes, &arena, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
             for order in ["stored", "interleaved"] {
                 if order == "interleaved" {
-                    p.interleave(&arena, &std::sync::atomic::AtomicBool::new(false));
+                    p.interleave(&arena, &std::sync::atomic::AtomicBool::new(false), &mut || ());
                 }
                 let mut line = format!("{ty:>5} {order}:");
                 for m in [1, 2, 3, 4, 9, 12, 64] {

@@ -136,6 +136,88 @@ fn take(st: &mut PoolState) -> Option<Arc<Job>> {
     Some(job)
 }
 
+/// Wide calls (made under [`wide`]) running with as many threads as the machine has cores, and
+/// how many such calls have begun. Work of the backend's own that runs beside the passes (the
+/// interleave writer, packed/) looks at them between its pieces ([`make_way`]): a thread that
+/// takes a core from such a call holds up all of it, as the call's other threads spin until
+/// the one that lost its core finishes its task.
+static FULL_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static FULL_BEGUN: AtomicUsize = AtomicUsize::new(0);
+
+/// How long no call may use every core before background work takes its next piece.
+const QUIET: Duration = Duration::from_millis(1);
+/// How long background work waits for a quiet moment at most, per piece: during continuous
+/// decoding on every core it still moves on, at a cost to the passes of one piece per wait.
+pub(super) const MAX_WAIT: Duration = Duration::from_millis(10);
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+thread_local! {
+    /// Whether this thread's calls are wide (`wide`).
+    static WIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While the guard lives, this thread's calls that use every core keep background work off the
+/// cores (`make_way`). The host backend makes its matmuls of many activation rows (prefill)
+/// wide; decode and verify passes share the cores with the writer, so that the copies are done
+/// soon after the open rather than whenever the passes pause.
+pub(super) fn wide() -> Wide {
+    Wide(WIDE.replace(true))
+}
+
+pub(super) struct Wide(bool);
+
+impl Drop for Wide {
+    fn drop(&mut self) {
+        WIDE.set(self.0);
+    }
+}
+
+/// Counts one wide call that uses every core while it lives (`FULL_RUNNING`), also while
+/// unwinding.
+struct FullCall;
+
+impl FullCall {
+    fn begin(threads: usize) -> Option<FullCall> {
+        if threads < cores() || !WIDE.get() {
+            return None;
+        }
+        FULL_RUNNING.fetch_add(1, SeqCst);
+        FULL_BEGUN.fetch_add(1, SeqCst);
+        Some(FullCall)
+    }
+}
+
+impl Drop for FullCall {
+    fn drop(&mut self) {
+        FULL_RUNNING.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Waits for a moment when no wide call uses every core, for background work about to take its next
+/// piece. Returns at once when no such call has begun since the last return (`*seen`, 0 at
+/// first) and none runs; otherwise once a sleep of `QUIET` passed with none begun and none
+/// running, or after `max_wait` whatever the calls do. Which thread does what when never changes
+/// a result, so this only moves time around.
+pub(super) fn make_way(seen: &mut usize, max_wait: Duration) {
+    let t = Instant::now();
+    loop {
+        let begun = FULL_BEGUN.load(SeqCst);
+        if begun == *seen && FULL_RUNNING.load(SeqCst) == 0 {
+            return;
+        }
+        *seen = begun;
+        if t.elapsed() >= max_wait {
+            return;
+        }
+        std::thread::sleep(QUIET);
+    }
+}
+
 /// Jobs a thread keeps for its later calls (`JOBS`).
 const KEPT_JOBS: usize = 8;
 
@@ -253,6 +335,7 @@ impl Team {
     pub(super) fn run(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         let helpers = (self.threads() - 1).min(n.saturating_sub(1)).min(POOL.helpers.load(Acquire));
         let stop = pass::current();
+        let _full = FullCall::begin(helpers + 1);
         if helpers == 0 {
             for i in 0..n {
                 if stop.as_ref().is_some_and(|s| s.load(Relaxed)) {
@@ -368,6 +451,82 @@ mod tests {
                 assert!(ids.lock().len() <= cap, "cap {cap}: {} threads ran tasks", ids.lock().len());
             }
         }
+    }
+
+    #[test]
+    fn background_work_waits_for_a_call_on_every_core_but_not_forever() {
+        if cores() > MAX_THREADS {
+            // No call can use every core: background work never waits.
+            return;
+        }
+        let team = Team::new(cores()).unwrap();
+        let _wide = wide();
+        // A 20 ms wide call on every core: the waiter returns only after it ended. (Other tests'
+        // calls can only make it wait longer; its own bound is far off.)
+        let (ended, started) = (AtomicBool::new(false), AtomicBool::new(false));
+        let ended_when_returned = std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| {
+                while !started.load(SeqCst) {
+                    std::thread::yield_now();
+                }
+                let mut seen = FULL_BEGUN.load(SeqCst).wrapping_sub(1);
+                make_way(&mut seen, Duration::from_secs(60));
+                ended.load(SeqCst)
+            });
+            team.run(cores(), &|_| {
+                started.store(true, SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+            });
+            ended.store(true, SeqCst);
+            waiter.join().unwrap()
+        });
+        assert!(ended_when_returned, "make_way returned while a call on every core ran");
+
+        // Wide calls on every core back to back, for up to 60 s: the waiter still returns, after
+        // its bound of 50 ms, while they go on.
+        let done = AtomicBool::new(false);
+        let stream_ran = std::thread::scope(|sc| {
+            let stream = sc.spawn(|| {
+                let t = Instant::now();
+                let _wide = wide();
+                while !done.load(SeqCst) && t.elapsed() < Duration::from_secs(60) {
+                    team.run(cores(), &|_| std::thread::sleep(Duration::from_micros(200)));
+                }
+                done.load(SeqCst)
+            });
+            let mut seen = 0;
+            make_way(&mut seen, Duration::from_millis(50));
+            done.store(true, SeqCst);
+            stream.join().unwrap()
+        });
+        assert!(stream_ran, "make_way waited until the calls stopped");
+
+        // Calls that are not wide are not waited for: with one running for 20 s at most, the
+        // waiter returns at once (nothing wide has begun since its last look).
+        drop(_wide);
+        let (done, started) = (AtomicBool::new(false), AtomicBool::new(false));
+        let returned_during_call = std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| {
+                while !started.load(SeqCst) {
+                    std::thread::yield_now();
+                }
+                let mut seen = FULL_BEGUN.load(SeqCst);
+                make_way(&mut seen, Duration::from_secs(60));
+                let during = !done.load(SeqCst);
+                done.store(true, SeqCst);
+                during
+            });
+            team.run(cores(), &|_| {
+                started.store(true, SeqCst);
+                let t = Instant::now();
+                while !done.load(SeqCst) && t.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            done.store(true, SeqCst);
+            waiter.join().unwrap()
+        });
+        assert!(returned_during_call, "make_way waited for a call that is not wide");
     }
 
     #[test]

@@ -104,8 +104,22 @@ macro_rules! rows_and_run {
             // `rows`, a 9-row pass took 2% more instructions on the AVX2 path (callgrind), the
             // same blocks and multiply-adds.
             let (written, stored, rb) = (p.written(), p.tensor.bytes(), p.row_bytes);
+            // A group the copy does not hold yet, in a call of several chunks of activation rows
+            // (a prefill while the copies are being written), is put in the copy's layout once,
+            // in a buffer of this thread (`stage`), instead of being transposed from its stored
+            // rows once per chunk: the same quants reach the same `group`, so the same bits.
+            let several = m > chunk(m);
+            let mut staged = if several { STAGED.with_borrow_mut(std::mem::take) } else { Vec::new() };
             for g in g0..g1 {
-                let copy = written.group(g);
+                let copy = match written.group(g) {
+                    Some(c) => Some(c),
+                    None if several => {
+                        staged.resize(p.nb * chunk_bytes(F, $lanes), 0);
+                        stage::<F>(&stored[g * $lanes * rb..(g + 1) * $lanes * rb], rb, p.nb, &mut staged);
+                        Some(&staged[..])
+                    }
+                    None => None,
+                };
                 let mut r0 = 0;
                 while r0 < m {
                     let rx = chunk(m - r0);
@@ -122,6 +136,14 @@ macro_rules! rows_and_run {
                     r0 += rx;
                 }
             }
+            if several {
+                STAGED.with_borrow_mut(|v| *v = staged);
+            }
+        }
+
+        thread_local! {
+            /// `run_format`'s staged group, reused across calls: no allocation per call.
+            static STAGED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
 
         /// # Safety
@@ -201,6 +223,34 @@ pub(super) mod vnni {
         let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
         let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
         [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
+    }
+
+    /// The quants of a group's 16 stored rows of `rb` bytes (`stored`, `nb` blocks of format
+    /// F) into `dst` in the interleaved copy's layout (`Packed::interleave`): the registers
+    /// `group` makes of the stored rows, Q8_0's with the sign bit flipped, as the copy holds them.
+    #[target_feature(enable = "avx2,avx512f")]
+    fn stage<const F: u8>(stored: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+        let (bb, cs) = (block_bytes(F), chunk_bytes(F, GROUP));
+        assert!(rb >= nb * bb && stored.len() >= GROUP * rb && dst.len() >= nb * cs);
+        let (sp, dp) = (stored.as_ptr(), dst.as_mut_ptr());
+        for b in 0..nb {
+            // SAFETY: block b of each of the 16 rows lies in `stored` and its cs bytes in `dst`
+            // (asserted); the loads and stores have no alignment requirement.
+            unsafe {
+                prefetch_block::<F, false>(sp, GROUP, rb, b);
+                let q = sp.add(b * bb + quants_at(F));
+                if F == Q8_0 {
+                    let flip = _mm512_set1_epi8(-128);
+                    for (k, c) in q8_lanes(q, rb).into_iter().enumerate() {
+                        _mm512_storeu_si512(dp.add(b * cs + 64 * k).cast(), _mm512_xor_si512(c, flip));
+                    }
+                } else {
+                    for (k, c) in nibble_lanes(q, rb).into_iter().enumerate() {
+                        _mm512_storeu_si512(dp.add(b * cs + 64 * k).cast(), c);
+                    }
+                }
+            }
+        }
     }
 
     /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
@@ -357,6 +407,33 @@ pub(super) mod avx2 {
         let (t0, t1) = (_mm256_unpacklo_epi32(z[0], z[1]), _mm256_unpackhi_epi32(z[0], z[1]));
         let (t2, t3) = (_mm256_unpacklo_epi32(z[2], z[3]), _mm256_unpackhi_epi32(z[2], z[3]));
         [_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)]
+    }
+
+    /// The quants of a group's 8 stored rows of `rb` bytes (`stored`, `nb` blocks of format F)
+    /// into `dst` in the interleaved copy's layout (`Packed::interleave`): the registers `group`
+    /// makes of the stored rows.
+    #[target_feature(enable = "avx2")]
+    fn stage<const F: u8>(stored: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+        let (bb, cs) = (block_bytes(F), chunk_bytes(F, L));
+        assert!(rb >= nb * bb && stored.len() >= L * rb && dst.len() >= nb * cs);
+        let (sp, dp) = (stored.as_ptr(), dst.as_mut_ptr());
+        for b in 0..nb {
+            // SAFETY: block b of each of the 8 rows lies in `stored` and its cs bytes in `dst`
+            // (asserted); the loads and stores have no alignment requirement.
+            unsafe {
+                prefetch_block::<F, false>(sp, L, rb, b);
+                let q = sp.add(b * bb + quants_at(F));
+                if F == Q8_0 {
+                    for (k, c) in q8_lanes(q, rb).into_iter().enumerate() {
+                        _mm256_storeu_si256(dp.add(b * cs + 32 * k).cast(), c);
+                    }
+                } else {
+                    for (k, c) in nibble_lanes(q, rb).into_iter().enumerate() {
+                        _mm256_storeu_si256(dp.add(b * cs + 32 * k).cast(), c);
+                    }
+                }
+            }
+        }
     }
 
     /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy

@@ -336,8 +336,9 @@ impl Packed {
     /// written, and its stored pages handed back, so that the process never holds much of a
     /// matrix twice (a pass reading the stored order meanwhile would fault them in again).
     /// Stops, leaving the rest in the stored order, when `stop` is set or the memory cannot be
-    /// had; a second call, or one while another writes, does nothing.
-    pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool) {
+    /// had; a second call, or one while another writes, does nothing. `before_piece` runs
+    /// before each piece (the background writer waits there for the passes, team::make_way).
+    pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool, before_piece: &mut dyn FnMut()) {
         use std::sync::atomic::Ordering;
         if self.copy.get().is_some() {
             return;
@@ -351,6 +352,7 @@ impl Packed {
         let bytes = self.tensor.bytes();
         let per_piece = (TASK_BYTES / (l * rb)).max(1);
         for g0 in (0..self.groups).step_by(per_piece) {
+            before_piece();
             if stop.load(Ordering::Relaxed) {
                 return;
             }
@@ -415,9 +417,10 @@ impl<'a> Written<'a> {
 /// Writes the interleaved copies of one backend's matrices (`Packed::interleave`), one after
 /// another in the order they were prepared: from `start` (the end of the open: while the open
 /// runs, a second thread faulting in fresh pages slowed it by half) on a thread of its own that
-/// lives while there are matrices waiting, or, without `background`, when `finish` is called. Dropped, it stops that
-/// thread at its next piece and waits for it, so that no thread of the library outlives the
-/// model that started it.
+/// lives while there are matrices waiting, or, without `background`, when `finish` is called.
+/// On its own thread it takes each piece when no prefill runs on every core, or after a bounded
+/// wait (team::make_way). Dropped, it stops that thread at its next piece and waits for it, so that
+/// no thread of the library outlives the model that started it.
 pub struct Interleaver {
     shared: std::sync::Arc<Shared>,
     background: bool,
@@ -436,6 +439,14 @@ impl Shared {
     /// Interleaves what the queue holds until it is empty (then, on the queue's thread, says
     /// that no thread takes it any more) or `stop` is set.
     fn drain(&self, on_thread: bool) {
+        // On its own thread the writer gives way to prefills that use every core; called by a
+        // thread that wants the copies now (`finish`), it does not.
+        let mut seen = 0;
+        let mut before_piece = || {
+            if on_thread {
+                super::team::make_way(&mut seen, super::team::MAX_WAIT)
+            }
+        };
         loop {
             let next = {
                 let mut q = self.queue.lock();
@@ -451,7 +462,7 @@ impl Shared {
             };
             let stopped = self.stop.load(std::sync::atomic::Ordering::Relaxed);
             match next {
-                Some(p) if !stopped => p.interleave(&self.arena, &self.stop),
+                Some(p) if !stopped => p.interleave(&self.arena, &self.stop, &mut before_piece),
                 _ => {
                     let mut q = self.queue.lock();
                     // A matrix queued after the pop above is taken on the next round.
