@@ -109,14 +109,15 @@ macro_rules! rows_and_run {
             // in a buffer of this thread (`stage`), instead of being transposed from its stored
             // rows once per chunk: the same quants reach the same `group`, so the same bits.
             let several = m > chunk(m);
-            let mut staged = if several { STAGED.with_borrow_mut(std::mem::take) } else { Vec::new() };
+            let mut staged: Option<Vec<u8>> = None;
             for g in g0..g1 {
                 let copy = match written.group(g) {
                     Some(c) => Some(c),
                     None if several => {
-                        staged.resize(p.nb * chunk_bytes(F, $lanes), 0);
-                        stage::<F>(&stored[g * $lanes * rb..(g + 1) * $lanes * rb], rb, p.nb, &mut staged);
-                        Some(&staged[..])
+                        let buf = staged.get_or_insert_with(|| STAGED.with_borrow_mut(std::mem::take));
+                        buf.resize(p.nb * chunk_bytes(F, $lanes), 0);
+                        stage::<F>(&stored[g * $lanes * rb..(g + 1) * $lanes * rb], rb, p.nb, buf);
+                        Some(&buf[..])
                     }
                     None => None,
                 };
@@ -136,8 +137,8 @@ macro_rules! rows_and_run {
                     r0 += rx;
                 }
             }
-            if several {
-                STAGED.with_borrow_mut(|v| *v = staged);
+            if let Some(v) = staged {
+                STAGED.with_borrow_mut(|kept| *kept = v);
             }
         }
 
