@@ -463,7 +463,8 @@ mod tests {
         let _wide = wide();
         // A 20 ms wide call on every core: the waiter returns only after it ended. (Other tests'
         // calls can only make it wait longer; its own bound is far off.)
-        let (ended, started) = (AtomicBool::new(false), AtomicBool::new(false));
+        // Tasks finished, counted inside the call: the call ends only after the last one.
+        let (finished, started) = (AtomicUsize::new(0), AtomicBool::new(false));
         let ended_when_returned = std::thread::scope(|sc| {
             let waiter = sc.spawn(|| {
                 while !started.load(SeqCst) {
@@ -471,13 +472,13 @@ mod tests {
                 }
                 let mut seen = FULL_BEGUN.load(SeqCst).wrapping_sub(1);
                 make_way(&mut seen, Duration::from_secs(60));
-                ended.load(SeqCst)
+                finished.load(SeqCst) == cores()
             });
             team.run(cores(), &|_| {
                 started.store(true, SeqCst);
                 std::thread::sleep(Duration::from_millis(20));
+                finished.fetch_add(1, SeqCst);
             });
-            ended.store(true, SeqCst);
             waiter.join().unwrap()
         });
         assert!(ended_when_returned, "make_way returned while a call on every core ran");
