@@ -91,6 +91,33 @@ macro_rules! rows_and_run {
             }
         }
 
+        /// The quants of a group's stored rows of `rb` bytes (`stored`, `nb` blocks of format F)
+        /// into `dst` in the interleaved copy's layout (`Packed::interleave`): the registers
+        /// `group` makes of the stored rows, Q8_0's as the copy holds them (`as_copied`).
+        #[target_feature(enable = $features)]
+        fn stage<const F: u8>(stored: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
+            let (bb, cs) = (block_bytes(F), chunk_bytes(F, $lanes));
+            assert!(rb >= nb * bb && stored.len() >= $lanes * rb && dst.len() >= nb * cs);
+            let (sp, dp) = (stored.as_ptr(), dst.as_mut_ptr());
+            for b in 0..nb {
+                // SAFETY: block b of each of the rows lies in `stored` and its cs bytes in `dst`
+                // (asserted): Q8_0's 8 registers and the others' 4 fill them.
+                unsafe {
+                    prefetch_block::<F, false>(sp, $lanes, rb, b);
+                    let q = sp.add(b * bb + quants_at(F));
+                    if F == Q8_0 {
+                        for (k, c) in q8_lanes(q, rb).into_iter().enumerate() {
+                            put(dp.add(b * cs + k * cs / 8), as_copied(c));
+                        }
+                    } else {
+                        for (k, c) in nibble_lanes(q, rb).into_iter().enumerate() {
+                            put(dp.add(b * cs + k * cs / 4), c);
+                        }
+                    }
+                }
+            }
+        }
+
         /// Groups g0..g1 of format F against all m activation rows, `chunk` rows at a time.
         ///
         /// # Safety
@@ -226,32 +253,23 @@ pub(super) mod vnni {
         [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
     }
 
-    /// The quants of a group's 16 stored rows of `rb` bytes (`stored`, `nb` blocks of format
-    /// F) into `dst` in the interleaved copy's layout (`Packed::interleave`): the registers
-    /// `group` makes of the stored rows, Q8_0's with the sign bit flipped, as the copy holds them.
+    /// A register's 64 bytes at `at` (`stage`).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `at .. + 64` is writable.
     #[target_feature(enable = "avx2,avx512f")]
-    fn stage<const F: u8>(stored: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
-        let (bb, cs) = (block_bytes(F), chunk_bytes(F, GROUP));
-        assert!(rb >= nb * bb && stored.len() >= GROUP * rb && dst.len() >= nb * cs);
-        let (sp, dp) = (stored.as_ptr(), dst.as_mut_ptr());
-        for b in 0..nb {
-            // SAFETY: block b of each of the 16 rows lies in `stored` and its cs bytes in `dst`
-            // (asserted); the loads and stores have no alignment requirement.
-            unsafe {
-                prefetch_block::<F, false>(sp, GROUP, rb, b);
-                let q = sp.add(b * bb + quants_at(F));
-                if F == Q8_0 {
-                    let flip = _mm512_set1_epi8(-128);
-                    for (k, c) in q8_lanes(q, rb).into_iter().enumerate() {
-                        _mm512_storeu_si512(dp.add(b * cs + 64 * k).cast(), _mm512_xor_si512(c, flip));
-                    }
-                } else {
-                    for (k, c) in nibble_lanes(q, rb).into_iter().enumerate() {
-                        _mm512_storeu_si512(dp.add(b * cs + 64 * k).cast(), c);
-                    }
-                }
-            }
-        }
+    #[inline]
+    unsafe fn put(at: *mut u8, v: __m512i) {
+        // SAFETY: the caller's promise; storeu has no alignment requirement.
+        unsafe { _mm512_storeu_si512(at.cast(), v) }
+    }
+
+    /// Q8_0 quants as the copy holds them: `vpdpbusd` takes the weights as unsigned bytes, q +
+    /// 128, the sign bit flipped.
+    #[target_feature(enable = "avx2,avx512f")]
+    #[inline]
+    fn as_copied(v: __m512i) -> __m512i {
+        _mm512_xor_si512(v, _mm512_set1_epi8(-128))
     }
 
     /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
@@ -410,31 +428,22 @@ pub(super) mod avx2 {
         [_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)]
     }
 
-    /// The quants of a group's 8 stored rows of `rb` bytes (`stored`, `nb` blocks of format F)
-    /// into `dst` in the interleaved copy's layout (`Packed::interleave`): the registers `group`
-    /// makes of the stored rows.
+    /// A register's 32 bytes at `at` (`stage`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `at .. + 32` is writable.
     #[target_feature(enable = "avx2")]
-    fn stage<const F: u8>(stored: &[u8], rb: usize, nb: usize, dst: &mut [u8]) {
-        let (bb, cs) = (block_bytes(F), chunk_bytes(F, L));
-        assert!(rb >= nb * bb && stored.len() >= L * rb && dst.len() >= nb * cs);
-        let (sp, dp) = (stored.as_ptr(), dst.as_mut_ptr());
-        for b in 0..nb {
-            // SAFETY: block b of each of the 8 rows lies in `stored` and its cs bytes in `dst`
-            // (asserted); the loads and stores have no alignment requirement.
-            unsafe {
-                prefetch_block::<F, false>(sp, L, rb, b);
-                let q = sp.add(b * bb + quants_at(F));
-                if F == Q8_0 {
-                    for (k, c) in q8_lanes(q, rb).into_iter().enumerate() {
-                        _mm256_storeu_si256(dp.add(b * cs + 32 * k).cast(), c);
-                    }
-                } else {
-                    for (k, c) in nibble_lanes(q, rb).into_iter().enumerate() {
-                        _mm256_storeu_si256(dp.add(b * cs + 32 * k).cast(), c);
-                    }
-                }
-            }
-        }
+    #[inline]
+    unsafe fn put(at: *mut u8, v: __m256i) {
+        // SAFETY: the caller's promise; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_si256(at.cast(), v) }
+    }
+
+    /// Q8_0 quants as the copy holds them: signed, as stored (`group`'s sign trick).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn as_copied(v: __m256i) -> __m256i {
+        v
     }
 
     /// One group's `nb` blocks (the side table `side`; `quants`, the group's interleaved copy
