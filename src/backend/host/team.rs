@@ -144,7 +144,7 @@ fn take(st: &mut PoolState) -> Option<Arc<Job>> {
 static FULL_RUNNING: AtomicUsize = AtomicUsize::new(0);
 static FULL_BEGUN: AtomicUsize = AtomicUsize::new(0);
 
-/// How long no call may use every core before background work takes its next piece.
+/// How long no wide call may use every core before background work takes its next piece.
 const QUIET: Duration = Duration::from_millis(1);
 /// How long background work waits for a quiet moment at most, per piece: during continuous
 /// decoding on every core it still moves on, at a cost to the passes of one piece per wait.
@@ -198,11 +198,11 @@ impl Drop for FullCall {
     }
 }
 
-/// Waits for a moment when no wide call uses every core, for background work about to take its next
-/// piece. Returns at once when no such call has begun since the last return (`*seen`, 0 at
-/// first) and none runs; otherwise once a sleep of `QUIET` passed with none begun and none
-/// running, or after `max_wait` whatever the calls do. Which thread does what when never changes
-/// a result, so this only moves time around.
+/// Waits for a moment when no wide call uses every core, for background work about to take its
+/// next piece. Returns at once when no such call has begun since the last return (`*seen`, 0
+/// at first) and none runs; otherwise once a sleep of `QUIET` passed with none begun and none
+/// running, or after `max_wait` whatever the calls do. Which thread does what when never
+/// changes a result, so this only moves time around.
 pub(super) fn make_way(seen: &mut usize, max_wait: Duration) {
     let t = Instant::now();
     loop {
@@ -461,9 +461,9 @@ mod tests {
         }
         let team = Team::new(cores()).unwrap();
         let _wide = wide();
-        // A 20 ms wide call on every core: the waiter returns only after it ended. (Other tests'
-        // calls can only make it wait longer; its own bound is far off.)
-        // Tasks finished, counted inside the call: the call ends only after the last one.
+        // A 20 ms wide call on every core: the waiter returns only after it ended, which the
+        // tasks count inside the call (the call ends only after the last one). Other tests'
+        // calls can only make it wait longer; its own bound is far off.
         let (finished, started) = (AtomicUsize::new(0), AtomicBool::new(false));
         let ended_when_returned = std::thread::scope(|sc| {
             let waiter = sc.spawn(|| {

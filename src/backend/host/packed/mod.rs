@@ -419,8 +419,8 @@ impl<'a> Written<'a> {
 /// runs, a second thread faulting in fresh pages slowed it by half) on a thread of its own that
 /// lives while there are matrices waiting, or, without `background`, when `finish` is called.
 /// On its own thread it takes each piece when no prefill runs on every core, or after a bounded
-/// wait (team::make_way). Dropped, it stops that thread at its next piece and waits for it, so that
-/// no thread of the library outlives the model that started it.
+/// wait (team::make_way). Dropped, it stops that thread at its next piece and waits for it, so
+/// that no thread of the library outlives the model that started it.
 pub struct Interleaver {
     shared: std::sync::Arc<Shared>,
     background: bool,
