@@ -4,15 +4,45 @@
 
 use crate::error::{Error, Result};
 
-/// Index of the largest logit (the first on ties, as torch.argmax).
+/// Index of the largest logit (the first on ties, as torch.argmax): the index one pass keeping
+/// the first strictly larger value ends on, where a NaN is never larger and one at index 0 is
+/// kept. Done as the first block of `ARGMAX_BLOCK` whose largest value beats those before it, then
+/// a search of it for that value, so that the maxima vectorize: one pass with the index in the
+/// chain took 0.3 ms on a 262k vocabulary, once per generated token.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
+    let Some(&first) = logits.first() else { return 0 };
+    if first.is_nan() {
+        return 0;
+    }
+    let (mut max, mut block) = (first, 0);
+    for (b, values) in logits.chunks(ARGMAX_BLOCK).enumerate() {
+        let m = largest(values);
+        if m > max {
+            (max, block) = (m, b);
         }
     }
-    best as u32
+    // The block holds max (its largest value, or `first` in block 0); a zero of either sign
+    // equals the other, as it is not larger in the one pass.
+    let at = block * ARGMAX_BLOCK;
+    (at + logits[at..].iter().position(|&v| v == max).unwrap_or(0)) as u32
+}
+
+/// Logits per block of `argmax`.
+const ARGMAX_BLOCK: usize = 1024;
+
+/// The largest non-NaN value of `values` (-inf if none), in 16 running maxima.
+fn largest(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = values.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            if v > *m {
+                *m = v;
+            }
+        }
+    }
+    lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// Sampling settings; `temperature <= 0` means greedy.
@@ -190,6 +220,43 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(sample(&l, &p, &[], &mut rng), 1);
         }
+    }
+
+    /// `argmax` is the one pass it is defined by (written out here) on values with ties,
+    /// zeros of both signs, infinities and NaNs (at the start too), across block boundaries.
+    #[test]
+    fn argmax_is_the_first_strictly_larger_value_of_one_pass() {
+        let one_pass = |l: &[f32]| {
+            let mut best = 0usize;
+            for (i, &v) in l.iter().enumerate() {
+                if v > l[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.0, -0.0, 3.0];
+        for n in [0usize, 1, 2, 15, 16, 17, 1023, 1024, 1025, 3000, 5000] {
+            for round in 0..40 {
+                let mut l: Vec<f32> = (0..n).map(|_| (next_u64(&mut seed) % 7) as f32 - 5.0).collect();
+                // A few values of each kind in random places; some rounds put one at index 0.
+                for _ in 0..(round % 6) {
+                    if n > 0 {
+                        let at = if round % 5 == 0 { 0 } else { next_u64(&mut seed) as usize % n };
+                        l[at] = specials[next_u64(&mut seed) as usize % specials.len()];
+                    }
+                }
+                assert_eq!(argmax(&l), one_pass(&l), "n={n} round {round}: {l:?}");
+            }
+        }
+        assert_eq!(argmax(&[-0.0, 0.0, 1.0, 1.0]), 2);
+        assert_eq!(argmax(&[f32::NAN, 5.0]), 0);
+        assert_eq!(argmax(&[1.0, f32::NAN, 5.0, f32::NAN]), 2);
+        let mut late = vec![0.0f32; 4096];
+        late[4000] = 1.0;
+        late[4090] = 1.0;
+        assert_eq!(argmax(&late), 4000);
     }
 
     #[test]
