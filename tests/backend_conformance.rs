@@ -273,6 +273,42 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
     }
 }
 
+/// The host's attention gives the same bits whichever x86 kernels are forced (AVX2's 256-bit
+/// products and value sums, AVX-512's 512-bit ones), at head sizes that take the eight-key
+/// products (multiples of 32) and over enough keys for several tiles, with a window, GQA, and
+/// batches as wide as a verify and a prefill's group.
+#[test]
+fn host_attention_bits_do_not_depend_on_the_instruction_set() {
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()).collect();
+    if isas.len() < 2 {
+        eprintln!("skipped: this CPU runs {} of the AVX2 and AVX-512 kernels", isas.len());
+        return;
+    }
+    let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();
+    let mut rng = Rng(29);
+    for (nh, nkv, d, window) in [(4, 1, 256, None), (9, 3, 64, Some(40)), (2, 2, 96, None)] {
+        let layers = [layer_like(&base, nh, nkv, d, KvSource::Own)];
+        let (qw, kvw) = (nh * d, nkv * d);
+        let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.0625, softcap: None, window };
+        for m in [1usize, 2, 9, 17] {
+            let start = 70;
+            let (k, v, q) = (rng.vec((start + m) * kvw), rng.vec((start + m) * kvw), rng.vec(m * qw));
+            let outs: Vec<Vec<f32>> = isas
+                .iter()
+                .map(|&isa| {
+                    let be = CpuBackend::new(HostBackend::with_isa(2, isa).unwrap());
+                    let mut kv = be.new_kv(&layers);
+                    be.kv_append(kv.as_mut(), 0, &put(&be, &k), &put(&be, &v), start + m);
+                    let (qt, mut out) = (put(&be, &q), be.tensor(m * qw));
+                    be.attention(kv.as_ref(), 0, &shape, &qt, m, start, &mut out);
+                    be.read(&out, m * qw)
+                })
+                .collect();
+            assert_bits_equal(&outs[1], &outs[0], &format!("AVX-512 vs AVX2 attention, {nh} heads over {nkv} of {d}, window {window:?}, {m} rows"));
+        }
+    }
+}
+
 #[test]
 fn kv_store_truncates_exports_and_imports() {
     let base = open_with(&tiny("llama"), BackendKind::Reference, 1).spec().layers[0].clone();

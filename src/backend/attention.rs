@@ -112,9 +112,24 @@ pub fn group(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)
 /// x86_64's 4, and an `m` whose products are compiled for the same features is inlined into
 /// the score loop (through a function pointer it was a call per key). Every element still gets
 /// the same operations in the same order, so the bits are `group`'s with the same `m`.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub fn group_avx2(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
+    group_inline(a, q, kvh, queries, outs, m)
+}
+
+/// `group`, compiled for AVX-512 F as well: the value sums run 16 lanes wide, and an `m` whose
+/// products are 512-bit (the host's `Avx512Arith`) is inlined into the score loop. The same
+/// operations on every element, in the same order, so `group`'s bits with the same `m`.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub fn group_avx512(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
     group_inline(a, q, kvh, queries, outs, m)
 }
 

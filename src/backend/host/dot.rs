@@ -119,9 +119,28 @@ pub(crate) unsafe fn dot8_avx2_fma(q: &[f32], k: &[f32], stride: usize) -> [f32;
         }
         let va = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
         let vb = _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3));
-        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(va, vb), _mm256_permute2f128_ps::<0x31>(va, vb))
+        halves(va, vb)
     };
-    let (w01, w23, w45, w67) = (pair(0), pair(2), pair(4), pair(6));
+    tree8([pair(0), pair(2), pair(4), pair(6)])
+}
+
+/// Keys i and i + 1's lanes after the first level of the tree, `va` and `vb` (lane j of each:
+/// (a0 + a1) + (a2 + a3)), to the second level side by side: [w_i | w_i+1], w[j] = v[j] + v[j + 4].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn halves(va: std::arch::x86_64::__m256, vb: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(va, vb), _mm256_permute2f128_ps::<0x31>(va, vb))
+}
+
+/// The rest of reduce32's tree for eight keys at once, from `halves` of keys (0, 1), (2, 3),
+/// (4, 5) and (6, 7), by transposes: each add takes the same two operands as in the one-key tree.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tree8([w01, w23, w45, w67]: [std::arch::x86_64::__m256; 4]) -> [f32; 8] {
+    use std::arch::x86_64::*;
     // y[j] = w[j] + w[j + 2]: [y0 y0' y2 y2' | y1 y1' y3 y3'] from keys 0..4 (y0, y0' its two lanes).
     let pairs = |a: __m256, b: __m256| {
         _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(a, b), _mm256_shuffle_ps::<0b11_10_11_10>(a, b))
@@ -134,6 +153,48 @@ pub(crate) unsafe fn dot8_avx2_fma(q: &[f32], k: &[f32], stride: usize) -> [f32;
     // SAFETY: out holds 8 floats; storeu has no alignment requirement.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
     out
+}
+
+/// `dot8_avx2_fma` with 512-bit registers: key i's accumulators a0 and a1 (elements 0..16 of
+/// each 32) share one register, a2 and a3 another, so each lane gets the same fused
+/// multiply-adds in the same order, and the tree starts with a0 + a1 and a2 + a3 taken from the
+/// halves: every result has `dot_avx2_fma`'s bits. All eight keys at once (16 accumulators), so
+/// that each load of the query serves eight keys.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[inline]
+pub(crate) unsafe fn dot8_avx512(q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!(d % 32 == 0 && k.len() >= 7 * stride + d);
+    let (pq, pk) = (q.as_ptr(), k.as_ptr());
+    let keys: [*const f32; 8] = std::array::from_fn(|i| pk.wrapping_add(i * stride));
+    let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
+    let mut j = 0;
+    while j < d {
+        // SAFETY: j + 32 <= d, and the eight keys' d values lie in k (asserted above).
+        unsafe {
+            let (q0, q1) = (_mm512_loadu_ps(pq.add(j)), _mm512_loadu_ps(pq.add(j + 16)));
+            for i in 0..8 {
+                lo[i] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(keys[i].add(j)), lo[i]);
+                hi[i] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(keys[i].add(j + 16)), hi[i]);
+            }
+        }
+        j += 32;
+    }
+    // (a0 + a1) + (a2 + a3) for key i, from the halves of its two registers.
+    let half = |z: __m512, upper: bool| {
+        if upper {
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(z)))
+        } else {
+            _mm512_castps512_ps256(z)
+        }
+    };
+    let v = |i: usize| _mm256_add_ps(_mm256_add_ps(half(lo[i], false), half(lo[i], true)), _mm256_add_ps(half(hi[i], false), half(hi[i], true)));
+    tree8(std::array::from_fn(|p| halves(v(2 * p), v(2 * p + 1))))
 }
 
 #[cfg(test)]
@@ -190,7 +251,8 @@ mod tests {
     }
 
     /// Eight keys at once give each key's `dot_avx2_fma` bits, on values where order matters
-    /// and keys spaced by a stride wider than the query.
+    /// and keys spaced by a stride wider than the query; so do the 512-bit registers where the
+    /// CPU has them.
     #[test]
     fn eight_keys_are_eight_dots() {
         #[cfg(target_arch = "x86_64")]
@@ -205,6 +267,13 @@ mod tests {
                     // SAFETY: as above.
                     let want = unsafe { dot_avx2_fma(&q, &k[i * stride..i * stride + d]) };
                     assert_eq!(g.to_bits(), want.to_bits(), "d={d} stride={stride} key {i}: {g} vs {want}");
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    // SAFETY: AVX2 and FMA checked above, AVX-512 F here.
+                    let wide = unsafe { dot8_avx512(&q, &k, stride) };
+                    for (i, (w, g)) in wide.iter().zip(&got).enumerate() {
+                        assert_eq!(w.to_bits(), g.to_bits(), "d={d} stride={stride} key {i}: 512-bit {w} vs {g}");
+                    }
                 }
             }
         }

@@ -487,8 +487,15 @@ impl Kernels for HostBackend {
             let list = &list[..i1 - i0];
             let mut outs = GROUP_OUT.with_borrow_mut(std::mem::take);
             outs.resize(list.len() * d, 0.0);
+            // The same bits on every x86-64 path but Portable's (attention.rs, dot.rs); Avx512's
+            // 512-bit registers halve the instructions of the products and value sums.
             #[cfg(target_arch = "x86_64")]
-            if self.isa != Isa::Portable {
+            if self.isa == Isa::Avx512 {
+                // SAFETY: Avx512 was checked available at construction (`with_isa`): AVX2, FMA
+                // and AVX-512 F and VL (row_dot.rs's `Isa::available`), the features
+                // `group_avx512` and `Avx512Arith` are compiled for.
+                unsafe { attention::group_avx512(a, q, g, list, &mut outs, Avx512Arith(())) }
+            } else if self.isa != Isa::Portable {
                 // SAFETY: an Isa other than Portable was checked available at construction
                 // (`with_isa`), and on x86-64 both imply AVX2 and FMA (row_dot.rs's
                 // `Isa::available`), the features `group_avx2` and `Avx2Arith` are compiled for.
@@ -550,5 +557,34 @@ impl attention::Arith for Avx2Arith {
     fn exp_sub(&self, s: &mut [f32], max: f32) {
         // SAFETY: as `dot`; the 8-lane exponent gives the scalar one's bits (exp.rs).
         unsafe { crate::backend::exp::avx2::exp_sub(s, max) }
+    }
+}
+
+/// `Avx2Arith` with the eight-key products in 512-bit registers (`dot8_avx512`, the same bits):
+/// made only where the CPU has AVX2, FMA and AVX-512 F (`HostBackend::attention`, Isa::Avx512).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx512Arith(());
+
+#[cfg(target_arch = "x86_64")]
+impl attention::Arith for Avx512Arith {
+    #[inline(always)]
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        Avx2Arith(()).dot(a, b)
+    }
+
+    #[inline(always)]
+    fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
+        if q.len() % 32 != 0 {
+            return attention::dots8(*self, q, k, stride);
+        }
+        // SAFETY: an Avx512Arith exists only on a CPU with AVX2, FMA and AVX-512 F; dot8_avx512
+        // gives dot_avx2_fma's bits (dot.rs), as Avx2Arith's do.
+        unsafe { dot::dot8_avx512(q, k, stride) }
+    }
+
+    #[inline(always)]
+    fn exp_sub(&self, s: &mut [f32], max: f32) {
+        Avx2Arith(()).exp_sub(s, max)
     }
 }
