@@ -125,10 +125,13 @@ pub fn group_avx2(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, u
 /// products are 512-bit (the host's `Avx512Arith`) is inlined into the score loop. The same
 /// operations on every element, in the same order, so `group`'s bits with the same `m`.
 ///
+/// Compiled with AVX-512 VL too (Isa::Avx512 has it): with F alone, a nightly LLVM built with
+/// sanitizer coverage (the fuzz build) failed to select the softmax's masked 8-lane maxima.
+///
 /// # Safety
-/// The CPU has AVX2, FMA and AVX-512 F.
+/// The CPU has AVX2, FMA and AVX-512 F and VL.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 pub fn group_avx512(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usize)], outs: &mut [f32], m: impl Arith) {
     group_inline(a, q, kvh, queries, outs, m)
 }

@@ -561,7 +561,8 @@ impl attention::Arith for Avx2Arith {
 }
 
 /// `Avx2Arith` with the eight-key products in 512-bit registers (`dot8_avx512`, the same bits):
-/// made only where the CPU has AVX2, FMA and AVX-512 F (`HostBackend::attention`, Isa::Avx512).
+/// made only where the CPU has AVX2, FMA and AVX-512 F and VL (`HostBackend::attention`,
+/// Isa::Avx512).
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Avx512Arith(());
@@ -578,8 +579,8 @@ impl attention::Arith for Avx512Arith {
         if q.len() % 32 != 0 {
             return attention::dots8(*self, q, k, stride);
         }
-        // SAFETY: an Avx512Arith exists only on a CPU with AVX2, FMA and AVX-512 F; dot8_avx512
-        // gives dot_avx2_fma's bits (dot.rs), as Avx2Arith's do.
+        // SAFETY: an Avx512Arith exists only on a CPU with AVX2, FMA and AVX-512 F and VL;
+        // dot8_avx512 gives dot_avx2_fma's bits (dot.rs), as Avx2Arith's do.
         unsafe { dot::dot8_avx512(q, k, stride) }
     }
 
