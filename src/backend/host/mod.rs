@@ -487,7 +487,8 @@ impl Kernels for HostBackend {
             let list = &list[..i1 - i0];
             let mut outs = GROUP_OUT.with_borrow_mut(std::mem::take);
             outs.resize(list.len() * d, 0.0);
-            // The same bits on every x86-64 path but Portable's (attention.rs, dot.rs); Avx512's
+            // The same bits on every path where the CPU has AVX2 and FMA, Portable's too
+            // (HostArith's `dot` takes the same products there; attention.rs, dot.rs); Avx512's
             // 512-bit registers halve the instructions of the products and value sums.
             #[cfg(target_arch = "x86_64")]
             if self.isa == Isa::Avx512 {
@@ -577,7 +578,7 @@ impl attention::Arith for Avx512Arith {
     #[inline(always)]
     fn dot8(&self, q: &[f32], k: &[f32], stride: usize) -> [f32; 8] {
         if q.len() % 32 != 0 {
-            return attention::dots8(*self, q, k, stride);
+            return Avx2Arith(()).dot8(q, k, stride);
         }
         // SAFETY: an Avx512Arith exists only on a CPU with AVX2, FMA and AVX-512 F and VL;
         // dot8_avx512 gives dot_avx2_fma's bits (dot.rs), as Avx2Arith's do.
