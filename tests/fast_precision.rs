@@ -162,3 +162,42 @@ fn fast_answers_the_chat_prompt_as_hf() {
     }
     assert_eq!(got, want, "reply {:?}", m.vocab().decode(&got, true));
 }
+
+/// Verify's first output tile has the rows the backend projects for about the time of one (2 at
+/// `fast` on AVX2), the rest follow in larger tiles: with 8 greedy drafts, all right or the
+/// first wrong one at each place around that boundary, verify accepts exactly the right
+/// prefix, chooses plain stepping's token and keeps a fresh session's bits for that row.
+#[test]
+fn verify_at_fast_across_the_first_output_tile_equals_stepping() {
+    for (name, p) in models() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()) {
+            let m = open_fast_isa(&p, isa, 2);
+            let what = format!("{name} fast, {isa:?} kernels (first tile of {} rows)", m.backend().rows_for_one());
+            let prefix = prompt(&m, 8);
+            let mut g = Session::new(m.clone(), 0).unwrap();
+            g.step_batch(&prefix, Want::Last).unwrap();
+            let mut greedy = Vec::new();
+            for _ in 0..10 {
+                let next = argmax(g.last_logits());
+                greedy.push(next);
+                g.step(next).unwrap();
+            }
+            let v = m.spec().vocab_size as u32;
+            for wrong_at in [None, Some(0), Some(1), Some(2), Some(3), Some(6)] {
+                let mut draft = greedy[1..9].to_vec();
+                if let Some(w) = wrong_at {
+                    draft[w] = (draft[w] + 1) % v;
+                }
+                let mut s = Session::new(m.clone(), 0).unwrap();
+                s.step_batch(&prefix, Want::Last).unwrap();
+                let r = s.verify(greedy[0], &draft, packlm::engine::speculative::Acceptance::Greedy).unwrap();
+                let n = wrong_at.unwrap_or(8);
+                assert_eq!((r.n_accepted, r.next), (n, greedy[n + 1]), "{what}: wrong at {wrong_at:?}");
+                let held = [&prefix[..], &greedy[..=n]].concat();
+                let want = stepped(&m, &held);
+                let tail = &want[want.len() - v as usize..];
+                assert_bits_equal(s.last_logits(), tail, &format!("{what}: kept logits, wrong at {wrong_at:?}"));
+            }
+        }
+    }
+}

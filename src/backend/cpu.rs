@@ -105,6 +105,10 @@ pub trait Kernels: Send + Sync + 'static {
     fn precision(&self) -> Precision {
         Precision::Exact
     }
+    /// See `Backend::rows_for_one`.
+    fn rows_for_one(&self) -> usize {
+        usize::MAX
+    }
     /// `out[m * n_out + j] = sum_k x[m * n_in + k] * w[j, k]` for `m < rows`, where
     /// `w` is `[n_out, n_in]` in any weight type. `x.len() == rows * n_in`,
     /// `out.len() == rows * n_out`. Each weight row is read once for all `rows`.
@@ -280,6 +284,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn precision(&self) -> Precision {
         self.kernels.precision()
+    }
+    fn rows_for_one(&self) -> usize {
+        self.kernels.rows_for_one()
     }
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {

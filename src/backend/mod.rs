@@ -275,6 +275,13 @@ pub trait Backend: Send + Sync {
     fn max_positions(&self, _spec: &ModelSpec) -> usize {
         usize::MAX
     }
+    /// Most activation rows a matmul over a large matrix takes for about the time of one (up to
+    /// there the weights' reading bounds the pass, not the arithmetic); usize::MAX where the
+    /// backend knows no such bound. `verify` projects its first rows to logits in a tile of this
+    /// many, so that a draft rejected early does not pay for the rows after it.
+    fn rows_for_one(&self) -> usize {
+        usize::MAX
+    }
     /// The engine's call after each layer of a pass: a device backend submits the layer's work
     /// here, so that the abort flag, checked between layers, is seen while a pass runs.
     fn layer_done(&self) {}

@@ -369,6 +369,19 @@ impl Kernels for HostBackend {
     fn precision(&self) -> Precision {
         self.precision
     }
+
+    /// At `fast` on AVX2 without VNNI: 2. A matrix the size of Gemma3-270M's 180 MB Q8_0 output
+    /// (`kernel_time avx2`, KT_MIB=180, AMD EPYC, one thread) took 31.5 ns a weight row for 1
+    /// activation row, 29.3 for 2 and 42.3 for 3, and Gemma3's output projection after 200
+    /// positions 9.2, 9.0 and 12.0 ms (5.5-6.0, 5.4-6.1 and 6.6-6.8 at two threads): a second
+    /// row rides on the reading of the weights, a third costs arithmetic. Elsewhere a pass of 9
+    /// rows costs about 1.5 of one (VNNI, README) or the bound is unmeasured: all rows at once.
+    fn rows_for_one(&self) -> usize {
+        match self.packs() {
+            Some(packed::GROUP_AVX2) => 2,
+            _ => usize::MAX,
+        }
+    }
     /// Elementwise, so split across the team in runs of `ACT_CHUNK` (a multiple of every
     /// kernel's lanes) where there are several of them: at 2 threads, a verify's activations
     /// on the calling thread alone were a twentieth of its time, the helper idle meanwhile.
