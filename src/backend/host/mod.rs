@@ -13,7 +13,8 @@
 //! interleave the stored rows in registers (the open copies only the block headers); after it,
 //! a thread of the backend's own writes an interleaved copy of each matrix, which the kernels
 //! take up once whole, handing the mapped pages back so that the process holds one copy. That
-//! thread waits while a prefill runs on every core (`WIDE_ROWS`), and a prefill stages the
+//! thread runs at the scheduler's idle priority (packed/'s `background_priority`) and waits
+//! while a prefill runs on every core (`WIDE_ROWS`), and a prefill stages the
 //! groups not copied yet for itself (packed/kernels.rs). The bits are those of every other
 //! kernel path, whichever order a pass reads.
 
