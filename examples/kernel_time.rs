@@ -74,7 +74,8 @@ fn main() {
             let tensor = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
             let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
             let arena = Arena::new();
-            let p = Packed::new(&tensor, lanes, &arena, &|n, task| (0..n).for_each(task)).expect("a block-sum format");
+            let p = Packed::new(&tensor, lanes).expect("a block-sum format");
+            assert!(p.side_table(&arena, &|n, task| (0..n).for_each(task)), "the side table's memory");
             for order in ["stored", "interleaved"] {
                 if order == "interleaved" {
                     p.interleave(&arena, &std::sync::atomic::AtomicBool::new(false), &mut || ());

@@ -372,6 +372,8 @@ fn packed_matrices_give_the_portable_bits() {
                 assert_eq!((packed.lanes, packed.rows()), (lanes, n_out / lanes * lanes), "{isa:?} {ty}");
                 let twice = CpuWeight::new(&backends[0], &w).unwrap();
                 assert!(std::sync::Arc::ptr_eq(cw.prepared.as_ref().unwrap(), twice.prepared.as_ref().unwrap()), "{ty}: packed twice");
+                // Preparing reads none of the matrix: the first pass builds the side table.
+                assert!(!packed.has_side_table(), "{isa:?} {ty}: a side table built before any pass");
                 for interleaved in [false, true] {
                     if interleaved {
                         backends[0].interleave_now();
@@ -399,6 +401,7 @@ fn packed_matrices_give_the_portable_bits() {
                         }
                     }
                 }
+                assert!(packed.has_side_table(), "{isa:?} {ty}: no side table after the passes");
                 // Embedding rows, read once the copy is written, are the stored rows' values.
                 let (mut a, mut b) = (vec![0.0f32; n_in], vec![f32::NAN; n_in]);
                 for j in 0..n_out {

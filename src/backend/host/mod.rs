@@ -9,10 +9,12 @@
 //! the integer kernels (int8.rs) against the block-quantized weights, the float weight types
 //! staying on the f32 kernels. The weights are the mapped bytes in both, but for one case: at
 //! `fast` on x86-64, the matrices of the 32-element block formats run through group kernels,
-//! sixteen rows at a time for AVX-512 VNNI, eight for AVX2 (packed/). From the open they
-//! interleave the stored rows in registers (the open copies only the block headers); after it,
-//! a thread of the backend's own writes an interleaved copy of each matrix, which the kernels
-//! take up once whole, handing the mapped pages back so that the process holds one copy. That
+//! sixteen rows at a time for AVX-512 VNNI, eight for AVX2 (packed/). The open reads none of
+//! their bytes; after it, a thread of the backend's own copies each matrix's block headers into
+//! a side table (a pass that needs one first builds it itself), then writes an interleaved copy
+//! of each matrix. Until a matrix's copy is written the kernels interleave its stored rows in
+//! registers; they take the copy up a piece at a time, handing the mapped pages back so that
+//! the process holds one copy. That
 //! thread runs at the scheduler's idle priority (packed/'s `background_priority`) and waits
 //! while a prefill runs on every core (`WIDE_ROWS`), and a prefill stages the
 //! groups not copied yet for itself (packed/kernels.rs). The bits are those of every other
@@ -440,7 +442,7 @@ impl Kernels for HostBackend {
         if let Some(p) = cache.iter().find(|(a, l, _)| (*a, *l) == key).and_then(|(_, _, p)| p.upgrade()) {
             return Ok(Some(p));
         }
-        let Some(p) = Packed::new(w, lanes, self.interleaver.arena(), &|n, task| self.for_tasks(n, false, task)) else { return Ok(None) };
+        let Some(p) = Packed::new(w, lanes) else { return Ok(None) };
         let p = std::sync::Arc::new(p);
         cache.push((key.0, key.1, std::sync::Arc::downgrade(&p)));
         self.interleaver.submit(&p);
@@ -461,7 +463,10 @@ impl Kernels for HostBackend {
         #[cfg(target_arch = "x86_64")]
         if let Some(p) = w.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()) {
             let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
-            if rows > 0 && n_out > 0 && n_in > 0 && self.packs() == Some(p.lanes) {
+            // The side table, where the writer thread has not built it yet, is built here, on
+            // the pass's threads (a caller that finds it being built waits for it).
+            let side = || p.side_table(self.interleaver.arena(), &|n, task| self.for_tasks(n, false, task));
+            if rows > 0 && n_out > 0 && n_in > 0 && self.packs() == Some(p.lanes) && side() {
                 if let Some(kernel) = Int8Kernel::new(w.tensor.ty, Int8Isa::for_isa(self.isa)) {
                     return self.matmul_packed(&w.tensor, p, &kernel, &x[..rows * n_in], rows, &mut out[..rows * n_out]);
                 }

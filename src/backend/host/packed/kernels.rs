@@ -74,7 +74,7 @@ macro_rules! rows_and_run {
         #[allow(clippy::too_many_arguments)]
         unsafe fn rows<const F: u8, const RX: usize, const FULL: bool>(p: &Packed, quants: &[u8], g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
             let (nb, st, rb) = (p.nb, super::super::stride(F, $lanes), p.row_bytes);
-            let side = &p.side.bytes()[g * nb * st..(g + 1) * nb * st];
+            let side = &p.side_bytes()[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
             let mut xd: [&[f32]; RX] = [&[]; RX];
             let mut xs: [&[f32]; RX] = [&[]; RX];

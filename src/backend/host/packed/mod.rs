@@ -31,7 +31,8 @@
 //! the copy's speed a few tenths of a second later.
 //!
 //! What would need a gather per block in the stored order, the rows' block headers, is copied
-//! at open into a side table (`Packed`): rows are taken L at a time (a group); the rows after
+//! into a side table (`Packed::side_table`: after the open, by the writer thread before any
+//! copy, or by the first pass that needs it): rows are taken L at a time (a group); the rows after
 //! the last whole group take the row-order kernels. Group g's block b is `stride` bytes of the
 //! table: the L rows' f16 scales as stored; for Q4_1 then their f16 mins; for Q5_0 then the
 //! fifth bits as eight masks of 4L bits, two per register of nibbles (its low and its high
@@ -81,7 +82,8 @@ struct Region {
 }
 
 // SAFETY: the region is plain memory; the only writes are through slabs, each a range handed
-// out once (`Arena::slab`) and written by its one owner before it is shared (`Packed::new`).
+// out once (`Arena::slab`) and written by its one owner before it is shared (`Packed::side_table`,
+// `Packed::interleave`).
 unsafe impl Send for Region {}
 // SAFETY: as for Send: shared access is reads of ranges no longer written.
 unsafe impl Sync for Region {}
@@ -101,10 +103,10 @@ struct Slab {
 }
 
 impl Slab {
-    /// The whole slab: a side table, written before its `Packed` is made.
+    /// The whole slab: a side table, written before `Packed::side_table` stores it.
     fn bytes(&self) -> &[u8] {
         // SAFETY: off..off + len lies in the region's map (`Arena::slab`), which lives as long
-        // as the Arc; once `Packed::new` returns nothing writes it.
+        // as the Arc; once it is stored in its `Packed` nothing writes it.
         unsafe { std::slice::from_raw_parts(self.region.base.add(self.off), self.len) }
     }
 
@@ -160,8 +162,9 @@ pub struct Packed {
     row_bytes: usize,
     /// The matrix as stored: the quants of the groups not yet in `copy`, and its last rows.
     tensor: WeightTensor,
-    /// (groups, nb, stride): the rows' block headers.
-    side: Slab,
+    /// (groups, nb, stride): the rows' block headers, built once, after the open (`side_table`);
+    /// None inside where the memory for it could not be had.
+    side: std::sync::OnceLock<Option<Slab>>,
     /// (groups, nb, chunks): the quants interleaved (see the module notes), set when its
     /// writing starts; the groups below `ready` are written.
     copy: std::sync::OnceLock<Slab>,
@@ -289,25 +292,55 @@ fn interleave_group<const F: u8, const L: usize, const BB: usize, const CS: usiz
 }
 
 impl Packed {
-    /// The side table of `w` for groups of `lanes` rows (GROUP for the VNNI kernels,
-    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one, it has
-    /// fewer rows, or the memory for the table cannot be had (the row-order kernels then
-    /// serve, the same bits). The table is cut from `arena`. `run(n, task)` runs `task(i)` for
-    /// every i < n, on any threads.
-    pub fn new(w: &WeightTensor, lanes: usize, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Packed> {
+    /// `w` for the group kernels in groups of `lanes` rows (GROUP for the VNNI kernels,
+    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one or it has
+    /// fewer rows. Nothing is read or written yet: the side table is built by `side_table`.
+    pub fn new(w: &WeightTensor, lanes: usize) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
         if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
             return None;
         }
-        let f = format(ty);
-        let (nb, rb, st) = (w.cols() / QK, w.row_bytes(), stride(f, lanes));
-        let groups = w.rows() / lanes;
-        let (side, ptr) = arena.slab(groups * nb * st)?;
+        Some(Packed {
+            ty,
+            lanes,
+            groups: w.rows() / lanes,
+            nb: w.cols() / QK,
+            row_bytes: w.row_bytes(),
+            tensor: w.clone(),
+            side: std::sync::OnceLock::new(),
+            copy: std::sync::OnceLock::new(),
+            ready: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// Whether the side table is there, building it (cut from `arena`; `run(n, task)` runs
+    /// `task(i)` for every i < n, on any threads) if no one has: the writer thread does so
+    /// first thing after the open (`Interleaver`), and a pass that comes first does it itself,
+    /// a caller that finds it being built waiting for it. False where the memory for it cannot
+    /// be had: the row-order kernels then serve, the same bits.
+    ///
+    /// Why not at the open: the table is fresh memory (a fifth of a Q4_1 matrix), and on a VM
+    /// that backs fresh memory slowly after an idle spell, zeroing its pages was three
+    /// quarters of a 0.39 s open of SmolLM2-135M Q4_1 (`perf`, `clear_page_erms`), against
+    /// 0.04 s right after another open.
+    pub fn side_table(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> bool {
+        self.side.get_or_init(|| self.build_side(arena, run)).is_some()
+    }
+
+    /// Whether the side table has been built (`side_table`).
+    pub fn has_side_table(&self) -> bool {
+        self.side.get().is_some_and(Option::is_some)
+    }
+
+    fn build_side(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Slab> {
+        let (f, lanes, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
+        let st = stride(f, lanes);
+        let (side, ptr) = arena.slab(self.groups * nb * st)?;
         // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
-        // before this call returns.
+        // before `side_table` stores it.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, side.len) };
-        let bytes = w.bytes();
+        let bytes = self.tensor.bytes();
         let per_task = (TASK_BYTES / (lanes * rb)).max(1);
         let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = dst.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
         run(pieces.len(), &|t| {
@@ -318,17 +351,12 @@ impl Packed {
             }
         });
         drop(pieces);
-        Some(Packed {
-            ty,
-            lanes,
-            groups,
-            nb,
-            row_bytes: rb,
-            tensor: w.clone(),
-            side,
-            copy: std::sync::OnceLock::new(),
-            ready: std::sync::atomic::AtomicUsize::new(0),
-        })
+        Some(side)
+    }
+
+    /// The side table's bytes; built (`side_table` returned true) before any kernel runs.
+    fn side_bytes(&self) -> &[u8] {
+        self.side.get().and_then(Option::as_ref).map_or(&[][..], Slab::bytes)
     }
 
     /// Writes the interleaved copy of the quants (see the module notes) from `arena`, a piece
@@ -340,7 +368,8 @@ impl Packed {
     /// before each piece (the background writer waits there for the passes, team::make_way).
     pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool, before_piece: &mut dyn FnMut()) {
         use std::sync::atomic::Ordering;
-        if self.copy.get().is_some() {
+        // The copy is read with the side table (the kernels, `stored_row`).
+        if self.copy.get().is_some() || !self.has_side_table() {
             return;
         }
         let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
@@ -436,8 +465,9 @@ struct Shared {
 }
 
 impl Shared {
-    /// Interleaves what the queue holds until it is empty (then, on the queue's thread, says
-    /// that no thread takes it any more) or `stop` is set.
+    /// Builds the side tables of what the queue holds (all of them first: the group kernels
+    /// need them, the copies only speed them up), then interleaves it until it is empty (then,
+    /// on the queue's thread, says that no thread takes it any more) or `stop` is set.
     fn drain(&self, on_thread: bool) {
         // On its own thread the writer gives way to prefills that use every core; called by a
         // thread that wants the copies now (`finish`), it does not.
@@ -447,6 +477,14 @@ impl Shared {
                 super::team::make_way(&mut seen, super::team::MAX_WAIT)
             }
         };
+        let queued: Vec<std::sync::Arc<Packed>> = self.queue.lock().0.iter().filter_map(std::sync::Weak::upgrade).collect();
+        for p in queued {
+            if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            before_piece();
+            p.side_table(&self.arena, &|n, task| (0..n).for_each(task));
+        }
         loop {
             let next = {
                 let mut q = self.queue.lock();
@@ -561,7 +599,7 @@ impl Packed {
         let Some(quants) = self.copy_group(g) else { return false };
         row.clear();
         row.resize(self.nb * bb, 0);
-        let side = &self.side.bytes()[g * self.nb * st..(g + 1) * self.nb * st];
+        let side = &self.side_bytes()[g * self.nb * st..(g + 1) * self.nb * st];
         let flip = if f == Q8_0 && l == GROUP { 0x80 } else { 0 };
         let qs = quants_at(f);
         for ((blk, d), q) in row.chunks_exact_mut(bb).zip(side.chunks_exact(st)).zip(quants.chunks_exact(cs)) {
@@ -629,7 +667,7 @@ impl Packed {
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn run(&self, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
-        assert!(g1 <= self.groups);
+        assert!(g1 <= self.groups && self.has_side_table(), "groups {g0}..{g1} of {} without their side table", self.groups);
         // SAFETY: the caller's promise.
         unsafe {
             if self.lanes == GROUP {
