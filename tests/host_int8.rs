@@ -339,6 +339,52 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
     }
 }
 
+/// A packed matrix's side table is built by the first pass that needs it when the writer
+/// thread has not built it yet; a pass aborted while it builds (its flag set before the call,
+/// so its own tasks are skipped) still builds the whole table, which every later pass reads:
+/// the next pass, not aborted, gives the portable bits.
+#[test]
+fn a_side_table_built_by_an_aborted_pass_is_whole() {
+    use packlm::backend::cpu::CpuWeight;
+    use packlm::backend::host::packed::Packed;
+    use std::sync::atomic::AtomicBool;
+    let mut rng = Rng(29);
+    for isa in [Isa::Avx512, Isa::Avx2] {
+        if !isa.available() || (isa == Isa::Avx512 && !Int8Isa::Avx512Vnni.available()) {
+            continue;
+        }
+        for threads in [1, 2] {
+            let be = HostBackend::with_isa(threads, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false);
+            for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1] {
+                let (n_out, n_in, m) = (2048, 640, 3);
+                let w = tensor(ty, n_out, n_in, &mut rng);
+                let cw = CpuWeight::new(&be, &w).unwrap();
+                let packed = cw.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()).expect("packed");
+                assert!(!packed.has_side_table());
+                let x = random_x(&mut rng, m * n_in);
+                let mut out = vec![0.0f32; m * n_out];
+                {
+                    let flag = std::sync::Arc::new(AtomicBool::new(true));
+                    let _pass = packlm::backend::pass::enter(&flag);
+                    be.matmul_prepared(&cw, &x, m, &mut out);
+                    assert!(packlm::backend::pass::cut_short(), "{isa:?} {ty} {threads} threads: the aborted pass ran every task");
+                }
+                assert!(packed.has_side_table(), "{isa:?} {ty}");
+                let mut q8 = Q8Rows::default();
+                q8.quantize(&x, n_in);
+                let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+                be.matmul_prepared(&cw, &x, m, &mut out);
+                for r in 0..m {
+                    for j in 0..n_out {
+                        let (g, w) = (out[r * n_out + j], want[j * m + r]);
+                        assert_eq!(g.to_bits(), w.to_bits(), "{isa:?} {ty} {threads} threads: row {r} col {j}: {g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// On x86-64, `fast` runs the block-sum formats' matrices through the group kernels (packed/),
 /// 16 rows a group for the VNNI kernels and 8 for the AVX2 ones (forced here on AVX-512
 /// machines too): over the stored rows from the open on, and over the interleaved copy once it

@@ -45,6 +45,15 @@ impl Drop for PassScope {
     }
 }
 
+/// While alive, this thread runs outside any pass: work that must not stop half done (a
+/// table built once and kept, `packed::Packed::side_table`) runs every task even if the pass
+/// that asked for it is aborted meanwhile. Dropping it restores the pass's context.
+pub fn outside() -> PassScope {
+    let previous = FLAG.with(|f| f.replace(None));
+    let previous_cut = CUT_SHORT.with(|c| c.replace(false));
+    PassScope { previous, previous_cut }
+}
+
 /// The current pass's abort flag on this thread, if a pass is running.
 pub fn current() -> Option<Arc<AtomicBool>> {
     FLAG.try_with(|f| f.borrow().clone()).ok().flatten()
