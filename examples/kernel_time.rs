@@ -75,7 +75,7 @@ fn main() {
             let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
             let arena = Arena::new();
             let p = Packed::new(&tensor, lanes).expect("a block-sum format");
-            assert!(p.side_table(&arena, &|n, task| (0..n).for_each(task)), "the side table's memory");
+            assert!(p.side_table(&arena, &|n, task| (0..n).for_each(task), true), "the side table's memory");
             for order in ["stored", "interleaved"] {
                 if order == "interleaved" {
                     p.interleave(&arena, &std::sync::atomic::AtomicBool::new(false), &mut || ());

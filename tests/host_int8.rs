@@ -385,6 +385,72 @@ fn a_side_table_built_by_an_aborted_pass_is_whole() {
     }
 }
 
+/// A pass does not wait for a side table another thread is building (the writer thread, at
+/// the idle priority, may not run for a long time on busy cores): it takes the row-order
+/// kernels for that call, the portable bits, and the group kernels once the table is built.
+#[test]
+fn a_pass_does_not_wait_for_a_side_table_being_built() {
+    use packlm::backend::cpu::CpuWeight;
+    use packlm::backend::host::packed::{Arena, Packed};
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let isa = if Isa::Avx2.available() { Isa::Avx2 } else { return };
+    let mut rng = Rng(31);
+    let be = std::sync::Arc::new(HostBackend::with_isa(1, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false));
+    let (ty, n_out, n_in, m) = (WeightType::Q4_0, 256, 320, 2);
+    let w = tensor(ty, n_out, n_in, &mut rng);
+    let cw = std::sync::Arc::new(CpuWeight::new(&*be, &w).unwrap());
+    let x = random_x(&mut rng, m * n_in);
+    let mut q8 = Q8Rows::default();
+    q8.quantize(&x, n_in);
+    let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+    let check = |got: &[f32], what: &str| {
+        for r in 0..m {
+            for j in 0..n_out {
+                let (g, w) = (got[r * n_out + j], want[j * m + r]);
+                assert_eq!(g.to_bits(), w.to_bits(), "{what}: row {r} col {j}: {g} vs {w}");
+            }
+        }
+    };
+    // A builder that holds the table until told to go on.
+    let (entered_tx, entered_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let builder = {
+        let cw = cw.clone();
+        std::thread::spawn(move || {
+            let packed = cw.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()).expect("packed");
+            let arena = Arena::new();
+            packed.side_table(
+                &arena,
+                &|n, task| {
+                    entered_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    (0..n).for_each(task)
+                },
+                true,
+            )
+        })
+    };
+    entered_rx.recv_timeout(Duration::from_secs(60)).expect("the builder started");
+    let (done_tx, done_rx) = channel();
+    let pass = {
+        let (be, cw, x) = (be.clone(), cw.clone(), x.clone());
+        std::thread::spawn(move || {
+            let mut out = vec![f32::NAN; m * n_out];
+            be.matmul_prepared(&cw, &x, m, &mut out);
+            done_tx.send(out).unwrap();
+        })
+    };
+    let during = done_rx.recv_timeout(Duration::from_secs(20));
+    go_tx.send(()).unwrap();
+    assert!(builder.join().unwrap(), "the builder built the table");
+    pass.join().unwrap();
+    check(&during.expect("the pass waited for the side table being built"), "during the build");
+    let mut after = vec![f32::NAN; m * n_out];
+    be.matmul_prepared(&cw, &x, m, &mut after);
+    check(&after, "after the build");
+}
+
 /// On x86-64, `fast` runs the block-sum formats' matrices through the group kernels (packed/),
 /// 16 rows a group for the VNNI kernels and 8 for the AVX2 ones (forced here on AVX-512
 /// machines too): over the stored rows from the open on, and over the interleaved copy once it

@@ -464,12 +464,13 @@ impl Kernels for HostBackend {
         if let Some(p) = w.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()) {
             let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
             // The side table, where the writer thread has not built it yet, is built here, on
-            // the pass's threads (a caller that finds it being built waits for it), whole even
-            // if the pass is aborted meanwhile: it is kept for every pass after.
+            // the pass's threads, whole even if the pass is aborted meanwhile: it is kept for
+            // every pass after. Where another thread is building it, this call takes the
+            // row-order kernels below instead of waiting (`Packed::side_table`).
             let side = || {
                 p.has_side_table() || {
                     let _whole = crate::backend::pass::outside();
-                    p.side_table(self.interleaver.arena(), &|n, task| self.for_tasks(n, false, task))
+                    p.side_table(self.interleaver.arena(), &|n, task| self.for_tasks(n, false, task), false)
                 }
             };
             if rows > 0 && n_out > 0 && n_in > 0 && self.packs() == Some(p.lanes) && side() {

@@ -165,6 +165,9 @@ pub struct Packed {
     /// (groups, nb, stride): the rows' block headers, built once, after the open (`side_table`);
     /// None inside where the memory for it could not be had.
     side: std::sync::OnceLock<Option<Slab>>,
+    /// Held while `side` is built, so that a pass that finds it held can run the row-order
+    /// kernels instead of waiting (`side_table`).
+    building: parking_lot::Mutex<()>,
     /// (groups, nb, chunks): the quants interleaved (see the module notes), set when its
     /// writing starts; the groups below `ready` are written.
     copy: std::sync::OnceLock<Slab>,
@@ -309,6 +312,7 @@ impl Packed {
             row_bytes: w.row_bytes(),
             tensor: w.clone(),
             side: std::sync::OnceLock::new(),
+            building: parking_lot::Mutex::new(()),
             copy: std::sync::OnceLock::new(),
             ready: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -316,15 +320,30 @@ impl Packed {
 
     /// Whether the side table is there, building it (cut from `arena`; `run(n, task)` runs
     /// `task(i)` for every i < n, on any threads) if no one has: the writer thread does so
-    /// first thing after the open (`Interleaver`), and a pass that comes first does it itself,
-    /// a caller that finds it being built waiting for it. False where the memory for it cannot
-    /// be had: the row-order kernels then serve, the same bits.
+    /// first thing after the open (`Interleaver`), and a pass that comes first does it itself.
+    /// Where another thread is building it, `wait` says whether to wait for it; a pass does
+    /// not (false), and runs the row-order kernels for that call instead, the same bits: the
+    /// writer runs at the idle priority, and on cores kept busy by other threads a pass
+    /// waiting for it could wait without end. False too where the memory for the table cannot
+    /// be had: the row-order kernels then serve.
     ///
     /// Why not at the open: the table is fresh memory (a fifth of a Q4_1 matrix), and on a VM
     /// that backs fresh memory slowly after an idle spell, zeroing its pages was three
     /// quarters of a 0.39 s open of SmolLM2-135M Q4_1 (`perf`, `clear_page_erms`), against
     /// 0.04 s right after another open.
-    pub fn side_table(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> bool {
+    pub fn side_table(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync)), wait: bool) -> bool {
+        if let Some(side) = self.side.get() {
+            return side.is_some();
+        }
+        let _building = if wait {
+            self.building.lock()
+        } else {
+            match self.building.try_lock() {
+                Some(held) => held,
+                None => return false,
+            }
+        };
+        // Every builder holds `building`, so this never waits for another one.
         self.side.get_or_init(|| self.build_side(arena, run)).is_some()
     }
 
@@ -483,7 +502,7 @@ impl Shared {
                 break;
             }
             before_piece();
-            p.side_table(&self.arena, &|n, task| (0..n).for_each(task));
+            p.side_table(&self.arena, &|n, task| (0..n).for_each(task), true);
         }
         loop {
             let next = {
