@@ -460,10 +460,10 @@ fn unsupported_versions_and_types_are_err_unsupported() {
         assert_eq!(e.status, Status::ErrUnsupported, "{e}");
         assert!(e.message.contains(needle), "{e}");
     }
-    // ggml type 7 is Q5_1, which packlm does not implement
-    let e = open_err(&Builder::new().tensor("blk.0.attn_q.weight", &[32], 7, &[0; 24]).bytes());
+    // ggml type 10 is Q2_K, which packlm does not implement
+    let e = open_err(&Builder::new().tensor("blk.0.attn_q.weight", &[256], 10, &[0; 84]).bytes());
     assert_eq!(e.status, Status::ErrUnsupported, "{e}");
-    assert!(e.message.contains("blk.0.attn_q.weight") && e.message.contains("type 7"), "{e}");
+    assert!(e.message.contains("blk.0.attn_q.weight") && e.message.contains("type 10"), "{e}");
 }
 
 // ---- the real model ----

@@ -158,11 +158,12 @@ fn read_f32_bytes(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-const TYPES: [&str; 9] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_K", "q6_K"];
+const TYPES: [&str; 11] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"];
 
 /// The shaders' dequantization of every weight type against gguf-py's numpy dequantize (an
 /// independent implementation), through the embedding op: every row of each fixture.
-/// Bit-exact but for Q4_1 and Q4_K, whose `a * b + c` a GPU compiler may fuse into one
+/// Bit-exact but for the formats with a min (Q4_1, Q5_1, Q4_K, Q5_K), whose `a * b + c` a GPU
+/// compiler may fuse into one
 /// rounding (1 ulp of the larger term).
 #[test]
 fn the_shaders_dequantize_every_type_as_gguf_py() {
@@ -179,7 +180,7 @@ fn the_shaders_dequantize_every_type_as_gguf_py() {
             for (i, (g, e)) in got.iter().zip(&want).enumerate() {
                 let ok = g.to_bits() == e.to_bits()
                     || (g.is_nan() && e.is_nan())
-                    || (matches!(ty, "q4_1" | "q4_K") && (g - e).abs() <= e.abs().max(1e-3) * 2.0 * f32::EPSILON);
+                    || (matches!(ty, "q4_1" | "q5_1" | "q4_K" | "q5_K") && (g - e).abs() <= e.abs().max(1e-3) * 2.0 * f32::EPSILON);
                 assert!(ok, "{name}: {ty} element {i}: gpu {g:e}, gguf-py {e:e}");
             }
         }

@@ -216,6 +216,21 @@ fn hand_worked_blocks() {
     q4k[4..8].fill(2);
     q4k[8..12].fill(1);
     q4k[12..16].fill(0x13);
+    // Q5_1: d = 1, m = 0.5, every byte 0x21 (low nibble 1, high 2), qh = 0x0000FFFF: elements
+    // 0..16 -> 1 | 16 = 17, 16..32 -> 2; x = 1: 16 * 17.5 + 16 * 2.5 = 320.
+    let mut q5_1 = vec![0x21u8; 24];
+    put_f16(&mut q5_1, 0, 1.0);
+    put_f16(&mut q5_1, 2, 0.5);
+    q5_1[4..8].copy_from_slice(&0x0000_FFFFu32.to_le_bytes());
+    // Q5_K: d = 1, dmin = 0.5; sub-block 0 scale 1 min 2, sub-block 1 scale 3 min 4, the rest 0;
+    // every nibble byte 0x21, every qh byte 0x01 (the fifth bit of sub-block 0 only): sub-block
+    // 0 values 1 | 16 = 17, sub-block 1 values 2; x = 1: 32 * (17 - 1) + 32 * (6 - 2) = 640.
+    let mut q5k = vec![0u8; 176];
+    put_f16(&mut q5k, 0, 1.0);
+    put_f16(&mut q5k, 2, 0.5);
+    (q5k[4], q5k[5], q5k[8], q5k[9]) = (1, 3, 2, 4);
+    q5k[16..48].fill(0x01);
+    q5k[48..176].fill(0x21);
     // Q6_K: d = 0.25, ql = 0x21 (low nibble 1, high 2), qh = 0b10_01_00_11 -> values
     // q1 = 1 | 3<<4 = 49, q2 = 1 | 0 = 1, q3 = 2 | 1<<4 = 18, q4 = 2 | 2<<4 = 34, minus 32:
     // 17, -31, -14, 2 for each 32-run of a half; scales all 4 -> d * 4 = 1; x = 1:
@@ -224,12 +239,14 @@ fn hand_worked_blocks() {
     q6[128..192].fill(0b10_01_00_11);
     q6[192..208].fill(4);
     put_f16(&mut q6, 208, 0.25);
-    let cases: [(WeightType, &[u8], &[f32], f32); 6] = [
+    let cases: [(WeightType, &[u8], &[f32], f32); 8] = [
         (WeightType::Q8_0, &q8, &ramp[..32], 1240.0),
         (WeightType::Q4_0, &q4_0, &ramp[..32], 1232.0),
         (WeightType::Q4_1, &q4_1, &ones[..32], 32.0),
         (WeightType::Q5_0, &q5, &ones[..32], -256.0),
+        (WeightType::Q5_1, &q5_1, &ones[..32], 320.0),
         (WeightType::Q4_K, &q4k, &ones[..256], 384.0),
+        (WeightType::Q5_K, &q5k, &ones[..256], 640.0),
         (WeightType::Q6_K, &q6, &ones[..256], -1664.0),
     ];
     for (ty, w, x, want) in cases {

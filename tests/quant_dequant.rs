@@ -64,7 +64,11 @@ fn q4_1_matches_gguf_py() { check("q4_1", WeightType::Q4_1) }
 #[test]
 fn q5_0_matches_gguf_py() { check("q5_0", WeightType::Q5_0) }
 #[test]
+fn q5_1_matches_gguf_py() { check("q5_1", WeightType::Q5_1) }
+#[test]
 fn q4_k_matches_gguf_py() { check("q4_K", WeightType::Q4_K) }
+#[test]
+fn q5_k_matches_gguf_py() { check("q5_K", WeightType::Q5_K) }
 #[test]
 fn q6_k_matches_gguf_py() { check("q6_K", WeightType::Q6_K) }
 
@@ -77,8 +81,10 @@ fn type_table_matches_ggml() {
         (2, "q4_0", 32, 18),
         (3, "q4_1", 32, 20),
         (6, "q5_0", 32, 22),
+        (7, "q5_1", 32, 24),
         (8, "q8_0", 32, 34),
         (12, "q4_K", 256, 144),
+        (13, "q5_K", 256, 176),
         (14, "q6_K", 256, 210),
         (30, "bf16", 1, 2),
     ];
@@ -87,7 +93,7 @@ fn type_table_matches_ggml() {
         assert_eq!((ty.name(), ty.block_elems(), ty.block_bytes()), (name, elems, bytes));
         assert_eq!(ty.ggml_type(), id);
     }
-    for id in [4, 5, 7, 9, 10, 11, 13, 15, 16, 29, 31, 39, 1000, u32::MAX] {
+    for id in [4, 5, 9, 10, 11, 15, 16, 29, 31, 39, 1000, u32::MAX] {
         assert_eq!(WeightType::from_ggml_type(id), None, "id {id}");
     }
     assert_eq!(WeightType::Q4_1.row_bytes(576), Some(18 * 20));
@@ -141,6 +147,48 @@ fn q5_0_block_by_hand() {
         let want = if i == 1 || i == 17 { 0.0 } else { -16.0 };
         assert_eq!(v, want, "elem {i}");
     }
+}
+
+#[test]
+fn q5_1_block_by_hand() {
+    // d = 2, m = 0.5; low nibbles 3, high nibbles 0; qh bit j set for j = 0 and j = 31
+    // (elements 0 and 31: the fifth bit, 16)
+    let mut b = H_TWO.to_vec();
+    b.extend(H_HALF);
+    b.extend(((1u32 << 0) | (1u32 << 31)).to_le_bytes());
+    b.extend([0x03u8; 16]);
+    let mut y = [0.0f32; 32];
+    dequantize_row(WeightType::Q5_1, &b, &mut y);
+    assert_eq!(y[0], 19.0 * 2.0 + 0.5);
+    assert_eq!(y[1], 3.0 * 2.0 + 0.5);
+    assert_eq!(y[16], 0.5);
+    assert_eq!(y[31], 16.0 * 2.0 + 0.5);
+}
+
+#[test]
+fn q5_k_block_by_hand() {
+    // Q4_K's scales (sub-block 0 scale 1 min 2, sub-block 1 scale 3 min 4), d = 1, dmin = 0.5;
+    // qs all 0x21 (low nibble 1, high 2); qh[0] = 0b0000_0110: element 0 of sub-block 1 (bit 1)
+    // and element 0 of sub-block 2 (bit 2) get the fifth bit.
+    let mut scales = [0u8; 12];
+    scales[0] = 1;
+    scales[4] = 2;
+    scales[1] = 3;
+    scales[5] = 4;
+    let mut b = H_ONE.to_vec();
+    b.extend(H_HALF);
+    b.extend(scales);
+    let mut qh = [0u8; 32];
+    qh[0] = 0b0000_0110;
+    b.extend(qh);
+    b.extend([0x21u8; 128]);
+    let mut y = [0.0f32; 256];
+    dequantize_row(WeightType::Q5_K, &b, &mut y);
+    assert_eq!(y[0], 1.0 * 1.0 - 0.5 * 2.0); // sub-block 0, no fifth bit
+    assert_eq!(y[1], 0.0);
+    assert_eq!(y[32], 3.0 * 18.0 - 0.5 * 4.0); // sub-block 1: high nibble 2, plus 16
+    assert_eq!(y[33], 3.0 * 2.0 - 0.5 * 4.0);
+    assert_eq!(y[64], 0.0); // sub-block 2: scale 0, min 0, whatever its value (17)
 }
 
 #[test]

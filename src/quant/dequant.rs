@@ -34,7 +34,9 @@ pub fn dequantize_row(ty: WeightType, src: &[u8], dst: &mut [f32]) {
         WeightType::Q4_0 => row_q4_0(src, dst),
         WeightType::Q4_1 => row_q4_1(src, dst),
         WeightType::Q5_0 => row_q5_0(src, dst),
+        WeightType::Q5_1 => row_q5_1(src, dst),
         WeightType::Q4_K => row_q4_k(src, dst),
+        WeightType::Q5_K => row_q5_k(src, dst),
         WeightType::Q6_K => row_q6_k(src, dst),
     }
 }
@@ -127,6 +129,26 @@ fn row_q5_0(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// block_q5_1 { f16 d; f16 m; u8 qh[4]; u8 qs[16]; }: the 5-bit values of q5_0 without its
+/// offset; y = value * d + m (ggml `dequantize_row_q5_1`).
+fn row_q5_1(src: &[u8], dst: &mut [f32]) {
+    const BB: usize = 4 + 4 + QK / 2;
+    for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
+        let d = f16_at(b, 0);
+        let m = f16_at(b, 2);
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let qs = &b[8..BB];
+        let (lo, hi) = y.split_at_mut(QK / 2);
+        for j in 0..QK / 2 {
+            let q = qs[j];
+            let h0 = ((qh >> j) << 4) & 0x10;
+            let h1 = (qh >> (j + 12)) & 0x10;
+            lo[j] = ((q & 0x0F) as u32 | h0) as f32 * d + m;
+            hi[j] = ((q >> 4) as u32 | h1) as f32 * d + m;
+        }
+    }
+}
+
 /// The j-th (0..8) 6-bit scale and min of a Q4_K block's 12 packed bytes (ggml-quants.c
 /// `get_scale_min_k4`).
 #[inline(always)]
@@ -157,6 +179,33 @@ fn row_q4_k(src: &[u8], dst: &mut [f32]) {
             for l in 0..32 {
                 lo[l] = d1 * (q[l] & 0x0F) as f32 - m1;
                 hi[l] = d2 * (q[l] >> 4) as f32 - m2;
+            }
+        }
+    }
+}
+
+/// block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }: Q4_K's layout with a
+/// fifth bit per element: in 64-element group g, element l (< 32) takes bit 2g of qh[l] and
+/// element 32 + l bit 2g + 1; y = (d * sc) * value - (dmin * m) (ggml `dequantize_row_q5_K`).
+fn row_q5_k(src: &[u8], dst: &mut [f32]) {
+    const BB: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
+    for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK_K)) {
+        let d = f16_at(b, 0);
+        let dmin = f16_at(b, 2);
+        let scales = &b[4..16];
+        let qh = &b[16..48];
+        let qs = &b[48..BB];
+        for (g, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+            let (sc1, m1) = scale_min_k4(2 * g, scales);
+            let (sc2, m2) = scale_min_k4(2 * g + 1, scales);
+            let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+            let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+            let (lo, hi) = y.split_at_mut(32);
+            for l in 0..32 {
+                let h1 = ((qh[l] >> (2 * g)) & 1) << 4;
+                let h2 = ((qh[l] >> (2 * g + 1)) & 1) << 4;
+                lo[l] = d1 * ((q[l] & 0x0F) | h1) as f32 - m1;
+                hi[l] = d2 * ((q[l] >> 4) | h2) as f32 - m2;
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Weight element types and block formats (GGML layouts), and dequantization of one row.
 //!
 //! The layouts and the arithmetic follow ggml's reference code (ggml/src/ggml-quants.c:
-//! `dequantize_row_q4_0`, `_q4_1`, `_q5_0`, `_q8_0`, `_q4_K`, `_q6_K`; the block structs in
+//! `dequantize_row_q4_0`, `_q4_1`, `_q5_0`, `_q5_1`, `_q8_0`, `_q4_K`, `_q5_K`, `_q6_K`; the block structs in
 //! ggml-common.h). All multi-byte fields are little-endian. The unit tests in
 //! tests/quant_dequant.rs compare against gguf-py's numpy `gguf.quants.dequantize`.
 
@@ -24,8 +24,12 @@ pub enum WeightType {
     Q4_1,
     /// 32 elements: f16 scale, 32 high bits, 32 x 4-bit low bits (offset 16).
     Q5_0,
+    /// 32 elements: f16 scale, f16 min, 32 high bits, 32 x 4-bit low bits (no offset).
+    Q5_1,
     /// 256 elements: f16 super-scale and super-min, 8 x 6-bit sub-scales and mins, 256 x 4-bit.
     Q4_K,
+    /// 256 elements: Q4_K's scales and mins, 256 high bits, 256 x 4-bit low bits.
+    Q5_K,
     /// 256 elements: 256 x 6-bit (4 low bits + 2 high bits), 16 x i8 sub-scales, f16 scale.
     Q6_K,
 }
@@ -38,16 +42,18 @@ pub const QK: usize = 32;
 impl WeightType {
     /// The type for a ggml type id (ggml.h `enum ggml_type`), or None for ids we do not implement.
     pub fn from_ggml_type(id: u32) -> Option<WeightType> {
-        // Ids from ggml.h: GGML_TYPE_F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8,
-        // Q4_K = 12, Q6_K = 14, BF16 = 30. (4 and 5 are retired Q4_2/Q4_3.)
+        // Ids from ggml.h: GGML_TYPE_F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7,
+        // Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30. (4 and 5 are retired Q4_2/Q4_3.)
         Some(match id {
             0 => WeightType::F32,
             1 => WeightType::F16,
             2 => WeightType::Q4_0,
             3 => WeightType::Q4_1,
             6 => WeightType::Q5_0,
+            7 => WeightType::Q5_1,
             8 => WeightType::Q8_0,
             12 => WeightType::Q4_K,
+            13 => WeightType::Q5_K,
             14 => WeightType::Q6_K,
             30 => WeightType::BF16,
             _ => return None,
@@ -62,8 +68,10 @@ impl WeightType {
             WeightType::Q4_0 => 2,
             WeightType::Q4_1 => 3,
             WeightType::Q5_0 => 6,
+            WeightType::Q5_1 => 7,
             WeightType::Q8_0 => 8,
             WeightType::Q4_K => 12,
+            WeightType::Q5_K => 13,
             WeightType::Q6_K => 14,
             WeightType::BF16 => 30,
         }
@@ -79,7 +87,9 @@ impl WeightType {
             WeightType::Q4_0 => "q4_0",
             WeightType::Q4_1 => "q4_1",
             WeightType::Q5_0 => "q5_0",
+            WeightType::Q5_1 => "q5_1",
             WeightType::Q4_K => "q4_K",
+            WeightType::Q5_K => "q5_K",
             WeightType::Q6_K => "q6_K",
         }
     }
@@ -93,8 +103,8 @@ impl WeightType {
     pub fn block_elems(self) -> usize {
         match self {
             WeightType::F32 | WeightType::F16 | WeightType::BF16 => 1,
-            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q5_0 => QK,
-            WeightType::Q4_K | WeightType::Q6_K => QK_K,
+            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q5_0 | WeightType::Q5_1 => QK,
+            WeightType::Q4_K | WeightType::Q5_K | WeightType::Q6_K => QK_K,
         }
     }
 
@@ -111,8 +121,12 @@ impl WeightType {
             WeightType::Q4_1 => 4 + QK / 2,
             // block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }
             WeightType::Q5_0 => 2 + 4 + QK / 2,
+            // block_q5_1 { ggml_half d, m; uint8_t qh[4]; uint8_t qs[16]; }
+            WeightType::Q5_1 => 4 + 4 + QK / 2,
             // block_q4_K { ggml_half d, dmin; uint8_t scales[12]; uint8_t qs[128]; }
             WeightType::Q4_K => 4 + 12 + QK_K / 2,
+            // block_q5_K { ggml_half d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; }
+            WeightType::Q5_K => 4 + 12 + QK_K / 8 + QK_K / 2,
             // block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }
             WeightType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
         }

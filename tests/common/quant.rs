@@ -8,7 +8,7 @@ use packlm::quant::WeightType;
 
 use super::Rng;
 
-pub const ALL: [WeightType; 9] = [
+pub const ALL: [WeightType; 11] = [
     WeightType::F32,
     WeightType::F16,
     WeightType::BF16,
@@ -16,7 +16,9 @@ pub const ALL: [WeightType; 9] = [
     WeightType::Q4_0,
     WeightType::Q4_1,
     WeightType::Q5_0,
+    WeightType::Q5_1,
     WeightType::Q4_K,
+    WeightType::Q5_K,
     WeightType::Q6_K,
 ];
 
@@ -39,7 +41,7 @@ pub fn random_row(rng: &mut Rng, ty: WeightType, n: usize) -> Vec<u8> {
                 let (d, m) = (scale(rng), scale(rng));
                 match ty {
                     WeightType::Q6_K => put_f16(b, bb - 2, d),
-                    WeightType::Q4_1 | WeightType::Q4_K => {
+                    WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K => {
                         put_f16(b, 0, d);
                         put_f16(b, 2, m);
                     }
@@ -57,18 +59,18 @@ pub fn random_x(rng: &mut Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.sym() * s).collect()
 }
 
-/// The min term of each element's block (Q4_1: m; Q4_K: -(dmin * m_sb)), else 0.
+/// The min term of each element's block (Q4_1, Q5_1: m; Q4_K, Q5_K: -(dmin * m_sb)), else 0.
 pub fn min_terms(ty: WeightType, w: &[u8], n: usize) -> Vec<f64> {
     let f16_at = |b: &[u8], at: usize| f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
     let mut out = vec![0.0f64; n];
     match ty {
-        WeightType::Q4_1 => {
-            for (b, o) in w.chunks_exact(20).zip(out.chunks_exact_mut(32)) {
+        WeightType::Q4_1 | WeightType::Q5_1 => {
+            for (b, o) in w.chunks_exact(ty.block_bytes()).zip(out.chunks_exact_mut(32)) {
                 o.fill(f16_at(b, 2) as f64);
             }
         }
-        WeightType::Q4_K => {
-            for (b, o) in w.chunks_exact(144).zip(out.chunks_exact_mut(256)) {
+        WeightType::Q4_K | WeightType::Q5_K => {
+            for (b, o) in w.chunks_exact(ty.block_bytes()).zip(out.chunks_exact_mut(256)) {
                 let (dmin, q) = (f16_at(b, 2), &b[4..16]);
                 for (j, o) in o.chunks_exact_mut(32).enumerate() {
                     // ggml-quants.c get_scale_min_k4, the min half.

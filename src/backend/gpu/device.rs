@@ -92,7 +92,9 @@ fn source(kernel: Kernel, ty: Option<WeightType>) -> String {
                 WeightType::Q4_0 => ("load_q4_0", 32),
                 WeightType::Q4_1 => ("load_q4_1", 32),
                 WeightType::Q5_0 => ("load_q5_0", 32),
+                WeightType::Q5_1 => ("load_q5_1", 32),
                 WeightType::Q4_K => ("load_q4_k", 32),
+                WeightType::Q5_K => ("load_q5_k", 32),
                 WeightType::Q6_K => ("load_q6_k", 32),
             };
             // Only the type's own loader is kept: the others would index a unit array of

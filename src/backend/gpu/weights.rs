@@ -1,8 +1,8 @@
 //! Weights on the device in their stored block format, re-laid out only as far as 4-byte
 //! alignment needs, and split by rows across buffers that each fit one binding.
 //!
-//! A block whose size is a whole number of words (Q4_1: 20 bytes, Q4_K: 144, F32) is copied as
-//! it is. Q8_0 (34 bytes), Q4_0 (18), Q5_0 (22) and Q6_K (210) carry one 2-byte f16 scale that
+//! A block whose size is a whole number of words (Q4_1: 20 bytes, Q5_1: 24, Q4_K: 144, Q5_K:
+//! 176, F32) is copied as it is. Q8_0 (34 bytes), Q4_0 (18), Q5_0 (22) and Q6_K (210) carry one 2-byte f16 scale that
 //! breaks the alignment: it is moved out of the block into a run of halves after the chunk's
 //! blocks, so the chunk holds exactly the file's bytes plus at most 6 bytes of padding. F16 and
 //! BF16 rows are copied as they are, padded at the chunk's end. The shaders dequantize

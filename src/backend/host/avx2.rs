@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::row_dot::{reduce8, sub, Tile, Q4_1_BYTES};
+use super::row_dot::{reduce8, sub, Tile, Q4_1_BYTES, Q5_1_BYTES};
 use crate::quant::QK;
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -363,6 +363,8 @@ legacy_entry!(q4_0, q4_0_wide, 2 + QK / 2, false, q4_0_block);
 // rows both timed slower than 4).
 legacy_entry!(q4_1, q4_1_wide, Q4_1_BYTES, true, q4_1_block, R_LEGACY);
 legacy_entry!(q5_0, q5_0_wide, 2 + 4 + QK / 2, false, q5_0_block);
+// Q5_1 has Q4_1's min chains, so Q4_1's 4 rows.
+legacy_entry!(q5_1, q5_1_wide, Q5_1_BYTES, true, q5_1_block, R_LEGACY);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -390,6 +392,22 @@ fn q4_1_block(b: &[u8; Q4_1_BYTES]) -> (f32, f32, [__m256; 4]) {
 fn q5_0_block(b: &[u8; 2 + 4 + QK / 2]) -> (f32, f32, [__m256; 4]) {
     let (d, q) = q5_0_bytes(b);
     (d, 0.0, i8x32(q))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_1_block(b: &[u8; Q5_1_BYTES]) -> (f32, f32, [__m256; 4]) {
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, Q5_1_BYTES>(b))));
+    let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
+    (d, m, i8x32(q5_1_bytes(b)))
+}
+
+/// A Q5_1 block's 32 integers (0..32) as bytes in element order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn q5_1_bytes(b: &[u8; Q5_1_BYTES]) -> __m256i {
+    let high = _mm256_and_si256(bit_bytes32(u32::from_le_bytes(*sub::<_, 4, 4, Q5_1_BYTES>(b))), _mm256_set1_epi8(0x10));
+    _mm256_or_si256(nibble_bytes(sub::<_, 8, 16, Q5_1_BYTES>(b)), high)
 }
 
 /// A Q5_0 block's scale and its 32 signed integers as bytes in element order.

@@ -119,7 +119,7 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     let mut block = |b: usize, k: usize| {
         debug_assert!(b < nb);
         let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
-        // Formats whose integers are never negative (Q4_1, Q4_K: MIN) go in as they are.
+        // Formats whose integers are never negative (those with a min: MIN) go in as they are.
         let q_abs = if MIN { q } else { _mm256_sign_epi8(q, q) };
         for r in 0..R {
             let x = load_i8(unsafe { xq[r].get_unchecked(b) });
@@ -197,6 +197,7 @@ fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
 }
 
 const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
+const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
 const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// 32 bytes of `b` from `at` (at + 32 <= N, checked).
@@ -215,6 +216,26 @@ fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
     let m4 = _mm256_set1_epi8(0x0F);
     let q = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
     let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(b)));
+    (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
+}
+
+/// Bytes with 0x10 where bit k (0..8) of the byte of `qh` is set: Q5_K's fifth bits of block k.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn fifth_bits(qh: __m256i, k: usize) -> __m256i {
+    let m = _mm256_set1_epi8((1u8 << k) as i8);
+    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), _mm256_set1_epi8(0x10))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_k(b: &[u8; Q5_K_BYTES], k: usize) -> Decoded {
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q5_K_BYTES>(b));
+    let v = bytes_at(b, 48 + (k / 2) * 32);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lo = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
+    let q = _mm256_or_si256(lo, fifth_bits(bytes_at(b, 16), k));
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q5_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q5_K_BYTES>(b)));
     (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
 }
 
@@ -268,6 +289,12 @@ fn q4_0_summed(b: &[u8; 18]) -> Summed {
 #[inline]
 fn q4_1_summed(b: &[u8; 20]) -> Summed {
     (nibble_bytes(sub::<_, 4, 16, 20>(b)), f16_scalar(sub::<_, 0, 2, 20>(b)), f16_scalar(sub::<_, 2, 2, 20>(b)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_1_summed(b: &[u8; 24]) -> Summed {
+    (super::avx2::q5_1_bytes(b), f16_scalar(sub::<_, 0, 2, 24>(b)), f16_scalar(sub::<_, 2, 2, 24>(b)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -385,6 +412,7 @@ summed_entries! {
     q4_0_summed_maddubs, q4_0_summed, 18, false;
     q4_1_summed_maddubs, q4_1_summed, 20, true;
     q5_0_summed_maddubs, q5_0_summed, 22, false;
+    q5_1_summed_maddubs, q5_1_summed, 24, true;
 }
 
 macro_rules! entries {
@@ -404,7 +432,8 @@ macro_rules! entries {
 // The K formats decode a pair of blocks from one super-block with the scales their `prep`
 // unpacked once (the 32-element formats take the block-sum kernels above).
 entries! {
-    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_q4_k;
+    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_k4;
+    q5_k_maddubs, q5_k_vnni, q5_k, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| q5_k_pair(b0, k, pre), prep_k4;
     q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }
 
@@ -417,7 +446,7 @@ type Pair = (__m512i, __m512, [f32; 2]);
 type Prep = (__m512, [f32; 8]);
 
 /// Q4_K's blocks k and k + 1 (k even) at once: the low and high nibbles of the same 32 bytes,
-/// the scales and mins from the super-block's `prep_q4_k`; each value as `q4_k` gives it.
+/// the scales and mins from the super-block's `prep_k4`; each value as `q4_k` gives it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn q4_k_pair(b: &[u8; Q4_K_BYTES], k: usize, pre: &Prep) -> Pair {
@@ -426,6 +455,21 @@ fn q4_k_pair(b: &[u8; Q4_K_BYTES], k: usize, pre: &Prep) -> Pair {
     let m4 = _mm256_set1_epi8(0x0F);
     let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
     // Lanes 0..8 take block k's scale, 8..16 block k + 1's.
+    let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    let ws = _mm512_permutexvar_ps(idx, pre.0);
+    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])
+}
+
+/// Q5_K's blocks k and k + 1 (k even): `q4_k_pair` with the fifth bits k and k + 1 of the
+/// super-block's qh bytes; each value as `q5_k` gives it.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
+#[inline]
+fn q5_k_pair(b: &[u8; Q5_K_BYTES], k: usize, pre: &Prep) -> Pair {
+    debug_assert!(k.is_multiple_of(2));
+    let (v, qh) = (bytes_at(b, 48 + (k / 2) * 32), bytes_at(b, 16));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth_bits(qh, k));
+    let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), fifth_bits(qh, k + 1));
     let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
     let ws = _mm512_permutexvar_ps(idx, pre.0);
     (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])
@@ -466,11 +510,12 @@ fn prep_q6_k(b: &[u8; Q6_K_BYTES]) -> Prep {
     (_mm512_mul_ps(_mm512_set1_ps(d), sc), [0.0; 8])
 }
 
-/// A Q4_K super-block's 8 scales `d * sc` and 8 mins `-(dmin * m)`, the 6-bit values unpacked
-/// all at once (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
+/// A Q4_K or Q5_K super-block's 8 scales `d * sc` and 8 mins `-(dmin * m)` (the two formats
+/// share d, dmin and the 12 scale bytes at the front), the 6-bit values unpacked all at once
+/// (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn prep_q4_k(b: &[u8; Q4_K_BYTES]) -> Prep {
+fn prep_k4<const BB: usize>(b: &[u8; BB]) -> Prep {
     let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
     let (u0, u1, u2) = (w(0), w(1), w(2));
     let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
@@ -478,7 +523,7 @@ fn prep_q4_k(b: &[u8; Q4_K_BYTES]) -> Prep {
     let sc = (u0 & k1) as u64 | (((u2 & k2) | (((u0 >> 6) & k3) << 4)) as u64) << 32;
     let mn = (u1 & k1) as u64 | ((((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) as u64) << 32;
     let bytes = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
-    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(b)));
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(b)), f16_scalar(sub::<_, 2, 2, BB>(b)));
     let ws = _mm256_mul_ps(_mm256_set1_ps(d), bytes(sc));
     // -(dmin * m): the product, then the sign flipped (exact).
     let mins = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), bytes(mn)), _mm256_set1_ps(-0.0));
@@ -497,7 +542,7 @@ fn prep_q4_k(b: &[u8; Q4_K_BYTES]) -> Prep {
 // order. A last unpaired block goes through the 256-bit operations on the low half alone.
 //
 // Signs without a per-pair instruction: `vpdpbusd` multiplies unsigned bytes by signed ones.
-// The formats with a min (Q4_1, Q4_K) have unsigned integers already. The others go in as
+// The formats with a min (Q4_1, Q5_1, Q4_K, Q5_K) have unsigned integers already. The others go in as
 // w + 128 (the sign bit flipped, once per decoded block), which adds 128 * (x[4l] + .. +
 // x[4l + 3]) to lane l; each activation row carries minus that (`Q8Rows::c`), and the sum
 // starts there, so the lane ends at the exact i32 of the other paths. (AVX2's `vpmaddubsw`

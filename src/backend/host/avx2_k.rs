@@ -6,16 +6,18 @@ use std::arch::x86_64::*;
 use super::avx2::{
     bytes16, bytes32, each_row, f16_scalar, i8x32, lanes32, load32, nibble_runs, runs_f32, sum_lanes,
 };
-use super::row_dot::{finish_float, scale_min_k4, sub, Tile, Q4_K_BYTES, Q6_K_BYTES};
+use super::row_dot::{finish_float, scale_min_k4, sub, Tile, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use crate::quant::QK_K;
 
-/// One Q4_K weight row against R activation rows. Sub-block sb (32 elements) goes to
+/// One Q4_K or Q5_K weight row against R activation rows. Sub-block sb (32 elements) goes to
 /// accumulator sb % 2 scaled by `d * sc` (rounded as dequantize_row rounds it); `(dmin * m) *
-/// sums[sb]` goes to a scalar chain subtracted at the end.
+/// sums[sb]` goes to a scalar chain subtracted at the end. `QS` is where the nibbles start; with
+/// `HIGH` (Q5_K) the 32 bytes before them hold the fifth bits, bit sb of byte l for element l
+/// of sub-block sb.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn q4_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f32; R] {
-    let wb = w.as_chunks::<Q4_K_BYTES>().0;
+fn k4_row<const BB: usize, const QS: usize, const HIGH: bool, const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f32; R] {
+    let wb = w.as_chunks::<BB>().0;
     let mut nb = wb.len();
     for r in 0..R {
         nb = nb.min(xs[r].len() / QK_K).min(sums[r].len() / 8);
@@ -30,14 +32,28 @@ fn q4_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f3
     let mut mins = [0.0f32; R];
     for b in 0..nb {
         let blk = &wb[b];
-        let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(blk)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(blk)));
-        let scales = sub::<_, 4, 12, Q4_K_BYTES>(blk);
-        for (g, q) in sub::<_, 16, 128, Q4_K_BYTES>(blk).as_chunks::<32>().0.iter().enumerate() {
-            // Bytes 32g..32g + 32: low nibbles are sub-block 2g, high nibbles 2g + 1. Each half
-            // of them gives [low 0..8, low 8..16, high 0..8, high 8..16].
-            let [a0, a1, a2, a3] = nibble_runs(sub::<_, 0, 16, 32>(q));
-            let [b0, b1, b2, b3] = nibble_runs(sub::<_, 16, 16, 32>(q));
-            let (lo, hi) = (runs_f32([a0, a1, b0, b1], 0), runs_f32([a2, a3, b2, b3], 0));
+        let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(blk)), f16_scalar(sub::<_, 2, 2, BB>(blk)));
+        let scales = sub::<_, 4, 12, BB>(blk);
+        let qh = if HIGH { bytes32(sub::<_, 16, 32, BB>(blk)) } else { _mm256_setzero_si256() };
+        let qs: &[u8; 128] = blk[QS..QS + 128].try_into().unwrap_or_else(|_| unreachable!("128 bytes from {QS} of {BB}"));
+        for (g, q) in qs.as_chunks::<32>().0.iter().enumerate() {
+            // Bytes 32g..32g + 32: low nibbles are sub-block 2g, high nibbles 2g + 1.
+            let (lo, hi) = if HIGH {
+                // Bytes with the fifth bit: 0x10 where bit k of the qh byte is set.
+                let bit = |k: usize| {
+                    let m = _mm256_set1_epi8(1 << k);
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), _mm256_set1_epi8(0x10))
+                };
+                let (v, m4) = (bytes32(q), _mm256_set1_epi8(0x0F));
+                let lo = _mm256_or_si256(_mm256_and_si256(v, m4), bit(2 * g));
+                let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), bit(2 * g + 1));
+                (i8x32(lo), i8x32(hi))
+            } else {
+                // Each half of the bytes gives [low 0..8, low 8..16, high 0..8, high 8..16].
+                let [a0, a1, a2, a3] = nibble_runs(sub::<_, 0, 16, 32>(q));
+                let [b0, b1, b2, b3] = nibble_runs(sub::<_, 16, 16, 32>(q));
+                (runs_f32([a0, a1, b0, b1], 0), runs_f32([a2, a3, b2, b3], 0))
+            };
             let (sc_lo, m_lo) = scale_min_k4(2 * g, scales);
             let (sc_hi, m_hi) = scale_min_k4(2 * g + 1, scales);
             let (d_lo, d_hi) = (_mm256_set1_ps(d * sc_lo as f32), _mm256_set1_ps(d * sc_hi as f32));
@@ -56,6 +72,18 @@ fn q4_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f3
         out[r] = sum_lanes(_mm256_add_ps(acc[r][0], acc[r][1])) - mins[r];
     }
     out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q4_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f32; R] {
+    k4_row::<Q4_K_BYTES, 16, false, R>(w, xs, sums)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q5_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f32; R] {
+    k4_row::<Q5_K_BYTES, 48, true, R>(w, xs, sums)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -78,6 +106,27 @@ pub fn q4_k_wide(t: Tile) {
         |w, x, s| q4_k_row::<6>(w, x, s),
         |w, x, s| q4_k_row::<4>(w, x, s),
         |w, x, s| q4_k_row::<1>(w, x, s),
+    )
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q5_k(t: Tile) {
+    each_row::<4, 2>(
+        t,
+        |w, x, s| q5_k_row::<4>(w, x, s),
+        |w, x, s| q5_k_row::<2>(w, x, s),
+        |w, x, s| q5_k_row::<1>(w, x, s),
+    )
+}
+
+/// `q5_k` with AVX-512's registers, Q4_K's row counts.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub fn q5_k_wide(t: Tile) {
+    each_row::<6, 4>(
+        t,
+        |w, x, s| q5_k_row::<6>(w, x, s),
+        |w, x, s| q5_k_row::<4>(w, x, s),
+        |w, x, s| q5_k_row::<1>(w, x, s),
     )
 }
 

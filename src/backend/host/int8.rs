@@ -15,17 +15,17 @@
 //!
 //! Every format is read as 32-element blocks ([`decode`]): 32 signed integers (after the
 //! format's offset), the weight scale of each 16-element half (equal for all formats but Q6_K,
-//! whose scales cover 16 elements), and a min coefficient (Q4_1's `m`, Q4_K's `-dmin * m`; 0
-//! for the rest). A K-quant super-block is eight such blocks, each with its own scale.
+//! whose scales cover 16 elements), and a min coefficient (Q4_1's and Q5_1's `m`, Q4_K's and
+//! Q5_K's `-dmin * m`; 0 for the rest). A K-quant super-block is eight such blocks, each with its own scale.
 //!
 //! # Arithmetic (the same on every instruction set, bit for bit)
 //!
 //! Two forms, fixed per weight format.
 //!
-//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1: [`sums_per_block`]): for
+//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: [`sums_per_block`]): for
 //! activation block b, `s_b = sum of q_w[i] * q_x[i]` over the block's 32 elements, an exact
 //! i32 (|s_b| <= 32 * 128 * 127 < 2^24, so its f32 is exact too); then in f32, `t = ws *
-//! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1, `acc = fma(wm, s_x[b], acc)`, in block
+//! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1 and Q5_1, `acc = fma(wm, s_x[b], acc)`, in block
 //! order from 0; the result is `acc`. One float step per block: what makes
 //! a 512-bit kernel over weight rows interleaved 16 at a time (packed/) cheap, each lane
 //! being one weight row's chain.
@@ -229,19 +229,19 @@ pub struct Block32 {
     pub q: [i8; QK],
     /// The weight scale of elements 0..16 and 16..32.
     pub scale: [f32; 2],
-    /// The coefficient of the activation block's `s` (Q4_1: m; Q4_K: -dmin * m; else 0).
+    /// The coefficient of the activation block's `s` (Q4_1, Q5_1: m; Q4_K, Q5_K: -dmin * m; else 0).
     pub min: f32,
 }
 
 /// Whether the format takes the block-sum arithmetic (see the module notes): the formats of
 /// 32-element blocks with one scale each.
 pub fn sums_per_block(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1)
+    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1 | WeightType::Q5_1)
 }
 
 /// Whether the format has a min term (reads the activations' `s`).
 pub fn has_min(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q4_1 | WeightType::Q4_K)
+    matches!(ty, WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K)
 }
 
 /// Block `b` (of 32 elements) of the weight row `row` of type `ty` (a block format).
@@ -276,6 +276,30 @@ pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
                 q[j + QK / 2] = hi as i8 - 16;
             }
             Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
+        }
+        WeightType::Q5_1 => {
+            let blk = &row[b * 24..(b + 1) * 24];
+            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+            for j in 0..QK / 2 {
+                q[j] = ((blk[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i8;
+                q[j + QK / 2] = ((blk[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i8;
+            }
+            Block32 { q, scale: one(f16_at(blk, 0)), min: f16_at(blk, 2) }
+        }
+        WeightType::Q5_K => {
+            // Q4_K's sub-block k, with bit k of qh byte l as element l's fifth bit.
+            const BB: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
+            let (sb, k) = (b / 8, b % 8);
+            let blk = &row[sb * BB..(sb + 1) * BB];
+            let (sc, m) = scale_min_k4(k, &blk[4..16]);
+            let qh = &blk[16..48];
+            let qs = &blk[48 + (k / 2) * 32..48 + (k / 2) * 32 + 32];
+            for (l, (q, &v)) in q.iter_mut().zip(qs).enumerate() {
+                let lo = if k % 2 == 0 { v & 0x0F } else { v >> 4 };
+                *q = (lo | ((qh[l] >> k) & 1) << 4) as i8;
+            }
+            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            Block32 { q, scale: one(d * sc as f32), min: -(dmin * m as f32) }
         }
         WeightType::Q4_K => {
             // Sub-block k of the super-block: 64-element group k / 2, low nibbles for even k.
@@ -480,8 +504,11 @@ impl Int8Kernel {
                 (WeightType::Q4_0, _) => k::q4_0_summed_maddubs,
                 (WeightType::Q4_1, _) => k::q4_1_summed_maddubs,
                 (WeightType::Q5_0, _) => k::q5_0_summed_maddubs,
+                (WeightType::Q5_1, _) => k::q5_1_summed_maddubs,
                 (WeightType::Q4_K, false) => k::q4_k_maddubs,
                 (WeightType::Q4_K, true) => k::q4_k_vnni,
+                (WeightType::Q5_K, false) => k::q5_k_maddubs,
+                (WeightType::Q5_K, true) => k::q5_k_vnni,
                 (WeightType::Q6_K, false) => k::q6_k_maddubs,
                 (WeightType::Q6_K, true) => k::q6_k_vnni,
                 _ => return None,
@@ -496,7 +523,9 @@ impl Int8Kernel {
                 WeightType::Q4_0 => k::q4_0_neon,
                 WeightType::Q4_1 => k::q4_1_neon,
                 WeightType::Q5_0 => k::q5_0_neon,
+                WeightType::Q5_1 => k::q5_1_neon,
                 WeightType::Q4_K => k::q4_k_neon,
+                WeightType::Q5_K => k::q5_k_neon,
                 WeightType::Q6_K => k::q6_k_neon,
                 _ => return None,
             };

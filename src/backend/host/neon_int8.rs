@@ -240,24 +240,42 @@ fn q4_1(b: &[u8; 20], _: usize) -> Decoded {
     Decoded { q: minus(nibbles(sub::<_, 4, 16, 20>(b)), 0), scale: [d, d], min: m }
 }
 
+/// Bytes 0x10 where bit e of the little-endian `qh` is set, for elements 0..16 and 16..32.
 #[target_feature(enable = "neon")]
 #[inline]
-fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
+fn fifth_bits32(qh: &[u8; 4]) -> [uint8x16_t; 2] {
     // Element e takes bit e of qh (little-endian), i.e. bit e % 8 of qh's byte e / 8: spread
     // each byte over 8 lanes and test lane i against bit i % 8.
-    let qh = sub::<_, 2, 4, 22>(b);
     let bit = vcombine_u8(vcreate_u8(0x8040_2010_0804_0201), vcreate_u8(0x8040_2010_0804_0201));
     let high = |b0: u8, b1: u8| {
         let spread = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
         vandq_u8(vtstq_u8(spread, bit), vdupq_n_u8(0x10))
     };
+    [high(qh[0], qh[1]), high(qh[2], qh[3])]
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
+    let [h0, h1] = fifth_bits32(sub::<_, 2, 4, 22>(b));
     let [lo, hi] = nibbles(sub::<_, 6, 16, 22>(b));
-    let q = [vorrq_u8(lo, high(qh[0], qh[1])), vorrq_u8(hi, high(qh[2], qh[3]))];
+    let q = [vorrq_u8(lo, h0), vorrq_u8(hi, h1)];
     let d = f16(sub::<_, 0, 2, 22>(b));
     Decoded { q: minus(q, 16), scale: [d, d], min: 0.0 }
 }
 
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_1(b: &[u8; 24], _: usize) -> Decoded {
+    let [h0, h1] = fifth_bits32(sub::<_, 4, 4, 24>(b));
+    let [lo, hi] = nibbles(sub::<_, 8, 16, 24>(b));
+    let q = [vorrq_u8(lo, h0), vorrq_u8(hi, h1)];
+    let (d, m) = (f16(sub::<_, 0, 2, 24>(b)), f16(sub::<_, 2, 2, 24>(b)));
+    Decoded { q: minus(q, 0), scale: [d, d], min: m }
+}
+
 const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
+const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
 const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// The 32 bytes of `b` from `at` as two halves (at + 32 <= N, checked).
@@ -276,6 +294,22 @@ fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
     let v = bytes_at(b, 16 + (k / 2) * 32);
     let q = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
     let (d, dmin) = (f16(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16(sub::<_, 2, 2, Q4_K_BYTES>(b)));
+    let s = d * sc as f32;
+    Decoded { q: minus(q, 0), scale: [s, s], min: -(dmin * m as f32) }
+}
+
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_k(b: &[u8; Q5_K_BYTES], k: usize) -> Decoded {
+    // Q4_K's sub-block k (nibbles from byte 48), with bit k of qh byte l as element l's fifth
+    // bit (as int8.rs's `decode`).
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q5_K_BYTES>(b));
+    let v = bytes_at(b, 48 + (k / 2) * 32);
+    let lo = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
+    let bit = vdupq_n_u8(1 << k);
+    let qh = bytes_at(b, 16);
+    let q: [uint8x16_t; 2] = std::array::from_fn(|h| vorrq_u8(lo[h], vandq_u8(vtstq_u8(qh[h], bit), vdupq_n_u8(0x10))));
+    let (d, dmin) = (f16(sub::<_, 0, 2, Q5_K_BYTES>(b)), f16(sub::<_, 2, 2, Q5_K_BYTES>(b)));
     let s = d * sc as f32;
     Decoded { q: minus(q, 0), scale: [s, s], min: -(dmin * m as f32) }
 }
@@ -318,6 +352,7 @@ summed_entries! {
     q4_0_neon, q4_0, 18, false;
     q4_1_neon, q4_1, 20, true;
     q5_0_neon, q5_0, 22, false;
+    q5_1_neon, q5_1, 24, true;
 }
 
 macro_rules! entries {
@@ -331,5 +366,6 @@ macro_rules! entries {
 
 entries! {
     q4_k_neon, q4_k, Q4_K_BYTES, 8, true;
+    q5_k_neon, q5_k, Q5_K_BYTES, 8, true;
     q6_k_neon, q6_k, Q6_K_BYTES, 8, false;
 }

@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use super::row_dot::{f16_at, finish_float, reduce8, scale_min_k4, Lanes, Tile, Q4_1_BYTES, Q4_K_BYTES, Q6_K_BYTES};
+use super::row_dot::{f16_at, finish_float, reduce8, scale_min_k4, Lanes, Tile, Q4_1_BYTES, Q4_K_BYTES, Q5_1_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use crate::quant::{QK, QK_K};
 
 /// Lane l: `(q_l x_l + q_{l+8} x_{l+8}) + (q_{l+16} x_{l+16} + q_{l+24} x_{l+24})`.
@@ -115,22 +115,37 @@ fn q5_0_row(w: &[u8], x: &[f32], _: &[f32]) -> f32 {
     })
 }
 
-/// Sub-block sb (32 elements) goes to accumulator sb % 2, scaled by `d * sc` rounded as in
-/// dequantize_row; `(dmin * m) * sums[sb]` goes to the scalar min chain, subtracted at the end.
-fn q4_k_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
+fn q5_1_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
+    legacy::<Q5_1_BYTES>(w, x, sums, |b, q| {
+        // Q5_0's bits without its offset.
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        for j in 0..QK / 2 {
+            q[j] = ((b[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4) as f32;
+            q[j + QK / 2] = ((b[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as f32;
+        }
+        (f16_at(b, 0), f16_at(b, 2))
+    })
+}
+
+/// Q4_K and Q5_K: sub-block sb (32 elements) goes to accumulator sb % 2, scaled by `d * sc`
+/// rounded as in dequantize_row; `(dmin * m) * sums[sb]` goes to the scalar min chain,
+/// subtracted at the end. `QS` is where the nibbles start; with `HIGH`, the 32 bytes before them
+/// hold the fifth bits (bit sb of byte l for element l of sub-block sb).
+fn k4_row<const BB: usize, const QS: usize, const HIGH: bool>(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
     let mut acc = [[0.0f32; 8]; 2];
     let mut mins = 0.0f32;
     let mut q = [0.0f32; QK];
-    let blocks = w.as_chunks::<Q4_K_BYTES>().0.iter().zip(x.as_chunks::<QK_K>().0);
+    let blocks = w.as_chunks::<BB>().0.iter().zip(x.as_chunks::<QK_K>().0);
     for ((b, xs), xsums) in blocks.zip(sums.as_chunks::<8>().0) {
         let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-        let (scales, qs) = (&b[4..16], &b[16..]);
+        let (scales, qh, qs) = (&b[4..16], &b[16..QS], &b[QS..]);
         for (sb, xs) in xs.as_chunks::<QK>().0.iter().enumerate() {
             // Sub-blocks 2g and 2g + 1 are the low and high nibbles of bytes 32g..32g + 32.
             let bytes = &qs[32 * (sb / 2)..32 * (sb / 2) + 32];
             let shift = 4 * (sb % 2);
-            for (q, &v) in q.iter_mut().zip(bytes) {
-                *q = ((v >> shift) & 0x0F) as f32;
+            for (l, (q, &v)) in q.iter_mut().zip(bytes).enumerate() {
+                let high = if HIGH { ((qh[l] >> sb) & 1) << 4 } else { 0 };
+                *q = (((v >> shift) & 0x0F) | high) as f32;
             }
             let (sc, m) = scale_min_k4(sb, scales);
             scale_add(&mut acc[sb % 2], d * sc as f32, &lanes32(&q, xs));
@@ -138,6 +153,14 @@ fn q4_k_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
         }
     }
     reduce8(&add_lanes(&acc[0], &acc[1])) - mins
+}
+
+fn q4_k_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
+    k4_row::<Q4_K_BYTES, 16, false>(w, x, sums)
+}
+
+fn q5_k_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
+    k4_row::<Q5_K_BYTES, 48, true>(w, x, sums)
 }
 
 /// Group g (16 elements, one scale) goes to accumulator g % 4.
@@ -218,8 +241,14 @@ pub fn q4_1(t: Tile) {
 pub fn q5_0(t: Tile) {
     each_row(t, q5_0_row)
 }
+pub fn q5_1(t: Tile) {
+    each_row(t, q5_1_row)
+}
 pub fn q4_k(t: Tile) {
     each_row(t, q4_k_row)
+}
+pub fn q5_k(t: Tile) {
+    each_row(t, q5_k_row)
 }
 pub fn q6_k(t: Tile) {
     each_row(t, q6_k_row)

@@ -8,8 +8,8 @@
 //!
 //! - Q8_0, Q4_0, Q5_0: `d * sum(q_i * x_i)` per 32-block, q the signed integer after the format's
 //!   offset (exact in f32).
-//! - Q4_1: `d * sum(q_i * x_i)` per block, plus `m * X_b` with `X_b` the block's sum of x.
-//! - Q4_K: per 32-element sub-block `(d * sc) * sum(q_i * x_i)`, minus `(dmin * m) * X_b`.
+//! - Q4_1, Q5_1: `d * sum(q_i * x_i)` per block, plus `m * X_b` with `X_b` the block's sum of x.
+//! - Q4_K, Q5_K: per 32-element sub-block `(d * sc) * sum(q_i * x_i)`, minus `(dmin * m) * X_b`.
 //! - Q6_K: per 16-element group `(d * sc) * sum((q_i - 32) * x_i)`.
 //! - F32, F16, BF16: the f32 `dot` of dot.rs on the converted values (conversion is exact), so
 //!   these give the same bits as converting the row and calling `dot`.
@@ -22,7 +22,7 @@
 //! `acc[b % 2]_l += d_b * s_l` over blocks (two chains hide the multiply-add latency; Q6_K uses
 //! four, indexed by group % 4, and 16-element groups `s_l = q_l x_l + q_{l+8} x_{l+8}`).
 //! At the end the accumulators are added lane-wise and the 8 lanes summed by `reduce8`'s fixed
-//! tree; the min terms (Q4_1, Q4_K) go to one scalar chain in element order, added at the end.
+//! tree; the min terms (Q4_1, Q5_1, Q4_K, Q5_K) go to one scalar chain in element order, added at the end.
 //! The AVX2 code fuses `a * b + c` where the portable code rounds the product first; nothing
 //! else differs. Which one runs is chosen once per process, so every call rounds the same way.
 //! An output never depends on the batch size or the thread count: its whole reduction is done
@@ -37,13 +37,13 @@
 //! `|row_dot - E| <= gamma(k) * T`, gamma(k) = k u / (1 - k u), k = n / 32 + 40,
 //!
 //! where T is the sum of the magnitudes the kernel actually adds: `sum |w_i x_i|` for the
-//! single-scale formats and floats, and `sum (|d q_i| + |m|) |x_i|` for Q4_1 and Q4_K (the two
+//! single-scale formats and floats, and `sum (|d q_i| + |m|) |x_i|` for the formats with a min (the two
 //! parts are summed separately, so their cancellation inside w_i is not covered by
 //! `sum |w_i x_i|`). Why k: a sum whose every term passes through at most k roundings is within
 //! gamma(k) * T of exact (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed.,
 //! sec. 3.1). Counting them: at most 2 for dequantize_row's own roundings of `d * q (+ m)`,
 //! which factoring skips; 3 inside a block (products and the pair tree); 1 for the scale; the
-//! block-to-block chain, n/64 long with two accumulators, but n/32 for the Q4_1/Q4_K min chain,
+//! block-to-block chain, n/64 long with two accumulators, but n/32 for the min chain,
 //! which comes after the 5 levels of `block_sums`; 1 to join the chains, 3 for reduce8, 1 for
 //! the min term. The floats have no conversion rounding but a chain of n/32, the 5 levels of
 //! reduce32 and a tail of at most 31 in sequence: n/32 + 37. So k = n/32 + 40 covers every
@@ -188,9 +188,10 @@ impl RowKernel {
         RowKernel::new(ty, Isa::best())
     }
 
-    /// Whether the kernel reads the activations' [`block_sums`] (Q4_1, Q4_K).
+    /// Whether the kernel reads the activations' [`block_sums`] (the formats with a min: Q4_1,
+    /// Q5_1, Q4_K, Q5_K).
     pub fn needs_block_sums(&self) -> bool {
-        matches!(self.ty, WeightType::Q4_1 | WeightType::Q4_K)
+        matches!(self.ty, WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K)
     }
 
     /// Dot product of the weight row `w` (`ty.row_bytes(x.len())` bytes) with `x`;
@@ -280,7 +281,9 @@ pub(super) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 }
 
 pub(super) const Q4_1_BYTES: usize = 4 + QK / 2;
+pub(super) const Q5_1_BYTES: usize = 4 + 4 + QK / 2;
 pub(super) const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
+pub(super) const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
 pub(super) const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// The lanes of the float formats: dot.rs's 32-lane structure, then the tail in order.
@@ -301,7 +304,9 @@ fn portable_kernel(ty: WeightType) -> KernelFn {
         WeightType::Q4_0 => portable::q4_0,
         WeightType::Q4_1 => portable::q4_1,
         WeightType::Q5_0 => portable::q5_0,
+        WeightType::Q5_1 => portable::q5_1,
         WeightType::Q4_K => portable::q4_k,
+        WeightType::Q5_K => portable::q5_k,
         WeightType::Q6_K => portable::q6_k,
     })
 }
@@ -316,7 +321,9 @@ fn avx2_kernel(ty: WeightType) -> KernelFn {
         WeightType::Q4_0 => avx2::q4_0,
         WeightType::Q4_1 => avx2::q4_1,
         WeightType::Q5_0 => avx2::q5_0,
+        WeightType::Q5_1 => avx2::q5_1,
         WeightType::Q4_K => avx2_k::q4_k,
+        WeightType::Q5_K => avx2_k::q5_k,
         WeightType::Q6_K => avx2_k::q6_k,
     })
 }
@@ -341,7 +348,9 @@ fn avx512_kernel(ty: WeightType) -> KernelFn {
         WeightType::Q4_0 => avx2::q4_0_wide,
         WeightType::Q4_1 => avx2::q4_1_wide,
         WeightType::Q5_0 => avx2::q5_0_wide,
+        WeightType::Q5_1 => avx2::q5_1_wide,
         WeightType::Q4_K => avx2_k::q4_k_wide,
+        WeightType::Q5_K => avx2_k::q5_k_wide,
         WeightType::Q6_K => avx2_k::q6_k_wide,
         _ => return avx2_kernel(ty),
     })

@@ -85,6 +85,24 @@ fn load_q5_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
     }
 }
 
+// Q5_1: the whole 24-byte block (d, m, qh, 16 bytes); Q5_0's bits without the offset;
+// y = value * d + m.
+fn load_q5_1(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    let base = g * 6u;
+    let dm = w[base];
+    let d = half_to_f32(dm & 0xffffu);
+    let m = half_to_f32(dm >> 16u);
+    let qh = w[base + 1u];
+    for (var j = 0u; j < 16u; j++) {
+        let q = w_byte(base + 2u, j);
+        let h0 = ((qh >> j) << 4u) & 0x10u;
+        let h1 = (qh >> (j + 12u)) & 0x10u;
+        (*o)[j] = f32((q & 15u) | h0) * d + m;
+        (*o)[j + 16u] = f32((q >> 4u) | h1) * d + m;
+    }
+}
+
 // Q4_K: the whole 144-byte super-block (36 words): d, dmin, 12 bytes of 6-bit scales and
 // mins, 128 bytes of nibbles. Unit s of the super-block: group s / 2, low (even s) or high
 // nibbles; y = (d * sc) * nibble - (dmin * m).
@@ -133,5 +151,35 @@ fn load_q6_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
         let scb = w_byte(base, 192u + hf * 8u + l / 16u + 2u * k);
         let sc = i32(scb << 24u) >> 24u;
         (*o)[l] = d * f32(sc) * f32(q);
+    }
+}
+
+// Q5_K: the whole 176-byte super-block (44 words): Q4_K's d, dmin and 12 scale bytes, then 32
+// bytes of fifth bits (bit s of byte l for element l of unit s), then 128 bytes of nibbles.
+fn load_q5_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * (p.b.w / 8u) + u / 8u;
+    let s = u % 8u;
+    let base = g * 44u;
+    let dd = w[base];
+    let d = half_to_f32(dd & 0xffffu);
+    let dmin = half_to_f32(dd >> 16u);
+    let sb = base + 1u;
+    var sc: u32;
+    var mn: u32;
+    if (s < 4u) {
+        sc = w_byte(sb, s) & 63u;
+        mn = w_byte(sb, s + 4u) & 63u;
+    } else {
+        sc = (w_byte(sb, s + 4u) & 15u) | ((w_byte(sb, s - 4u) >> 6u) << 4u);
+        mn = (w_byte(sb, s + 4u) >> 4u) | ((w_byte(sb, s) >> 6u) << 4u);
+    }
+    let d1 = d * f32(sc);
+    let m1 = dmin * f32(mn);
+    let hb = base + 4u;
+    let qb = base + 12u;
+    let shift = (s & 1u) * 4u;
+    for (var l = 0u; l < 32u; l++) {
+        let q = ((w_byte(qb, (s / 2u) * 32u + l) >> shift) & 15u) | (((w_byte(hb, l) >> s) & 1u) << 4u);
+        (*o)[l] = d1 * f32(q) - m1;
     }
 }

@@ -1,4 +1,4 @@
-//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: int8.rs's `sums_per_block`) run
+//! Matrices of four of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: `packs`; int8.rs's `sums_per_block`) run
 //! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
 //! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
@@ -50,7 +50,6 @@ use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
 use crate::quant::{dequantize_row, WeightType, QK};
 
-use super::int8::sums_per_block;
 #[cfg(target_arch = "x86_64")]
 use super::int8::Q8Rows;
 
@@ -221,6 +220,13 @@ const fn quants_at(f: u8) -> usize {
     }
 }
 
+/// Whether the group kernels take matrices of `ty`: Q8_0, Q4_0, Q5_0 and Q4_1. Q5_1, a
+/// block-sum format as well, is not laid out for them: its matrices take the block-sum kernels
+/// over their stored rows (avx2_int8.rs's `summed_tile`), the same arithmetic.
+pub fn packs(ty: WeightType) -> bool {
+    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1)
+}
+
 fn format(ty: WeightType) -> u8 {
     match ty {
         WeightType::Q8_0 => Q8_0,
@@ -296,12 +302,12 @@ fn interleave_group<const F: u8, const L: usize, const BB: usize, const CS: usiz
 
 impl Packed {
     /// `w` for the group kernels in groups of `lanes` rows (GROUP for the VNNI kernels,
-    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one or it has
-    /// fewer rows. Nothing is read or written yet: the side table is built by `side_table`.
+    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not one of theirs (`packs`) or
+    /// it has fewer rows. Nothing is read or written yet: the side table is built by `side_table`.
     pub fn new(w: &WeightTensor, lanes: usize) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
-        if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
+        if !packs(ty) || w.rows() < lanes || w.cols() < QK {
             return None;
         }
         Some(Packed {
