@@ -65,16 +65,17 @@ macro_rules! rows_and_run {
     ($features:literal, $lanes:expr, $store:ident, [$($rx:literal)*]) => {
         /// Activation rows r0..r0 + RX of group g into `out` (weight rows from `row0`, rows
         /// `stride` apart: `Packed::run`), the quants read from `quants`: the group's
-        /// interleaved copy (`FULL`), else its stored rows.
+        /// interleaved copy (`FULL`), else its stored rows; `sides`, the whole side table
+        /// (taken once per call: per group it was 0.8% of a decode step's instructions, callgrind).
         ///
         /// # Safety
         /// `Packed::run`'s promise about `out`, for these rows and group.
         #[target_feature(enable = $features)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn rows<const F: u8, const RX: usize, const FULL: bool>(p: &Packed, quants: &[u8], g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
+        unsafe fn rows<const F: u8, const RX: usize, const FULL: bool>(p: &Packed, sides: &[u8], quants: &[u8], g: usize, x: &Q8Rows, n_in: usize, r0: usize, out: *mut f32, stride: usize, row0: usize) {
             let (nb, st, rb) = (p.nb, super::super::stride(F, $lanes), p.row_bytes);
-            let side = &p.side_bytes()[g * nb * st..(g + 1) * nb * st];
+            let side = &sides[g * nb * st..(g + 1) * nb * st];
             let mut xq: [&[i8]; RX] = [&[]; RX];
             let mut xd: [&[f32]; RX] = [&[]; RX];
             let mut xs: [&[f32]; RX] = [&[]; RX];
@@ -130,7 +131,7 @@ macro_rules! rows_and_run {
             // is made here, each `rows` instance reading one of them: with the choice inside
             // `rows`, a 9-row pass took 2% more instructions on the AVX2 path (callgrind), the
             // same blocks and multiply-adds.
-            let (written, stored, rb) = (p.written(), p.tensor.bytes(), p.row_bytes);
+            let (written, stored, rb, sides) = (p.written(), p.tensor.bytes(), p.row_bytes, p.side_bytes());
             // A group the copy does not hold yet, in a call of several chunks of activation rows
             // (a prefill while the copies are being written), is put in the copy's layout once,
             // in a buffer of this thread (`stage`), instead of being transposed from its stored
@@ -154,9 +155,9 @@ macro_rules! rows_and_run {
                     // SAFETY: the caller's promise, for rows r0..r0 + rx < m and group g.
                     match (rx, copy) {
                         $(
-                            ($rx, Some(c)) => unsafe { rows::<F, $rx, true>(p, c, g, x, n_in, r0, out, stride, g0 * $lanes) },
+                            ($rx, Some(c)) => unsafe { rows::<F, $rx, true>(p, sides, c, g, x, n_in, r0, out, stride, g0 * $lanes) },
                             ($rx, None) => unsafe {
-                                rows::<F, $rx, false>(p, &stored[g * $lanes * rb..(g + 1) * $lanes * rb], g, x, n_in, r0, out, stride, g0 * $lanes)
+                                rows::<F, $rx, false>(p, sides, &stored[g * $lanes * rb..(g + 1) * $lanes * rb], g, x, n_in, r0, out, stride, g0 * $lanes)
                             },
                         )*
                         _ => unreachable!("chunk gives {rx} rows"),
