@@ -363,7 +363,7 @@ fn a_side_table_built_by_an_aborted_pass_is_whole() {
         }
         for threads in [1, 2] {
             let be = HostBackend::with_isa(threads, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false);
-            for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1] {
+            for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1] {
                 let (n_out, n_in, m) = (2048, 640, 3);
                 let w = tensor(ty, n_out, n_in, &mut rng);
                 let cw = CpuWeight::new(&be, &w).unwrap();
@@ -484,7 +484,7 @@ fn packed_matrices_give_the_portable_bits() {
             .iter()
             .map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false))
             .collect();
-        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1] {
+        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1] {
             for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
                 let w = tensor(ty, n_out, n_in, &mut rng);
                 let cw = CpuWeight::new(&backends[0], &w).unwrap();
@@ -535,8 +535,6 @@ fn packed_matrices_give_the_portable_bits() {
         let exact = HostBackend::with_isa(1, isa).unwrap();
         assert!(CpuWeight::new(&exact, &tensor(WeightType::Q8_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
         assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q6_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
-        // Q5_1 is a block-sum format that the group kernels do not take: its rows as stored.
-        assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q5_1, 32, 256, &mut rng)).unwrap().prepared.is_none());
         assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q5_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
     }
 }

@@ -429,11 +429,11 @@ impl Kernels for HostBackend {
         BLOCK_SUMS.set(sums);
     }
 
-    /// At `fast` on the VNNI kernels, the matrices of 16 rows or more of the formats the group
-    /// kernels take (`packed::packs`) are packed (packed/), once per tensor.
+    /// At `fast` on the VNNI kernels, the block-sum formats' matrices of 16 rows or more are
+    /// packed (packed/), once per tensor.
     fn prepare(&self, w: &WeightTensor) -> Result<Option<Prepared>> {
         let Some(lanes) = self.packs() else { return Ok(None) };
-        if !packed::packs(w.ty) {
+        if !int8::sums_per_block(w.ty) {
             return Ok(None);
         }
         let key = (w.bytes().as_ptr() as usize, w.bytes().len());

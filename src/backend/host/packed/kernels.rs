@@ -2,11 +2,11 @@
 //! each a `group` over one group's blocks against a few activation rows, reading the quants
 //! from the interleaved copy or from the stored rows, and the `rows` / `run` around it.
 
-use super::{block_bytes, chunk_bytes, QK, Q4_1};
+use super::{block_bytes, chunk_bytes, has_min, QK};
 
 /// The reads of a kernel's `group` over `nb` blocks: the side table (`st` bytes a block), the
 /// quants (`FULL`: the group's interleaved copy; else its L stored rows of `rb` bytes), and RX
-/// activation rows (values, scales, sums for Q4_1, corrections), checked once so that its loop
+/// activation rows (values, scales, sums for the formats with a min, corrections), checked once so that its loop
 /// needs no checks.
 #[allow(clippy::type_complexity)]
 #[inline(always)]
@@ -23,7 +23,7 @@ fn check_rows<const F: u8, const RX: usize, const FULL: bool>(
         assert!(rb >= nb * block_bytes(F) && quants.len() >= l * rb);
     }
     for r in 0..RX {
-        assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (F != Q4_1 || xs[r].len() >= nb));
+        assert!(xq[r].len() >= nb * QK && xd[r].len() >= nb && cb[r].len() >= nb && (!has_min(F) || xs[r].len() >= nb));
     }
 }
 
@@ -186,6 +186,7 @@ macro_rules! rows_and_run {
                     Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out, stride),
                     Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out, stride),
                     Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
+                    Q5_1 => run_format::<Q5_1>(p, g0, g1, x, n_in, m, out, stride),
                     _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
                 }
             }
@@ -196,7 +197,7 @@ macro_rules! rows_and_run {
 pub(super) mod vnni {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, format, quants_at, stride, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, format, has_masks, has_min, masks_at, quants_at, stride, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
@@ -303,7 +304,7 @@ pub(super) mod vnni {
                 prefetch_block::<F, FULL>(qp, GROUP, rb, b);
                 let base = sp.add(b * st);
                 let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
-                let wm = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
+                let wm = if has_min(F) { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
                 let chunk = |k: usize| _mm512_loadu_si512(qp.add(b * cs + 64 * k).cast());
                 let q = qp.add(b * bb + quants_at(F));
                 let mut wv = [_mm512_setzero_si512(); 8];
@@ -326,8 +327,8 @@ pub(super) mod vnni {
                         wv[k] = _mm512_and_si512(c, m4);
                         wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(c), m4);
                     }
-                    if F == Q5_0 {
-                        let masks = base.add(2 * GROUP).cast::<u64>();
+                    if has_masks(F) {
+                        let masks = base.add(masks_at(F, GROUP)).cast::<u64>();
                         let bit = _mm512_set1_epi8(0x10);
                         for k in 0..4 {
                             let (lo, hi) = (masks.add(2 * k).read_unaligned(), masks.add(2 * k + 1).read_unaligned());
@@ -350,7 +351,7 @@ pub(super) mod vnni {
                     }
                     let t = _mm512_mul_ps(ws, _mm512_set1_ps(*xd[r].get_unchecked(b)));
                     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), t, acc[r]);
-                    if F == Q4_1 {
+                    if has_min(F) {
                         acc[r] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
                     }
                 }
@@ -376,7 +377,7 @@ pub(super) mod vnni {
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, format, quants_at, stride, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, format, has_masks, has_min, masks_at, quants_at, stride, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
@@ -480,7 +481,7 @@ pub(super) mod avx2 {
                 prefetch_block::<F, FULL>(qp, L, rb, b);
                 let base = sp.add(b * st);
                 let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
-                let wm = if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
+                let wm = if has_min(F) { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
                 let chunk = |k: usize| _mm256_loadu_si256(qp.add(b * cs + 32 * k).cast());
                 let q = qp.add(b * bb + quants_at(F));
                 // Q8_0: the signed quants (for their signs) and their magnitudes.
@@ -498,10 +499,10 @@ pub(super) mod avx2 {
                         wv[k] = _mm256_and_si256(c, m4);
                         wv[k + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(c), m4);
                     }
-                    if F == Q5_0 {
+                    if has_masks(F) {
                         // Mask i's 32 bits, bit 4r + j for byte 4r + j: each byte picks its
                         // mask byte, tests its bit, and gains 16 where it is set.
-                        let masks = base.add(2 * L).cast::<u32>();
+                        let masks = base.add(masks_at(F, L)).cast::<u32>();
                         let spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
                         let bits = _mm256_set1_epi64x(BIT_OF_BYTE);
                         let sixteen = _mm256_set1_epi8(0x10);
@@ -540,7 +541,7 @@ pub(super) mod avx2 {
                     };
                     let t = _mm256_mul_ps(ws, _mm256_set1_ps(*xd[r].get_unchecked(b)));
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[r]);
-                    if F == Q4_1 {
+                    if has_min(F) {
                         acc[r] = _mm256_fmadd_ps(wm, _mm256_set1_ps(*xs[r].get_unchecked(b)), acc[r]);
                     }
                 }

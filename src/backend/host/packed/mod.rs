@@ -1,9 +1,9 @@
-//! Matrices of four of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1: `packs`; int8.rs's `sums_per_block`) run
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: int8.rs's `sums_per_block`) run
 //! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
 //! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
-//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's `acc =
-//! fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
+//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's and
+//! Q5_1's `acc = fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
 //! end. The bits are int8.rs's block-sum arithmetic, as every other kernel path gives them
 //! (tests/host_int8.rs).
 //!
@@ -19,7 +19,7 @@
 //!   taken up by the kernels a piece at a time as it is written: group g's block b is those
 //!   registers as they are loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r
 //!   (Q8_0: eight chunks, for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand,
-//!   the activations' `cb` taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1: four
+//!   the activations' `cb` taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1, Q5_1: four
 //!   chunks of the stored nibble bytes). Once a piece of the copy is written, the mapped pages
 //!   it came from are handed back (`WeightTensor::release_pages`), so that the process holds
 //!   one copy, and embedding rows are read from the copy.
@@ -34,10 +34,11 @@
 //! into a side table (`Packed::side_table`: after the open, by the writer thread before any
 //! copy, or by the first pass that needs it): rows are taken L at a time (a group); the rows after
 //! the last whole group take the row-order kernels. Group g's block b is `stride` bytes of the
-//! table: the L rows' f16 scales as stored; for Q4_1 then their f16 mins; for Q5_0 then the
-//! fifth bits as eight masks of 4L bits, two per register of nibbles (its low and its high
-//! elements), bit 4r+i standing for row r's element i of the register. The table is 2/34 of a
-//! Q8_0 matrix's bytes, 2/18 of Q4_0's, 4/20 of Q4_1's and 6/22 of Q5_0's.
+//! table: the L rows' f16 scales as stored; for Q4_1 and Q5_1 then their f16 mins; for Q5_0 and
+//! Q5_1 then the fifth bits as eight masks of 4L bits, two per register of nibbles (its low and
+//! its high elements), bit 4r+i standing for row r's element i of the register. The table is
+//! 2/34 of a Q8_0 matrix's bytes, 2/18 of Q4_0's, 4/20 of Q4_1's, 6/22 of Q5_0's and 8/24 of
+//! Q5_1's.
 //!
 //! # Memory
 //!
@@ -46,6 +47,7 @@
 //! one zeroed 4 KiB page) per 4 KiB. A region is address space until written, so its unused
 //! end costs no memory.
 
+use super::int8::sums_per_block;
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
 use crate::quant::{dequantize_row, WeightType, QK};
@@ -180,13 +182,35 @@ const Q8_0: u8 = 0;
 const Q4_0: u8 = 1;
 const Q5_0: u8 = 2;
 const Q4_1: u8 = 3;
+const Q5_1: u8 = 4;
 
-/// Bytes of one group block's headers for a group of `l` rows: the scales, then Q4_1's mins or
-/// Q5_0's masks.
+/// Whether format `f` has a min per block (Q4_1, Q5_1: the side table's mins after the scales).
+const fn has_min(f: u8) -> bool {
+    f == Q4_1 || f == Q5_1
+}
+
+/// Whether format `f` has fifth bits (Q5_0, Q5_1: the side table's masks).
+const fn has_masks(f: u8) -> bool {
+    f == Q5_0 || f == Q5_1
+}
+
+/// Where the masks start in a group block's headers for a group of `l` rows: after the scales,
+/// and Q5_1's mins.
+const fn masks_at(f: u8, l: usize) -> usize {
+    if f == Q5_1 {
+        4 * l
+    } else {
+        2 * l
+    }
+}
+
+/// Bytes of one group block's headers for a group of `l` rows: the scales, then Q4_1's mins,
+/// Q5_0's masks, or Q5_1's mins and masks.
 const fn stride(f: u8, l: usize) -> usize {
     match f {
         Q8_0 | Q4_0 => 2 * l,
         Q5_0 => 2 * l + 8 * l / 2,
+        Q5_1 => 4 * l + 8 * l / 2,
         _ => 4 * l,
     }
 }
@@ -207,6 +231,7 @@ const fn block_bytes(f: u8) -> usize {
         Q8_0 => 34,
         Q4_0 => 18,
         Q5_0 => 22,
+        Q5_1 => 24,
         _ => 20,
     }
 }
@@ -216,15 +241,9 @@ const fn quants_at(f: u8) -> usize {
     match f {
         Q8_0 | Q4_0 => 2,
         Q5_0 => 6,
+        Q5_1 => 8,
         _ => 4,
     }
-}
-
-/// Whether the group kernels take matrices of `ty`: Q8_0, Q4_0, Q5_0 and Q4_1. Q5_1, a
-/// block-sum format as well, is not laid out for them: its matrices take the block-sum kernels
-/// over their stored rows (avx2_int8.rs's `summed_tile`), the same arithmetic.
-pub fn packs(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1)
 }
 
 fn format(ty: WeightType) -> u8 {
@@ -232,6 +251,7 @@ fn format(ty: WeightType) -> u8 {
         WeightType::Q8_0 => Q8_0,
         WeightType::Q4_0 => Q4_0,
         WeightType::Q5_0 => Q5_0,
+        WeightType::Q5_1 => Q5_1,
         _ => Q4_1,
     }
 }
@@ -244,10 +264,12 @@ macro_rules! by_format {
             (Q8_0, true) => $f::<Q8_0, GROUP, 34, { $size(Q8_0, GROUP) }>($($arg),*),
             (Q4_0, true) => $f::<Q4_0, GROUP, 18, { $size(Q4_0, GROUP) }>($($arg),*),
             (Q5_0, true) => $f::<Q5_0, GROUP, 22, { $size(Q5_0, GROUP) }>($($arg),*),
+            (Q5_1, true) => $f::<Q5_1, GROUP, 24, { $size(Q5_1, GROUP) }>($($arg),*),
             (_, true) => $f::<Q4_1, GROUP, 20, { $size(Q4_1, GROUP) }>($($arg),*),
             (Q8_0, false) => $f::<Q8_0, GROUP_AVX2, 34, { $size(Q8_0, GROUP_AVX2) }>($($arg),*),
             (Q4_0, false) => $f::<Q4_0, GROUP_AVX2, 18, { $size(Q4_0, GROUP_AVX2) }>($($arg),*),
             (Q5_0, false) => $f::<Q5_0, GROUP_AVX2, 22, { $size(Q5_0, GROUP_AVX2) }>($($arg),*),
+            (Q5_1, false) => $f::<Q5_1, GROUP_AVX2, 24, { $size(Q5_1, GROUP_AVX2) }>($($arg),*),
             (_, false) => $f::<Q4_1, GROUP_AVX2, 20, { $size(Q4_1, GROUP_AVX2) }>($($arg),*),
         }
     };
@@ -258,16 +280,18 @@ macro_rules! by_format {
 #[inline(always)]
 fn side_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk: &[u8; BB], r: usize, d: &mut [u8; ST]) {
     d[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-    if F == Q4_1 {
+    if has_min(F) {
         d[2 * L + 2 * r..2 * L + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
-    if F == Q5_0 {
-        // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
-        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let shift = 4 * (r % 2);
+    if has_masks(F) {
+        // Row r's four bits of each mask are one nibble of the mask's byte r / 2; qh follows
+        // the scale (and Q5_1's min).
+        let at = if F == Q5_1 { 4 } else { 2 };
+        let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+        let (shift, masks) = (4 * (r % 2), masks_at(F, L));
         for k in 0..4 {
             for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                d[2 * L + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
+                d[masks + L / 2 * (2 * k + half) + r / 2] |= (((qh >> first) & 0xF) as u8) << shift;
             }
         }
     }
@@ -302,12 +326,12 @@ fn interleave_group<const F: u8, const L: usize, const BB: usize, const CS: usiz
 
 impl Packed {
     /// `w` for the group kernels in groups of `lanes` rows (GROUP for the VNNI kernels,
-    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not one of theirs (`packs`) or
-    /// it has fewer rows. Nothing is read or written yet: the side table is built by `side_table`.
+    /// GROUP_AVX2 for the AVX2 ones), or None when its format is not a block-sum one or it has
+    /// fewer rows. Nothing is read or written yet: the side table is built by `side_table`.
     pub fn new(w: &WeightTensor, lanes: usize) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
-        if !packs(ty) || w.rows() < lanes || w.cols() < QK {
+        if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
             return None;
         }
         Some(Packed {
@@ -634,18 +658,19 @@ impl Packed {
                     blk[qs + 4 * k + i] = q[c * k + 4 * r + i] ^ flip;
                 }
             }
-            if f == Q4_1 {
+            if has_min(f) {
                 blk[2..4].copy_from_slice(&d[2 * l + 2 * r..2 * l + 2 * r + 2]);
             }
-            if f == Q5_0 {
+            if has_masks(f) {
                 let mut qh = 0u32;
                 for k in 0..4 {
                     for (half, first) in [(0, 4 * k), (1, 16 + 4 * k)] {
-                        let m = d[2 * l + l / 2 * (2 * k + half) + r / 2];
+                        let m = d[masks_at(f, l) + l / 2 * (2 * k + half) + r / 2];
                         qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
                     }
                 }
-                blk[2..6].copy_from_slice(&qh.to_le_bytes());
+                let at = if f == Q5_1 { 4 } else { 2 };
+                blk[at..at + 4].copy_from_slice(&qh.to_le_bytes());
             }
         }
         true
