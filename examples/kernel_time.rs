@@ -5,10 +5,11 @@
 //! For each block format, a matrix of KT_MIB MiB (default 64; Gemma3's output matrix is 180)
 //! and a few activation row counts (1: decode; 9: a verify of 8 drafted rows; 64: prefill, on
 //! an eighth of the rows), prints the best of 5 runs in ns per weight row per activation row. ISA is
-//! portable, avx2, vnni or neon (default: the CPU's best); with vnni, Q8_0, Q4_0, Q5_0 and Q4_1
-//! are also timed through the group kernels (host/packed/) as the host backend runs them, over
-//! the stored rows and over the interleaved copy. A tool for comparing kernel changes
-//! on one machine; the model-level numbers come from examples/bench.rs.
+//! portable, avx2, vnni or neon (default: the CPU's best); with vnni or avx2, the block-sum
+//! formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) are also timed through the group kernels
+//! (host/packed/) as the host backend runs them, over the stored rows and over the interleaved
+//! copy. A tool for comparing kernel changes on one machine; the model-level numbers come from
+//! examples/bench.rs.
 
 use std::time::Instant;
 
@@ -33,7 +34,16 @@ fn main() {
     };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || packlm::sample::next_u64(&mut seed);
-    let types = [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1, WeightType::Q5_0, WeightType::Q4_K, WeightType::Q6_K];
+    let types = [
+        WeightType::Q8_0,
+        WeightType::Q4_0,
+        WeightType::Q4_1,
+        WeightType::Q5_0,
+        WeightType::Q5_1,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+    ];
     for ty in types {
         let n_in = if ty.block_elems() == 256 { 768 } else { 640 };
         let row_bytes = ty.row_bytes(n_in).expect("a block format");
@@ -44,7 +54,7 @@ fn main() {
         for b in w.chunks_exact_mut(bb) {
             let at = if ty == WeightType::Q6_K { bb - 2 } else { 0 };
             b[at + 1] = 0x20 | (b[at + 1] & 0x07);
-            if matches!(ty, WeightType::Q4_1 | WeightType::Q4_K) {
+            if matches!(ty, WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K) {
                 b[3] = 0x20 | (b[3] & 0x07);
             }
         }
