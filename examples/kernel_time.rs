@@ -34,16 +34,7 @@ fn main() {
     };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || packlm::sample::next_u64(&mut seed);
-    let types = [
-        WeightType::Q8_0,
-        WeightType::Q4_0,
-        WeightType::Q4_1,
-        WeightType::Q5_0,
-        WeightType::Q5_1,
-        WeightType::Q4_K,
-        WeightType::Q5_K,
-        WeightType::Q6_K,
-    ];
+    let types = WeightType::ALL.into_iter().filter(|t| t.is_quantized());
     for ty in types {
         let n_in = if ty.block_elems() == 256 { 768 } else { 640 };
         let row_bytes = ty.row_bytes(n_in).expect("a block format");

@@ -26,16 +26,10 @@ use packlm::backend::host::HostBackend;
 use packlm::backend::Precision;
 use packlm::quant::{dequantize_row, WeightType};
 
-const BLOCK_TYPES: [WeightType; 8] = [
-    WeightType::Q8_0,
-    WeightType::Q4_0,
-    WeightType::Q4_1,
-    WeightType::Q5_0,
-    WeightType::Q5_1,
-    WeightType::Q4_K,
-    WeightType::Q5_K,
-    WeightType::Q6_K,
-];
+/// The block formats.
+fn block_types() -> impl Iterator<Item = WeightType> {
+    WeightType::ALL.into_iter().filter(|t| t.is_quantized())
+}
 
 /// Every implementation this CPU runs, of those its architecture has.
 fn isas() -> Vec<Int8Isa> {
@@ -167,7 +161,7 @@ fn lengths(ty: WeightType) -> Vec<usize> {
 #[test]
 fn every_implementation_gives_the_portable_bits() {
     let mut rng = Rng(3);
-    for ty in BLOCK_TYPES {
+    for ty in block_types() {
         for n in lengths(ty) {
             let n_out = 7;
             let w: Vec<u8> = (0..n_out).flat_map(|_| random_row(&mut rng, ty, n)).collect();
@@ -215,7 +209,7 @@ fn oracle(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32]) -> (f64, f64) {
 fn the_portable_kernel_is_within_the_bound_of_the_dequantized_sum() {
     let mut rng = Rng(7);
     let mut worst = 0.0f64;
-    for ty in BLOCK_TYPES {
+    for ty in block_types() {
         for n in lengths(ty) {
             for _ in 0..40 {
                 let w = random_row(&mut rng, ty, n);
@@ -312,7 +306,7 @@ fn fast_matmul_bits_do_not_depend_on_batch_or_threads() {
     for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()) {
         let backends: Vec<HostBackend> =
             [1, 2, 3].iter().map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast)).collect();
-        for ty in BLOCK_TYPES {
+        for ty in block_types() {
             let n_in = if ty.block_elems() == 256 { 512 } else { 96 * 3 };
             for n_out in [5, 300] {
                 let w = tensor(ty, n_out, n_in, &mut rng);

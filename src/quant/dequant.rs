@@ -164,37 +164,25 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// 64-element group takes the low nibbles of 32 bytes, then their high nibbles;
 /// y = (d * sc) * nibble - (dmin * m).
 fn row_q4_k(src: &[u8], dst: &mut [f32]) {
-    const BB: usize = 4 + 12 + QK_K / 2;
-    for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK_K)) {
-        let d = f16_at(b, 0);
-        let dmin = f16_at(b, 2);
-        let scales = &b[4..16];
-        let qs = &b[16..BB];
-        for (g, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-            let (sc1, m1) = scale_min_k4(2 * g, scales);
-            let (sc2, m2) = scale_min_k4(2 * g + 1, scales);
-            let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
-            let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
-            let (lo, hi) = y.split_at_mut(32);
-            for l in 0..32 {
-                lo[l] = d1 * (q[l] & 0x0F) as f32 - m1;
-                hi[l] = d2 * (q[l] >> 4) as f32 - m2;
-            }
-        }
-    }
+    row_k4::<{ 4 + 12 + QK_K / 2 }, 16, false>(src, dst)
 }
 
 /// block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }: Q4_K's layout with a
 /// fifth bit per element: in 64-element group g, element l (< 32) takes bit 2g of qh[l] and
 /// element 32 + l bit 2g + 1; y = (d * sc) * value - (dmin * m) (ggml `dequantize_row_q5_K`).
 fn row_q5_k(src: &[u8], dst: &mut [f32]) {
-    const BB: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
+    row_k4::<{ 4 + 12 + QK_K / 8 + QK_K / 2 }, 48, true>(src, dst)
+}
+
+/// Q4_K and Q5_K: super-blocks of BB bytes, the nibbles from QS; with HIGH the fifth bits from
+/// the 32 bytes at 16.
+fn row_k4<const BB: usize, const QS: usize, const HIGH: bool>(src: &[u8], dst: &mut [f32]) {
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK_K)) {
         let d = f16_at(b, 0);
         let dmin = f16_at(b, 2);
         let scales = &b[4..16];
-        let qh = &b[16..48];
-        let qs = &b[48..BB];
+        let qh = &b[16..QS];
+        let qs = &b[QS..BB];
         for (g, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = scale_min_k4(2 * g, scales);
             let (sc2, m2) = scale_min_k4(2 * g + 1, scales);
@@ -202,8 +190,7 @@ fn row_q5_k(src: &[u8], dst: &mut [f32]) {
             let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
             let (lo, hi) = y.split_at_mut(32);
             for l in 0..32 {
-                let h1 = ((qh[l] >> (2 * g)) & 1) << 4;
-                let h2 = ((qh[l] >> (2 * g + 1)) & 1) << 4;
+                let (h1, h2) = if HIGH { (((qh[l] >> (2 * g)) & 1) << 4, ((qh[l] >> (2 * g + 1)) & 1) << 4) } else { (0, 0) };
                 lo[l] = d1 * ((q[l] & 0x0F) | h1) as f32 - m1;
                 hi[l] = d2 * ((q[l] >> 4) | h2) as f32 - m2;
             }

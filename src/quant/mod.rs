@@ -40,6 +40,21 @@ pub const QK_K: usize = 256;
 pub const QK: usize = 32;
 
 impl WeightType {
+    /// Every type: the floats, then the block formats.
+    pub const ALL: [WeightType; 11] = [
+        WeightType::F32,
+        WeightType::F16,
+        WeightType::BF16,
+        WeightType::Q8_0,
+        WeightType::Q4_0,
+        WeightType::Q4_1,
+        WeightType::Q5_0,
+        WeightType::Q5_1,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+    ];
+
     /// The type for a ggml type id (ggml.h `enum ggml_type`), or None for ids we do not implement.
     pub fn from_ggml_type(id: u32) -> Option<WeightType> {
         // Ids from ggml.h: GGML_TYPE_F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7,

@@ -8,19 +8,7 @@ use packlm::quant::WeightType;
 
 use super::Rng;
 
-pub const ALL: [WeightType; 11] = [
-    WeightType::F32,
-    WeightType::F16,
-    WeightType::BF16,
-    WeightType::Q8_0,
-    WeightType::Q4_0,
-    WeightType::Q4_1,
-    WeightType::Q5_0,
-    WeightType::Q5_1,
-    WeightType::Q4_K,
-    WeightType::Q5_K,
-    WeightType::Q6_K,
-];
+pub const ALL: [WeightType; 11] = WeightType::ALL;
 
 pub fn put_f16(b: &mut [u8], at: usize, v: f32) {
     b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());

@@ -208,17 +208,6 @@ fn bytes_at<const N: usize>(b: &[u8; N], at: usize) -> __m256i {
     bytes32(s)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
-    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q4_K_BYTES>(b));
-    let v = bytes_at(b, 16 + (k / 2) * 32);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let q = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
-    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q4_K_BYTES>(b)));
-    (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
-}
-
 /// Bytes with 0x10 where bit k (0..8) of the byte of `qh` is set: Q5_K's fifth bits of block k.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -227,15 +216,17 @@ fn fifth_bits(qh: __m256i, k: usize) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), _mm256_set1_epi8(0x10))
 }
 
+/// Block k of a Q4_K or Q5_K super-block (BB bytes, nibbles from QS; with HIGH, Q5_K, the fifth
+/// bits from the 32 bytes at 16).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn q5_k(b: &[u8; Q5_K_BYTES], k: usize) -> Decoded {
-    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q5_K_BYTES>(b));
-    let v = bytes_at(b, 48 + (k / 2) * 32);
+fn k4<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize) -> Decoded {
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, BB>(b));
+    let v = bytes_at(b, QS + (k / 2) * 32);
     let m4 = _mm256_set1_epi8(0x0F);
-    let lo = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
-    let q = _mm256_or_si256(lo, fifth_bits(bytes_at(b, 16), k));
-    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, Q5_K_BYTES>(b)), f16_scalar(sub::<_, 2, 2, Q5_K_BYTES>(b)));
+    let q = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
+    let q = if HIGH { _mm256_or_si256(q, fifth_bits(bytes_at(b, 16), k)) } else { q };
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(b)), f16_scalar(sub::<_, 2, 2, BB>(b)));
     (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
 }
 
@@ -416,15 +407,15 @@ summed_entries! {
 }
 
 macro_rules! entries {
-    ($($name:ident, $vnni:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
+    ($($name:ident, $vnni:ident, $decode:expr, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub fn $name(t: QTile) {
-            tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| $decode(b, k), |a, x| sums_maddubs(a, x))
+            tile::<{ $bb }, { $subs }, $min, R_AVX2>(t, |b, k| ($decode)(b, k), |a, x| sums_maddubs(a, x))
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
         pub fn $vnni(t: QTile) {
-            tile_512::<{ $bb }, { $subs }, $min>(t, |b, k| $decode(b, k), $pair, |b| $prep(b))
+            tile_512::<{ $bb }, { $subs }, $min>(t, |b, k| ($decode)(b, k), $pair, |b| $prep(b))
         }
     )*};
 }
@@ -432,8 +423,8 @@ macro_rules! entries {
 // The K formats decode a pair of blocks from one super-block with the scales their `prep`
 // unpacked once (the 32-element formats take the block-sum kernels above).
 entries! {
-    q4_k_maddubs, q4_k_vnni, q4_k, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| q4_k_pair(b0, k, pre), prep_k4;
-    q5_k_maddubs, q5_k_vnni, q5_k, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| q5_k_pair(b0, k, pre), prep_k4;
+    q4_k_maddubs, q4_k_vnni, k4::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q4_K_BYTES, 16, false>(b0, k, pre), prep_k4;
+    q5_k_maddubs, q5_k_vnni, k4::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q5_K_BYTES, 48, true>(b0, k, pre), prep_k4;
     q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }
 
@@ -445,31 +436,21 @@ type Pair = (__m512i, __m512, [f32; 2]);
 /// mins (Q4_K: 8), made once for its four pairs; unused by the other formats.
 type Prep = (__m512, [f32; 8]);
 
-/// Q4_K's blocks k and k + 1 (k even) at once: the low and high nibbles of the same 32 bytes,
-/// the scales and mins from the super-block's `prep_k4`; each value as `q4_k` gives it.
+/// A Q4_K or Q5_K super-block's blocks k and k + 1 (k even) at once: the low and high nibbles
+/// of the same 32 bytes (with HIGH, Q5_K, the fifth bits k and k + 1 of the qh bytes), the
+/// scales and mins from the super-block's `prep_k4`; each value as `k4` gives it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
-fn q4_k_pair(b: &[u8; Q4_K_BYTES], k: usize, pre: &Prep) -> Pair {
+fn k4_pair<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize, pre: &Prep) -> Pair {
     debug_assert!(k.is_multiple_of(2));
-    let v = bytes_at(b, 16 + (k / 2) * 32);
+    let v = bytes_at(b, QS + (k / 2) * 32);
     let m4 = _mm256_set1_epi8(0x0F);
-    let (lo, hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+    let (mut lo, mut hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+    if HIGH {
+        let qh = bytes_at(b, 16);
+        (lo, hi) = (_mm256_or_si256(lo, fifth_bits(qh, k)), _mm256_or_si256(hi, fifth_bits(qh, k + 1)));
+    }
     // Lanes 0..8 take block k's scale, 8..16 block k + 1's.
-    let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    let ws = _mm512_permutexvar_ps(idx, pre.0);
-    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])
-}
-
-/// Q5_K's blocks k and k + 1 (k even): `q4_k_pair` with the fifth bits k and k + 1 of the
-/// super-block's qh bytes; each value as `q5_k` gives it.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-#[inline]
-fn q5_k_pair(b: &[u8; Q5_K_BYTES], k: usize, pre: &Prep) -> Pair {
-    debug_assert!(k.is_multiple_of(2));
-    let (v, qh) = (bytes_at(b, 48 + (k / 2) * 32), bytes_at(b, 16));
-    let m4 = _mm256_set1_epi8(0x0F);
-    let lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth_bits(qh, k));
-    let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), fifth_bits(qh, k + 1));
     let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
     let ws = _mm512_permutexvar_ps(idx, pre.0);
     (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])

@@ -86,48 +86,27 @@ fn q5_k_row<const R: usize>(w: &[u8], xs: [&[f32]; R], sums: [&[f32]; R]) -> [f3
     k4_row::<Q5_K_BYTES, 48, true, R>(w, xs, sums)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q4_k(t: Tile) {
-    each_row::<4, 2>(
-        t,
-        |w, x, s| q4_k_row::<4>(w, x, s),
-        |w, x, s| q4_k_row::<2>(w, x, s),
-        |w, x, s| q4_k_row::<1>(w, x, s),
-    )
+/// A K4 format's entries: `$name` for AVX2 (4 activation rows per decoded weight row), `$wide`
+/// with AVX-512's 32 registers (avx2.rs's `legacy_entry` says why the bits are the same): 6
+/// rows (8 spill: the two scalar min chains per row also take registers; for Q4_K 8 timed
+/// slower than 4, 6 faster).
+macro_rules! k4_entries {
+    ($($name:ident, $wide:ident, $row:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub fn $name(t: Tile) {
+            each_row::<4, 2>(t, |w, x, s| $row::<4>(w, x, s), |w, x, s| $row::<2>(w, x, s), |w, x, s| $row::<1>(w, x, s))
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+        pub fn $wide(t: Tile) {
+            each_row::<6, 4>(t, |w, x, s| $row::<6>(w, x, s), |w, x, s| $row::<4>(w, x, s), |w, x, s| $row::<1>(w, x, s))
+        }
+    )*};
 }
 
-/// `q4_k` with AVX-512's 32 registers (avx2.rs's `legacy_entry` says why the bits are the same):
-/// 6 activation rows per decoded weight row (8 spill: the two scalar min chains per row also
-/// take registers; 8 timed slower than 4, 6 faster).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-pub fn q4_k_wide(t: Tile) {
-    each_row::<6, 4>(
-        t,
-        |w, x, s| q4_k_row::<6>(w, x, s),
-        |w, x, s| q4_k_row::<4>(w, x, s),
-        |w, x, s| q4_k_row::<1>(w, x, s),
-    )
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn q5_k(t: Tile) {
-    each_row::<4, 2>(
-        t,
-        |w, x, s| q5_k_row::<4>(w, x, s),
-        |w, x, s| q5_k_row::<2>(w, x, s),
-        |w, x, s| q5_k_row::<1>(w, x, s),
-    )
-}
-
-/// `q5_k` with AVX-512's registers, Q4_K's row counts.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-pub fn q5_k_wide(t: Tile) {
-    each_row::<6, 4>(
-        t,
-        |w, x, s| q5_k_row::<6>(w, x, s),
-        |w, x, s| q5_k_row::<4>(w, x, s),
-        |w, x, s| q5_k_row::<1>(w, x, s),
-    )
+k4_entries! {
+    q4_k, q4_k_wide, q4_k_row;
+    q5_k, q5_k_wide, q5_k_row;
 }
 
 /// One Q6_K weight row against R activation rows. Group g (16 elements, one scale) goes to

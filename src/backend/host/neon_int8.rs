@@ -286,30 +286,20 @@ fn bytes_at<const N: usize>(b: &[u8; N], at: usize) -> [uint8x16_t; 2] {
     [load_u8(sub::<_, 0, 16, 32>(s)), load_u8(sub::<_, 16, 16, 32>(s))]
 }
 
+/// Block k of a Q4_K or Q5_K super-block (BB bytes): 64-element group k / 2 of the nibbles
+/// from QS, low nibbles for even k; with HIGH (Q5_K), bit k of qh byte l (the 32 bytes at 16)
+/// as element l's fifth bit (as int8.rs's `decode`).
 #[target_feature(enable = "neon")]
 #[inline]
-fn q4_k(b: &[u8; Q4_K_BYTES], k: usize) -> Decoded {
-    // Sub-block k: 64-element group k / 2, low nibbles for even k (as int8.rs's `decode`).
-    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q4_K_BYTES>(b));
-    let v = bytes_at(b, 16 + (k / 2) * 32);
-    let q = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
-    let (d, dmin) = (f16(sub::<_, 0, 2, Q4_K_BYTES>(b)), f16(sub::<_, 2, 2, Q4_K_BYTES>(b)));
-    let s = d * sc as f32;
-    Decoded { q: minus(q, 0), scale: [s, s], min: -(dmin * m as f32) }
-}
-
-#[target_feature(enable = "neon")]
-#[inline]
-fn q5_k(b: &[u8; Q5_K_BYTES], k: usize) -> Decoded {
-    // Q4_K's sub-block k (nibbles from byte 48), with bit k of qh byte l as element l's fifth
-    // bit (as int8.rs's `decode`).
-    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, Q5_K_BYTES>(b));
-    let v = bytes_at(b, 48 + (k / 2) * 32);
-    let lo = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
-    let bit = vdupq_n_u8(1 << k);
-    let qh = bytes_at(b, 16);
-    let q: [uint8x16_t; 2] = std::array::from_fn(|h| vorrq_u8(lo[h], vandq_u8(vtstq_u8(qh[h], bit), vdupq_n_u8(0x10))));
-    let (d, dmin) = (f16(sub::<_, 0, 2, Q5_K_BYTES>(b)), f16(sub::<_, 2, 2, Q5_K_BYTES>(b)));
+fn k4<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize) -> Decoded {
+    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, BB>(b));
+    let v = bytes_at(b, QS + (k / 2) * 32);
+    let mut q = if k.is_multiple_of(2) { v.map(|v| vandq_u8(v, vdupq_n_u8(0x0F))) } else { v.map(|v| vshrq_n_u8::<4>(v)) };
+    if HIGH {
+        let (bit, qh) = (vdupq_n_u8(1 << k), bytes_at(b, 16));
+        q = std::array::from_fn(|h| vorrq_u8(q[h], vandq_u8(vtstq_u8(qh[h], bit), vdupq_n_u8(0x10))));
+    }
+    let (d, dmin) = (f16(sub::<_, 0, 2, BB>(b)), f16(sub::<_, 2, 2, BB>(b)));
     let s = d * sc as f32;
     Decoded { q: minus(q, 0), scale: [s, s], min: -(dmin * m as f32) }
 }
@@ -356,16 +346,16 @@ summed_entries! {
 }
 
 macro_rules! entries {
-    ($($name:ident, $decode:ident, $bb:expr, $subs:expr, $min:expr;)*) => {$(
+    ($($name:ident, $decode:expr, $bb:expr, $subs:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "neon")]
         pub fn $name(t: QTile) {
-            tile::<{ $bb }, { $subs }, $min, false, R>(t, |b, k| $decode(b, k))
+            tile::<{ $bb }, { $subs }, $min, false, R>(t, |b, k| ($decode)(b, k))
         }
     )*};
 }
 
 entries! {
-    q4_k_neon, q4_k, Q4_K_BYTES, 8, true;
-    q5_k_neon, q5_k, Q5_K_BYTES, 8, true;
+    q4_k_neon, k4::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true;
+    q5_k_neon, k4::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true;
     q6_k_neon, q6_k, Q6_K_BYTES, 8, false;
 }

@@ -103,16 +103,11 @@ fn load_q5_1(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
     }
 }
 
-// Q4_K: the whole 144-byte super-block (36 words): d, dmin, 12 bytes of 6-bit scales and
-// mins, 128 bytes of nibbles. Unit s of the super-block: group s / 2, low (even s) or high
-// nibbles; y = (d * sc) * nibble - (dmin * m).
-fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
-    let g = r * (p.b.w / 8u) + u / 8u;
-    let s = u % 8u;
-    let base = g * 36u;
+// Unit s's scale d * sc (x) and min dmin * m (y) of the Q4_K or Q5_K super-block at word base:
+// d and dmin in its first word, then the 12 bytes of 6-bit scales and mins (ggml-quants.c
+// get_scale_min_k4).
+fn w_k4_scale_min(base: u32, s: u32) -> vec2<f32> {
     let dd = w[base];
-    let d = half_to_f32(dd & 0xffffu);
-    let dmin = half_to_f32(dd >> 16u);
     let sb = base + 1u;
     var sc: u32;
     var mn: u32;
@@ -123,8 +118,19 @@ fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
         sc = (w_byte(sb, s + 4u) & 15u) | ((w_byte(sb, s - 4u) >> 6u) << 4u);
         mn = (w_byte(sb, s + 4u) >> 4u) | ((w_byte(sb, s) >> 6u) << 4u);
     }
-    let d1 = d * f32(sc);
-    let m1 = dmin * f32(mn);
+    return vec2<f32>(half_to_f32(dd & 0xffffu) * f32(sc), half_to_f32(dd >> 16u) * f32(mn));
+}
+
+// Q4_K: the whole 144-byte super-block (36 words): d, dmin, 12 bytes of 6-bit scales and
+// mins, 128 bytes of nibbles. Unit s of the super-block: group s / 2, low (even s) or high
+// nibbles; y = (d * sc) * nibble - (dmin * m).
+fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * (p.b.w / 8u) + u / 8u;
+    let s = u % 8u;
+    let base = g * 36u;
+    let dm = w_k4_scale_min(base, s);
+    let d1 = dm.x;
+    let m1 = dm.y;
     let qb = base + 4u;
     let shift = (s & 1u) * 4u;
     for (var l = 0u; l < 32u; l++) {
@@ -160,21 +166,9 @@ fn load_q5_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
     let g = r * (p.b.w / 8u) + u / 8u;
     let s = u % 8u;
     let base = g * 44u;
-    let dd = w[base];
-    let d = half_to_f32(dd & 0xffffu);
-    let dmin = half_to_f32(dd >> 16u);
-    let sb = base + 1u;
-    var sc: u32;
-    var mn: u32;
-    if (s < 4u) {
-        sc = w_byte(sb, s) & 63u;
-        mn = w_byte(sb, s + 4u) & 63u;
-    } else {
-        sc = (w_byte(sb, s + 4u) & 15u) | ((w_byte(sb, s - 4u) >> 6u) << 4u);
-        mn = (w_byte(sb, s + 4u) >> 4u) | ((w_byte(sb, s) >> 6u) << 4u);
-    }
-    let d1 = d * f32(sc);
-    let m1 = dmin * f32(mn);
+    let dm = w_k4_scale_min(base, s);
+    let d1 = dm.x;
+    let m1 = dm.y;
     let hb = base + 4u;
     let qb = base + 12u;
     let shift = (s & 1u) * 4u;
