@@ -432,8 +432,8 @@ entries! {
 /// the two mins.
 type Pair = (__m512i, __m512, [f32; 2]);
 
-/// A K-quant super-block's scales (Q4_K: 8, one per block; Q6_K: 16, one per half-block) and
-/// mins (Q4_K: 8), made once for its four pairs; unused by the other formats.
+/// A K-quant super-block's scales (Q4_K, Q5_K: 8, one per block; Q6_K: 16, one per half-block)
+/// and mins (Q4_K, Q5_K: 8), made once for its four pairs; unused by the other formats.
 type Prep = (__m512, [f32; 8]);
 
 /// A Q4_K or Q5_K super-block's blocks k and k + 1 (k even) at once: the low and high nibbles
