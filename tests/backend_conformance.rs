@@ -64,7 +64,7 @@ fn backends() -> Vec<(&'static str, Box<dyn Backend>)> {
     all
 }
 
-/// A `[rows, cols]` weight of random values in type `ty` (F32, F16 or Q8_0).
+/// A `[rows, cols]` weight of random values in type `ty` (F32, F16, Q8_0, Q5_1 or Q5_K).
 fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTensor {
     let bytes: Vec<u8> = match ty {
         WeightType::F32 => (0..rows * cols).flat_map(|_| rng.sym().to_le_bytes()).collect(),
@@ -76,6 +76,19 @@ fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTens
                 b
             })
             .collect(),
+        // Random bits with a small f16 scale and min (|w| stays under about 1): the formats with
+        // fifth bits and a min, 32-element blocks (Q5_1) and 256-element super-blocks (Q5_K).
+        WeightType::Q5_1 | WeightType::Q5_K => {
+            let (bb, d) = if ty == WeightType::Q5_1 { (24, 0.02) } else { (176, 0.0005) };
+            (0..rows * cols / ty.block_elems())
+                .flat_map(|_| {
+                    let mut b = f16::from_f32(rng.sym() * d).to_le_bytes().to_vec();
+                    b.extend(f16::from_f32(rng.sym() * d).to_le_bytes());
+                    b.extend((4..bb).map(|_| rng.next() as u8));
+                    b
+                })
+                .collect()
+        }
         other => panic!("no random weights of type {other:?} here"),
     };
     WeightTensor::new("w".into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes))).unwrap()
@@ -192,13 +205,21 @@ fn embedding_and_per_layer_combine_equal_the_reference() {
 }
 
 /// The host's dot products accumulate in f32 lanes, the reference's in f64: they differ by
-/// rounding only. Inputs are in [-1, 1) and at most 160 wide, so 1e-4 is ample.
+/// rounding only. Inputs are in [-1, 1), weights under about 1, rows at most 256 wide, so 1e-4
+/// is ample.
 const KERNEL_TOL: f32 = 1e-4;
 
 #[test]
 fn matmul_equals_the_reference_and_batched_equals_sequential() {
     let mut rng = Rng(13);
-    for (ty, n_out, n_in) in [(WeightType::F32, 19, 37), (WeightType::F16, 23, 53), (WeightType::Q8_0, 21, 160)] {
+    let cases = [
+        (WeightType::F32, 19, 37),
+        (WeightType::F16, 23, 53),
+        (WeightType::Q8_0, 21, 160),
+        (WeightType::Q5_1, 21, 160),
+        (WeightType::Q5_K, 21, 256),
+    ];
+    for (ty, n_out, n_in) in cases {
         let w = weight(ty, n_out, n_in, &mut rng);
         for (name, be) in backends() {
             let be = be.as_ref();
