@@ -109,6 +109,16 @@ fn row_q4_1(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// The 5-bit values of elements j and j + 16 (j < 16) of a Q5_0 or Q5_1 block: nibbles of
+/// `qs[j]`, fifth bits from the little-endian u32 `qh` (ggml: xh_0 = ((qh >> (j + 0)) << 4) &
+/// 0x10; xh_1 = ((qh >> (j + 12))) & 0x10).
+#[inline(always)]
+fn fives(qh: u32, qs: &[u8], j: usize) -> (u32, u32) {
+    let h0 = ((qh >> j) << 4) & 0x10;
+    let h1 = (qh >> (j + 12)) & 0x10;
+    ((qs[j] & 0x0F) as u32 | h0, (qs[j] >> 4) as u32 | h1)
+}
+
 /// block_q5_0 { f16 d; u8 qh[4]; u8 qs[16]; }: bit j of the little-endian u32 qh is the fifth
 /// bit of element j; y = (5-bit value - 16) * d.
 fn row_q5_0(src: &[u8], dst: &mut [f32]) {
@@ -116,15 +126,11 @@ fn row_q5_0(src: &[u8], dst: &mut [f32]) {
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let d = f16_at(b, 0);
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        let qs = &b[6..BB];
         let (lo, hi) = y.split_at_mut(QK / 2);
         for j in 0..QK / 2 {
-            let q = qs[j];
-            // ggml: xh_0 = ((qh >> (j + 0)) << 4) & 0x10; xh_1 = ((qh >> (j + 12))) & 0x10.
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            lo[j] = (((q & 0x0F) as u32 | h0) as i32 - 16) as f32 * d;
-            hi[j] = (((q >> 4) as u32 | h1) as i32 - 16) as f32 * d;
+            let (v0, v1) = fives(qh, &b[6..BB], j);
+            lo[j] = (v0 as i32 - 16) as f32 * d;
+            hi[j] = (v1 as i32 - 16) as f32 * d;
         }
     }
 }
@@ -134,17 +140,13 @@ fn row_q5_0(src: &[u8], dst: &mut [f32]) {
 fn row_q5_1(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 4 + 4 + QK / 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
-        let d = f16_at(b, 0);
-        let m = f16_at(b, 2);
+        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let qs = &b[8..BB];
         let (lo, hi) = y.split_at_mut(QK / 2);
         for j in 0..QK / 2 {
-            let q = qs[j];
-            let h0 = ((qh >> j) << 4) & 0x10;
-            let h1 = (qh >> (j + 12)) & 0x10;
-            lo[j] = ((q & 0x0F) as u32 | h0) as f32 * d + m;
-            hi[j] = ((q >> 4) as u32 | h1) as f32 * d + m;
+            let (v0, v1) = fives(qh, &b[8..BB], j);
+            lo[j] = v0 as f32 * d + m;
+            hi[j] = v1 as f32 * d + m;
         }
     }
 }

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, prefetch_ahead};
 use super::int8::{common_blocks, QTile};
-use super::row_dot::{reduce8, scale_min_k4, sub};
+use super::row_dot::{reduce8, scale_min_k4, sub, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use crate::quant::{QK, QK_K};
 
 /// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.
@@ -196,9 +196,6 @@ fn q5_0(b: &[u8; 22], _: usize) -> Decoded {
     (q, _mm256_set1_ps(f16_scalar(sub::<_, 0, 2, 22>(b))), 0.0)
 }
 
-const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
-const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
-const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// 32 bytes of `b` from `at` (at + 32 <= N, checked).
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -266,25 +266,19 @@ pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
             let min = if ty == WeightType::Q4_1 { f16_at(blk, 2) } else { 0.0 };
             Block32 { q, scale: one(f16_at(blk, 0)), min }
         }
-        WeightType::Q5_0 => {
-            let blk = &row[b * 22..(b + 1) * 22];
-            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        WeightType::Q5_0 | WeightType::Q5_1 => {
+            // qh (4 bytes) just before the 16 nibble bytes; Q5_1 has a min, no offset.
+            let (bb, off, at) = if ty == WeightType::Q5_0 { (22, 16, 2) } else { (24, 0, 4) };
+            let blk = &row[b * bb..(b + 1) * bb];
+            let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
             for j in 0..QK / 2 {
-                let lo = (blk[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
-                let hi = (blk[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
-                q[j] = lo as i8 - 16;
-                q[j + QK / 2] = hi as i8 - 16;
+                let lo = (blk[at + 4 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+                let hi = (blk[at + 4 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                q[j] = lo as i8 - off;
+                q[j + QK / 2] = hi as i8 - off;
             }
-            Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
-        }
-        WeightType::Q5_1 => {
-            let blk = &row[b * 24..(b + 1) * 24];
-            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
-            for j in 0..QK / 2 {
-                q[j] = ((blk[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i8;
-                q[j + QK / 2] = ((blk[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i8;
-            }
-            Block32 { q, scale: one(f16_at(blk, 0)), min: f16_at(blk, 2) }
+            let min = if ty == WeightType::Q5_1 { f16_at(blk, 2) } else { 0.0 };
+            Block32 { q, scale: one(f16_at(blk, 0)), min }
         }
         WeightType::Q5_K => {
             // Q4_K's sub-block k, with bit k of qh byte l as element l's fifth bit.

@@ -17,7 +17,7 @@
 use std::arch::aarch64::*;
 
 use super::int8::{common_blocks, QTile};
-use super::row_dot::{reduce8, scale_min_k4, sub};
+use super::row_dot::{reduce8, scale_min_k4, sub, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use crate::quant::{QK, QK_K};
 
 /// A decoded 32-element weight block.
@@ -274,9 +274,6 @@ fn q5_1(b: &[u8; 24], _: usize) -> Decoded {
     Decoded { q: minus(q, 0), scale: [d, d], min: m }
 }
 
-const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
-const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
-const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// The 32 bytes of `b` from `at` as two halves (at + 32 <= N, checked).
 #[target_feature(enable = "neon")]

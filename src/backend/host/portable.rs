@@ -78,6 +78,18 @@ fn nibbles(qs: &[u8], q: &mut [f32; QK], offset: i32) {
     }
 }
 
+/// The 5-bit formats: `nibbles` with bit e of the little-endian `qh` as element e's fifth bit.
+#[inline(always)]
+fn fives(qh: &[u8], qs: &[u8], q: &mut [f32; QK], offset: i32) {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    for j in 0..QK / 2 {
+        let lo = (qs[j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+        let hi = (qs[j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+        q[j] = (lo as i32 - offset) as f32;
+        q[j + QK / 2] = (hi as i32 - offset) as f32;
+    }
+}
+
 fn q8_0_row(w: &[u8], x: &[f32], _: &[f32]) -> f32 {
     legacy::<{ 2 + QK }>(w, x, &[], |b, q| {
         for (q, &v) in q.iter_mut().zip(&b[2..]) {
@@ -103,26 +115,14 @@ fn q4_1_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
 
 fn q5_0_row(w: &[u8], x: &[f32], _: &[f32]) -> f32 {
     legacy::<{ 2 + 4 + QK / 2 }>(w, x, &[], |b, q| {
-        // Bit e of the little-endian u32 qh is the fifth bit of element e.
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        for j in 0..QK / 2 {
-            let lo = (b[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
-            let hi = (b[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
-            q[j] = (lo as i32 - 16) as f32;
-            q[j + QK / 2] = (hi as i32 - 16) as f32;
-        }
+        fives(&b[2..6], &b[6..], q, 16);
         (f16_at(b, 0), 0.0)
     })
 }
 
 fn q5_1_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
     legacy::<Q5_1_BYTES>(w, x, sums, |b, q| {
-        // Q5_0's bits without its offset.
-        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        for j in 0..QK / 2 {
-            q[j] = ((b[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4) as f32;
-            q[j + QK / 2] = ((b[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as f32;
-        }
+        fives(&b[4..8], &b[8..], q, 0);
         (f16_at(b, 0), f16_at(b, 2))
     })
 }

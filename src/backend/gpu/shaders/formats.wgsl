@@ -121,22 +121,35 @@ fn w_k4_scale_min(base: u32, s: u32) -> vec2<f32> {
     return vec2<f32>(half_to_f32(dd & 0xffffu) * f32(sc), half_to_f32(dd >> 16u) * f32(mn));
 }
 
-// Q4_K: the whole 144-byte super-block (36 words): d, dmin, 12 bytes of 6-bit scales and
-// mins, 128 bytes of nibbles. Unit s of the super-block: group s / 2, low (even s) or high
-// nibbles; y = (d * sc) * nibble - (dmin * m).
-fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+// Unit u of row r of a Q4_K or Q5_K matrix, `words` a super-block (36 or 44): Q4_K's d, dmin,
+// 12 bytes of 6-bit scales and mins, then for Q5_K 32 bytes of fifth bits (bit s of byte l for
+// element l of unit s), then 128 bytes of nibbles. Unit s: group s / 2, low (even s) or high
+// nibbles; y = (d * sc) * value - (dmin * m).
+fn w_k4_unit(r: u32, u: u32, words: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
     let g = r * (p.b.w / 8u) + u / 8u;
     let s = u % 8u;
-    let base = g * 36u;
+    let base = g * words;
     let dm = w_k4_scale_min(base, s);
-    let d1 = dm.x;
-    let m1 = dm.y;
-    let qb = base + 4u;
+    let high = words == 44u;
+    let qb = select(base + 4u, base + 12u, high);
     let shift = (s & 1u) * 4u;
     for (var l = 0u; l < 32u; l++) {
-        let q = (w_byte(qb, (s / 2u) * 32u + l) >> shift) & 15u;
-        (*o)[l] = d1 * f32(q) - m1;
+        var q = (w_byte(qb, (s / 2u) * 32u + l) >> shift) & 15u;
+        if (high) {
+            q = q | (((w_byte(base + 4u, l) >> s) & 1u) << 4u);
+        }
+        (*o)[l] = dm.x * f32(q) - dm.y;
     }
+}
+
+// Q4_K: the whole 144-byte super-block (36 words).
+fn load_q4_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    w_k4_unit(r, u, 36u, o);
+}
+
+// Q5_K: the whole 176-byte super-block (44 words).
+fn load_q5_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    w_k4_unit(r, u, 44u, o);
 }
 
 // Q6_K body: ql (128 bytes), qh (64), 16 signed scales (52 words); d moved. Unit s: half s / 4,
@@ -157,23 +170,5 @@ fn load_q6_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
         let scb = w_byte(base, 192u + hf * 8u + l / 16u + 2u * k);
         let sc = i32(scb << 24u) >> 24u;
         (*o)[l] = d * f32(sc) * f32(q);
-    }
-}
-
-// Q5_K: the whole 176-byte super-block (44 words): Q4_K's d, dmin and 12 scale bytes, then 32
-// bytes of fifth bits (bit s of byte l for element l of unit s), then 128 bytes of nibbles.
-fn load_q5_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
-    let g = r * (p.b.w / 8u) + u / 8u;
-    let s = u % 8u;
-    let base = g * 44u;
-    let dm = w_k4_scale_min(base, s);
-    let d1 = dm.x;
-    let m1 = dm.y;
-    let hb = base + 4u;
-    let qb = base + 12u;
-    let shift = (s & 1u) * 4u;
-    for (var l = 0u; l < 32u; l++) {
-        let q = ((w_byte(qb, (s / 2u) * 32u + l) >> shift) & 15u) | (((w_byte(hb, l) >> s) & 1u) << 4u);
-        (*o)[l] = d1 * f32(q) - m1;
     }
 }

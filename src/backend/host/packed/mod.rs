@@ -246,6 +246,11 @@ const fn quants_at(f: u8) -> usize {
     }
 }
 
+/// Where a 5-bit format's qh (4 bytes) is in a stored block: just before its quants.
+const fn qh_at(f: u8) -> usize {
+    quants_at(f) - 4
+}
+
 fn format(ty: WeightType) -> u8 {
     match ty {
         WeightType::Q8_0 => Q8_0,
@@ -284,9 +289,8 @@ fn side_block<const F: u8, const L: usize, const BB: usize, const ST: usize>(blk
         d[2 * L + 2 * r..2 * L + 2 * r + 2].copy_from_slice(&blk[2..4]);
     }
     if has_masks(F) {
-        // Row r's four bits of each mask are one nibble of the mask's byte r / 2; qh follows
-        // the scale (and Q5_1's min).
-        let at = if F == Q5_1 { 4 } else { 2 };
+        // Row r's four bits of each mask are one nibble of the mask's byte r / 2.
+        let at = qh_at(F);
         let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
         let (shift, masks) = (4 * (r % 2), masks_at(F, L));
         for k in 0..4 {
@@ -669,7 +673,7 @@ impl Packed {
                         qh |= (((m >> (4 * (r % 2))) & 0xF) as u32) << first;
                     }
                 }
-                let at = if f == Q5_1 { 4 } else { 2 };
+                let at = qh_at(f);
                 blk[at..at + 4].copy_from_slice(&qh.to_le_bytes());
             }
         }
