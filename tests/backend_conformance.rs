@@ -476,6 +476,40 @@ fn verify_memory_is_bounded_by_the_output_tile() {
     }
 }
 
+/// A verify hands the host only the rows it judges: drafts rejected at the first one read one
+/// row of logits, however many were drafted and however many rows the backend projects at once
+/// (the reference projects them all in one tile); one rejected at the third, three.
+#[test]
+fn verify_reads_only_the_rows_it_judges() {
+    let dir = tiny("gemma4");
+    let tokens = golden(&dir).tokens;
+    let counting = Counting::new();
+    let counters = counting.counters.clone();
+    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let v = m.spec().vocab_size as u32;
+    let mut g = Session::new(m.clone(), 0).unwrap();
+    g.step_batch(&tokens[..4], Want::Last).unwrap();
+    let mut greedy = Vec::new();
+    for _ in 0..4 {
+        let next = packlm::sample::argmax(g.last_logits());
+        greedy.push(next);
+        g.step(next).unwrap();
+    }
+    for (taken, k) in [(0usize, 1usize), (0, 8), (2, 8)] {
+        // The greedy continuation for `taken` drafts, then tokens that are not the greedy one.
+        let mut draft: Vec<u32> = greedy[1..=taken].to_vec();
+        let wrong = (greedy[taken + 1] + 1) % v;
+        draft.extend((0..(k - taken) as u32).map(|i| (wrong + i) % v));
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens[..4], Want::Last).unwrap();
+        let before = counters.to_host.load(Ordering::SeqCst);
+        let r = s.verify(greedy[0], &draft, Acceptance::Greedy).unwrap();
+        let read = counters.to_host.load(Ordering::SeqCst) - before;
+        assert_eq!(r.n_accepted, taken, "{k} drafts, the first {taken} greedy");
+        assert_eq!(read, (taken + 1) * v as usize * 4, "{k} drafts, {taken} accepted: bytes handed to the host");
+    }
+}
+
 // ---- The counting backend -------------------------------------------------------------------
 
 #[derive(Default)]
@@ -616,6 +650,10 @@ impl Backend for Counting {
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
         self.counters.to_host.fetch_add(len * 4, Ordering::SeqCst);
         self.with(&[id(t)], |t| self.inner.read(&t[0], len))
+    }
+    fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
+        self.counters.to_host.fetch_add(out.len() * 4, Ordering::SeqCst);
+        self.with(&[id(t)], |t| self.inner.read_into(&t[0], start, out))
     }
     fn upload(&self, data: &[f32], t: &mut Tensor) {
         self.counters.from_host.fetch_add(data.len() * 4, Ordering::SeqCst);

@@ -307,6 +307,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
         data(t)[..len].to_vec()
     }
+    fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
+        out.copy_from_slice(&data(t)[start..start + out.len()]);
+    }
     fn upload(&self, src: &[f32], t: &mut Tensor) {
         data_mut(t)[..src.len()].copy_from_slice(src);
     }

@@ -92,12 +92,25 @@ pub struct PassBuffers {
     /// (rows, hidden): the residual stream, with the row count it was made for.
     x: Option<(usize, Tensor)>,
     out: Option<OutputTile>,
+    /// A vocabulary-sized row for a verify's logits (`take_row`).
+    row: Vec<f32>,
 }
 
 /// Most rows of a pass whose buffers a session keeps (see `PassBuffers`).
 pub const KEPT_ROWS: usize = 64;
 
 impl PassBuffers {
+    /// The kept row buffer (empty the first time): a verify reads each row it judges into it,
+    /// and the one its new token comes from becomes the session's last logits.
+    pub fn take_row(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.row)
+    }
+
+    /// Keeps `row`'s allocation for the next `take_row`.
+    pub fn keep_row(&mut self, row: Vec<f32>) {
+        self.row = row;
+    }
+
     /// The kept output tile when it has room for `rows` rows, else a new one.
     pub fn take_output(&mut self, model: &Model, rows: usize) -> OutputTile {
         self.out.take().filter(|o| o.rows >= rows).unwrap_or_else(|| OutputTile::new(model, rows))
@@ -150,9 +163,17 @@ impl OutputTile {
     }
 
     /// Logits (`rows.len() x vocab`, `rows.len() <= self.rows`) of the given rows of the
-    /// residual stream `x`. Checks `abort` before, and inside the matmul when the backend does
-    /// (backend::pass): on a 262k vocabulary this costs more than a token's layers.
+    /// residual stream `x`: `compute`, then all of them read back.
     pub fn project(&mut self, model: &Model, x: &Tensor, rows: &[usize], abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
+        self.compute(model, x, rows, abort)?;
+        Ok(model.backend.read(&self.logits, rows.len() * model.spec.vocab_size))
+    }
+
+    /// Computes the logits of the given rows of the residual stream `x` (`rows.len() <=
+    /// self.rows`), left in the backend for `read_row`. Checks `abort` before, and inside the
+    /// matmul when the backend does (backend::pass): on a 262k vocabulary this costs more than a
+    /// token's layers.
+    pub fn compute(&mut self, model: &Model, x: &Tensor, rows: &[usize], abort: &Arc<AtomicBool>) -> Result<()> {
         debug_assert!(rows.len() <= self.rows);
         let _pass = pass::enter(abort);
         check_abort(abort, || "before the output projection".into())?;
@@ -172,7 +193,13 @@ impl OutputTile {
         if pass::cut_short() {
             return Err(Error::new(Status::ErrAborted, "aborted during the output projection"));
         }
-        Ok(be.read(&self.logits, n * spec.vocab_size))
+        Ok(())
+    }
+
+    /// Row `j` of the last `compute` (its j-th row) into `out` (`vocab` values).
+    pub fn read_row(&self, model: &Model, j: usize, out: &mut [f32]) {
+        let vocab = model.spec.vocab_size;
+        model.backend.read_into(&self.logits, j * vocab, &mut out[..vocab]);
     }
 }
 

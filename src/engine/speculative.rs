@@ -47,7 +47,10 @@ impl Session {
         let base = self.n_past();
         let last = std::mem::take(&mut self.last_logits);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.verify_pass(pending, draft, acc)));
-        if !matches!(out, Ok(Ok(_))) {
+        if matches!(out, Ok(Ok(_))) {
+            // Its allocation serves the next verify's rows (`PassBuffers::take_row`).
+            self.bufs.keep_row(last);
+        } else {
             self.kv.truncate(base);
             self.tokens.truncate(base);
             self.last_logits = last;
@@ -105,21 +108,26 @@ impl Session {
         let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
         self.tokens.extend_from_slice(&rows);
         let mut tile = self.bufs.take_output(&model, rows.len().min(OUTPUT_TILE_ROWS));
+        // The row being judged, read from the tile into a buffer the session keeps (the last
+        // logits a verify replaced), and kept as the new last logits: no tile is read back whole.
+        let mut row = self.bufs.take_row();
+        row.resize(vocab, 0.0);
         let mut n_accepted = 0;
-        let mut chosen: Option<(u32, Vec<f32>)> = None;
+        let mut chosen: Option<u32> = None;
         let first_tile = model.backend.rows_for_one().clamp(1, OUTPUT_TILE_ROWS);
         let mut next_row = 0;
         'tiles: while next_row < rows.len() {
             let size = if next_row == 0 { first_tile } else { OUTPUT_TILE_ROWS };
             let ids: Vec<usize> = (next_row..rows.len().min(next_row + size)).collect();
             next_row += ids.len();
-            let logits = tile.project(&model, &x, &ids, &self.abort)?;
+            tile.compute(&model, &x, &ids, &self.abort)?;
             #[cfg(test)]
             if PANIC_IN_ACCEPTANCE.with(|p| p.get()) {
                 panic!("injected panic while judging the drafts");
             }
             for (j, &i) in ids.iter().enumerate() {
-                let row = &logits[j * vocab..(j + 1) * vocab];
+                tile.read_row(&model, j, &mut row);
+                let row = &row[..];
                 let recent = &self.tokens[..base + 1 + i];
                 let Some(&d) = draft.get(i) else {
                     // Every draft was accepted: the bonus token comes from the last row.
@@ -127,7 +135,7 @@ impl Session {
                         Acceptance::Greedy => argmax(row),
                         Acceptance::Sampled { params, rng, .. } => sample(row, params, recent, rng),
                     };
-                    chosen = Some((next, row.to_vec()));
+                    chosen = Some(next);
                     break 'tiles;
                 };
                 let rejected = match &mut acc {
@@ -154,20 +162,20 @@ impl Session {
                     }
                 };
                 if let Some(next) = rejected {
-                    chosen = Some((next, row.to_vec()));
+                    chosen = Some(next);
                     break 'tiles;
                 }
                 n_accepted += 1;
             }
         }
         self.bufs.keep_output(tile);
-        let Some((next, kept_logits)) = chosen else {
+        let Some(next) = chosen else {
             // The last row always decides (it has no draft to judge), so this cannot be reached.
             return Err(Error::new(Status::ErrPanic, "verify ended without choosing a token"));
         };
         // Keep pending and the accepted drafts; the row the next token came from gives last_logits.
         self.truncate(base + 1 + n_accepted)?;
-        self.last_logits = kept_logits;
+        self.last_logits = row;
         self.counters.rounds += 1;
         self.counters.drafted += draft.len() as u64;
         self.counters.accepted += n_accepted as u64;

@@ -246,6 +246,14 @@ impl Backend for GpuBackend {
         rec.counters.bytes_read += len as u64 * 4;
         out
     }
+    fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
+        let mut rec = self.rec();
+        let bytes = rec.download(buf(t), start as u64 * 4, out.len() as u64 * 4);
+        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        rec.counters.bytes_read += out.len() as u64 * 4;
+    }
     fn upload(&self, data: &[f32], t: &mut Tensor) {
         // Work recorded before must run before the write: submit it first.
         self.rec().flush();
