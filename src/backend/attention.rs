@@ -98,8 +98,10 @@ fn first_key(a: &AttentionArgs, pos: usize) -> usize {
     }
 }
 
-/// Most queries a `group` call takes.
-pub const GROUP_QUERIES: usize = 16;
+/// Most queries a `group` call takes: every query of a verify of up to 15 drafts on a model with
+/// 4 query heads per KV head (Gemma3-270m: 4 x 16 = 64), so that one call reads each key and
+/// value once.
+pub const GROUP_QUERIES: usize = 64;
 
 /// Several queries of KV head `kvh`: `queries[i]` = (row of the call, query head), all of that
 /// KV head, at most GROUP_QUERIES; query i's result into `outs[i * d..(i + 1) * d]`. Each
