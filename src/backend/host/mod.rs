@@ -15,9 +15,11 @@
 //! of each matrix. Until a matrix's copy is written the kernels interleave its stored rows in
 //! registers; they take the copy up a piece at a time, handing the mapped pages back so that
 //! the process holds one copy. That
-//! thread runs at the scheduler's idle priority (packed/'s `background_priority`) and waits
-//! while a prefill runs on every core (`WIDE_ROWS`), and a prefill stages the
-//! groups not copied yet for itself (packed/kernels.rs). The bits are those of every other
+//! thread runs at the scheduler's idle priority (packed/'s `background_priority`) once the side
+//! tables are built, and waits while a prefill runs on every core (`WIDE_ROWS`); the pool's
+//! helpers write pieces of the copies between calls (team.rs's idle work), since passes on
+//! every core leave that thread no core; and a prefill stages the groups not copied yet for
+//! itself (packed/kernels.rs). The bits are those of every other
 //! kernel path, whichever order a pass reads.
 
 pub mod act;

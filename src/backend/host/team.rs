@@ -12,7 +12,9 @@
 //! where two single-threaded processes each kept their full speed. A helper spins
 //! (`spin_loop`) for `SPIN`, then yields its core between looks until `SPIN_YIELDING`, then
 //! sleeps on a condition variable until the next call: an idle host costs a helper about a
-//! millisecond of one core after each pass, not more.
+//! millisecond of one core after each pass, not more. While it waits, a helper does pieces of
+//! the backend's own work of a few microseconds each instead of only spinning (`idle_work`:
+//! the interleaved copies' writing, packed/), looking at the queue between pieces.
 //!
 //! Which thread runs a task never changes what the task computes, so results do not depend on
 //! the thread count.
@@ -104,6 +106,11 @@ fn next_job() -> Arc<Job> {
             }
             continue;
         }
+        // A piece of the backend's own work, in place of spinning (`idle_work`); its time
+        // counts toward the spinning and yielding below.
+        if idle_work() {
+            continue;
+        }
         looks = looks.wrapping_add(1);
         // The clock is read every 64 looks: about a microsecond apart while spinning.
         if looks.is_multiple_of(64) {
@@ -127,6 +134,47 @@ fn next_job() -> Arc<Job> {
             std::hint::spin_loop();
         }
     }
+}
+
+/// Work of the backend's own that helpers do between calls instead of only spinning (the
+/// interleaved copies' writing, packed/): each call does a piece of a few microseconds and says
+/// whether it did one (Some(true)), has none now (Some(false)), or has none left (None: it is
+/// dropped).
+type IdleWork = Arc<dyn Fn() -> Option<bool> + Send + Sync>;
+
+static IDLE_WORK: Mutex<Vec<IdleWork>> = Mutex::new(Vec::new());
+/// Entries in `IDLE_WORK`, readable without the lock by spinning helpers.
+static IDLE_PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Adds `work` for idle helpers (see `IdleWork`).
+pub(super) fn add_idle_work(work: IdleWork) {
+    let mut list = IDLE_WORK.lock();
+    list.push(work);
+    IDLE_PENDING.store(list.len(), Release);
+}
+
+/// One piece of idle work, where some is registered and no other helper is at it: whether a
+/// piece was done. A piece that panics drops its work (the helper lives on).
+fn idle_work() -> bool {
+    if IDLE_PENDING.load(Acquire) == 0 {
+        return false;
+    }
+    let Some(mut list) = IDLE_WORK.try_lock() else { return false };
+    let mut did = false;
+    list.retain(|work| {
+        if did {
+            return true;
+        }
+        match catch_unwind(AssertUnwindSafe(|| work())) {
+            Ok(Some(wrote)) => {
+                did = wrote;
+                true
+            }
+            _ => false,
+        }
+    });
+    IDLE_PENDING.store(list.len(), Release);
+    did
 }
 
 /// The first queued entry, if any.
@@ -434,6 +482,56 @@ mod tests {
                 assert!(counts.iter().all(|c| c.load(SeqCst) == 20), "threads={threads} n={n}");
             }
         }
+    }
+
+    /// Work added for idle helpers is done by them, on their own threads, between calls and
+    /// without any call being made, until it says it has none left; then it is dropped. A
+    /// piece that panics is dropped too, and the helper lives on to run the next call.
+    #[test]
+    fn idle_helpers_do_the_added_work_until_it_is_done() {
+        let team = Team::new(2).unwrap();
+        team.run(4, &|_| {});
+        let caller = std::thread::current().id();
+        let pieces = Arc::new(AtomicU32::new(0));
+        let (count, others) = (pieces.clone(), Arc::new(parking_lot::Mutex::new(Vec::new())));
+        let seen = others.clone();
+        let work: IdleWork = Arc::new(move || {
+            seen.lock().push(std::thread::current().id());
+            (count.fetch_add(1, SeqCst) < 49).then_some(true)
+        });
+        let dropped = Arc::downgrade(&work);
+        add_idle_work(work);
+        let t = Instant::now();
+        // A helper that has slept since its last call is woken by the next one: calls now and then.
+        while dropped.strong_count() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "{} pieces done in 30 s", pieces.load(SeqCst));
+            team.run(2, &|_| {});
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        assert_eq!(pieces.load(SeqCst), 50, "pieces done before the work said it had none left");
+        assert!(others.lock().iter().all(|&id| id != caller), "idle work ran on the calling thread");
+        assert_eq!(others.lock().len(), 50);
+        // A panicking piece: dropped, and the pool still runs calls.
+        let panicked = Arc::new(AtomicU32::new(0));
+        let p = panicked.clone();
+        let work: IdleWork = Arc::new(move || {
+            p.fetch_add(1, SeqCst);
+            panic!("injected panic in idle work")
+        });
+        let dropped = Arc::downgrade(&work);
+        add_idle_work(work);
+        let t = Instant::now();
+        while dropped.strong_count() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "the panicking work was not dropped");
+            team.run(2, &|_| {});
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        assert_eq!(panicked.load(SeqCst), 1);
+        let ran = AtomicU32::new(0);
+        team.run(64, &|_| {
+            ran.fetch_add(1, SeqCst);
+        });
+        assert_eq!(ran.load(SeqCst), 64);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!   of 4-byte groups: 24 shuffles for Q8_0's 32 bytes a row, 8 for the nibble formats' 16),
 //!   so that register k holds bytes 4k..4k+4 of every row, row r in lane r.
 //! - In an interleaved copy (`Interleaver`), written after the open on a thread of its own and
-//!   taken up by the kernels a piece at a time as it is written: group g's block b is those
+//!   by the pool's helpers between calls (`Shared::help`), and taken up by the kernels a group
+//!   at a time as it is written (`Packed::ready`): group g's block b is those
 //!   registers as they are loaded, chunks of 4L bytes in which bytes 4r..4r+4 belong to row r
 //!   (Q8_0: eight chunks, for VNNI as unsigned bytes q + 128, `vpdpbusd`'s unsigned operand,
 //!   the activations' `cb` taking the offset back; for AVX2 as stored. Q4_0, Q5_0, Q4_1, Q5_1: four
@@ -111,6 +112,12 @@ impl Slab {
         unsafe { std::slice::from_raw_parts(self.region.base.add(self.off), self.len) }
     }
 
+    /// The slab's first byte, to write through under the owner's rules (`Packed::write_groups`).
+    fn ptr(&self) -> *mut u8 {
+        // SAFETY: off lies in the region's map (`Arena::slab`).
+        unsafe { self.region.base.add(self.off) }
+    }
+
     /// Bytes at..at + len of the slab, which the caller knows no one writes any more (a copy's
     /// groups below `Packed::ready`).
     fn range(&self, at: usize, len: usize) -> &[u8] {
@@ -175,6 +182,10 @@ pub struct Packed {
     /// Groups of `copy` written so far (stored with Release once their bytes are): the kernels
     /// and embedding lookups read those from the copy, the rest from the stored rows.
     ready: std::sync::atomic::AtomicUsize,
+    /// Held by the one thread writing the next groups of `copy` (`write_groups`): the writer
+    /// thread, or a pool helper with nothing else to do (team.rs). Holds the groups whose
+    /// stored pages were handed back.
+    writing: parking_lot::Mutex<usize>,
 }
 
 /// The formats, as the kernels' const parameter.
@@ -349,6 +360,7 @@ impl Packed {
             building: parking_lot::Mutex::new(()),
             copy: std::sync::OnceLock::new(),
             ready: std::sync::atomic::AtomicUsize::new(0),
+            writing: parking_lot::Mutex::new(0),
         })
     }
 
@@ -417,43 +429,91 @@ impl Packed {
     /// written, and its stored pages handed back, so that the process never holds much of a
     /// matrix twice (a pass reading the stored order meanwhile would fault them in again).
     /// Stops, leaving the rest in the stored order, when `stop` is set or the memory cannot be
-    /// had; a second call, or one while another writes, does nothing. `before_piece` runs
-    /// before each piece (the background writer waits there for the passes, team::make_way).
+    /// had. Other threads may write groups of the same copy meanwhile (`write_groups`): each
+    /// group is written once, by whoever comes to it first. `before_piece` runs before each
+    /// piece (the background writer waits there for the passes, team::make_way).
     pub fn interleave(&self, arena: &Arena, stop: &std::sync::atomic::AtomicBool, before_piece: &mut dyn FnMut()) {
-        use std::sync::atomic::Ordering;
-        // The copy is read with the side table (the kernels, `stored_row`).
-        if self.copy.get().is_some() || !self.has_side_table() {
+        if !self.begin_copy(arena) {
             return;
         }
-        let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
-        let cs = chunk_bytes(f, l);
-        let Some((slab, ptr)) = arena.slab(self.groups * nb * cs) else { return };
-        if self.copy.set(slab).is_err() {
-            return;
-        }
-        let bytes = self.tensor.bytes();
-        let per_piece = (TASK_BYTES / (l * rb)).max(1);
-        for g0 in (0..self.groups).step_by(per_piece) {
+        // A piece is written HELP_BYTES at a time, each under `writing`: the writer runs at the
+        // idle priority, and a writer that lost its core holding the lock for a whole piece
+        // kept the helpers from writing until it had one again.
+        let (per_piece, unit) = ((TASK_BYTES / (self.lanes * self.row_bytes)).max(1), (HELP_BYTES / (self.lanes * self.row_bytes)).max(1));
+        while !self.is_interleaved() {
             before_piece();
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
-            let g1 = (g0 + per_piece).min(self.groups);
-            // SAFETY: groups g0..g1 of the slab lie in it (its size is groups * nb * cs), and
-            // this call alone writes them (`copy` was set by it); no one reads them before
-            // `ready` passes them below.
-            let piece = unsafe { std::slice::from_raw_parts_mut(ptr.add(g0 * nb * cs), (g1 - g0) * nb * cs) };
-            for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
-                let g = g0 + i;
-                by_format!(interleave_group, chunk_bytes, f, l, (bytes, rb, g, dst))
+            let mut left = per_piece;
+            while left > 0 && self.write_groups(unit.min(left), true) {
+                left = left.saturating_sub(unit);
             }
-            self.ready.store(g1, Ordering::Release);
-            // A pass that looked at `ready` just before reads these from the page cache again:
-            // the same bytes.
-            self.tensor.release_pages(g0 * l * rb..g1 * l * rb);
         }
-        // Once more for the pages such passes faulted in.
-        self.tensor.release_pages(0..self.rows() * rb);
+    }
+
+    /// Whether the copy's memory is there to write into, cut from `arena` by the first call
+    /// (false where it cannot be had, or where the side table, which the copy is read with, is
+    /// not built: the stored order then serves).
+    pub fn begin_copy(&self, arena: &Arena) -> bool {
+        if !self.has_side_table() {
+            return false;
+        }
+        let _one = self.writing.lock();
+        if self.copy.get().is_none() {
+            let cs = chunk_bytes(format(self.ty), self.lanes);
+            let Some((slab, _)) = arena.slab(self.groups * self.nb * cs) else { return false };
+            let _ = self.copy.set(slab);
+        }
+        true
+    }
+
+    /// Writes up to `max` groups of the copy after those written (`begin_copy` returned true
+    /// before), waiting for another writer's groups where `wait`, else doing nothing while
+    /// another thread writes (a helper between calls must not wait). Hands back the stored
+    /// pages of each TASK_BYTES written, and once the copy is whole, all of them again (for
+    /// those that passes reading the stored order faulted in meanwhile). Returns whether it
+    /// wrote any group.
+    pub fn write_groups(&self, max: usize, wait: bool) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut released = if wait {
+            self.writing.lock()
+        } else {
+            match self.writing.try_lock() {
+                Some(held) => held,
+                None => return false,
+            }
+        };
+        let Some(copy) = self.copy.get() else { return false };
+        let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
+        let cs = chunk_bytes(f, l);
+        // Only this thread writes groups from `ready` on while it holds `writing`.
+        let g0 = self.ready.load(Ordering::Acquire);
+        let g1 = (g0 + max).min(self.groups);
+        if g0 == g1 {
+            return false;
+        }
+        // SAFETY: groups g0..g1 of the slab lie in it (its size is groups * nb * cs); no one
+        // else writes them (`writing` is held), and no one reads them before `ready` passes
+        // them below.
+        let piece = unsafe { std::slice::from_raw_parts_mut(copy.ptr().add(g0 * nb * cs), (g1 - g0) * nb * cs) };
+        let bytes = self.tensor.bytes();
+        for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
+            let g = g0 + i;
+            by_format!(interleave_group, chunk_bytes, f, l, (bytes, rb, g, dst))
+        }
+        self.ready.store(g1, Ordering::Release);
+        // A pass that looked at `ready` just before reads these from the page cache again: the
+        // same bytes.
+        let per_piece = (TASK_BYTES / (l * rb)).max(1);
+        if g1 == self.groups {
+            self.tensor.release_pages(0..self.rows() * rb);
+            *released = g1;
+        } else if g1 - *released >= per_piece {
+            self.tensor.release_pages(*released * l * rb..g1 * l * rb);
+            *released = g1;
+        }
+        true
     }
 
     /// Whether the kernels read every group from the interleaved copy.
@@ -514,8 +574,16 @@ struct Shared {
     arena: Arena,
     /// Matrices still to interleave, and whether a thread is taking them.
     queue: parking_lot::Mutex<(std::collections::VecDeque<std::sync::Weak<Packed>>, bool)>,
+    /// The matrix whose copy is being written, taken from the queue by the writer thread or a
+    /// helper (`current`). Locked before `queue` where both are.
+    current: parking_lot::Mutex<Option<std::sync::Weak<Packed>>>,
     stop: std::sync::atomic::AtomicBool,
 }
+
+/// Stored bytes a pool helper interleaves per look between calls (`Shared::help`): a few
+/// microseconds, so that a call posted meanwhile waits for it by about as long as a helper
+/// takes to wake.
+const HELP_BYTES: usize = 16 << 10;
 
 impl Shared {
     /// Builds the side tables of what the queue holds (all of them first: the group kernels
@@ -538,25 +606,22 @@ impl Shared {
             before_piece();
             p.side_table(&self.arena, &|n, task| (0..n).for_each(task), true);
         }
+        // The side tables at normal priority, the copies at the idle one: a pass finding a
+        // table being built takes the row-order kernels rather than wait, and helpers write
+        // only copies whose table is there, so a writer that built them at the idle priority
+        // and lost its core kept every pass on the row-order kernels for those matrices
+        // (Gemma3-270m Q4_0's 262k-row output matrix, decoding on two threads: its copy was
+        // done after 360-390 steps).
+        if on_thread {
+            background_priority();
+        }
         loop {
-            let next = {
-                let mut q = self.queue.lock();
-                loop {
-                    match q.0.pop_front() {
-                        Some(p) => match p.upgrade() {
-                            Some(p) => break Some(p),
-                            None => continue,
-                        },
-                        None => break None,
-                    }
-                }
-            };
             let stopped = self.stop.load(std::sync::atomic::Ordering::Relaxed);
-            match next {
-                Some(p) if !stopped => p.interleave(&self.arena, &self.stop, &mut before_piece),
-                _ => {
+            match if stopped { None } else { self.current(true, true) } {
+                Some(p) => p.interleave(&self.arena, &self.stop, &mut before_piece),
+                None => {
                     let mut q = self.queue.lock();
-                    // A matrix queued after the pop above is taken on the next round.
+                    // A matrix queued after the look above is taken on the next round.
                     if !q.0.is_empty() && !stopped {
                         continue;
                     }
@@ -568,11 +633,69 @@ impl Shared {
             }
         }
     }
+
+    /// The matrix whose copy is being written, else the next queued one whose copy can be begun
+    /// (`Packed::begin_copy`), made current; None when there is none. The writer (`writer`)
+    /// drops a queued matrix whose copy cannot be begun (it built every side table first, so
+    /// the memory could not be had); a helper leaves it for the writer and takes none. Without
+    /// `wait`, None also where another thread is looking.
+    fn current(&self, writer: bool, wait: bool) -> Option<std::sync::Arc<Packed>> {
+        let mut cur = if wait { self.current.lock() } else { self.current.try_lock()? };
+        if let Some(p) = cur.as_ref().and_then(std::sync::Weak::upgrade) {
+            if !p.is_interleaved() {
+                return Some(p);
+            }
+        }
+        *cur = None;
+        let mut q = if wait { self.queue.lock() } else { self.queue.try_lock()? };
+        while let Some(front) = q.0.front() {
+            let Some(p) = front.upgrade() else {
+                q.0.pop_front();
+                continue;
+            };
+            if !p.begin_copy(&self.arena) {
+                if writer {
+                    q.0.pop_front();
+                    continue;
+                }
+                return None;
+            }
+            q.0.pop_front();
+            *cur = Some(std::sync::Arc::downgrade(&p));
+            return Some(p);
+        }
+        None
+    }
+
+    /// A pool helper's piece of the copies' writing between calls (team::add_idle_work): about
+    /// HELP_BYTES of the current matrix, never waiting for a lock. Passes on every core leave
+    /// the writer thread, at the idle priority, no core: decoding without pause on two threads
+    /// right after the open, SmolLM2-135M Q8_0's copies were not written after 400 steps, which
+    /// ran on the stored order meanwhile. Some(whether it wrote), or None once every queued
+    /// matrix is written (or the writer was stopped): the helper then drops this work.
+    fn help(&self) -> Option<bool> {
+        if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let Some(p) = self.current(false, false) else {
+            // Nothing current: none left at all, or the next one's side table is not built yet
+            // (or another thread is looking).
+            let idle = self.current.try_lock().is_some_and(|c| c.is_none()) && self.queue.try_lock().is_some_and(|q| q.0.is_empty());
+            return if idle { None } else { Some(false) };
+        };
+        let groups = (HELP_BYTES / (p.lanes * p.row_bytes)).max(1);
+        Some(p.write_groups(groups, false))
+    }
 }
 
 impl Interleaver {
     pub fn new(background: bool) -> Interleaver {
-        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), stop: Default::default() };
+        let shared = Shared {
+            arena: Arena::new(),
+            queue: parking_lot::Mutex::new(Default::default()),
+            current: parking_lot::Mutex::new(None),
+            stop: Default::default(),
+        };
         Interleaver { shared: std::sync::Arc::new(shared), background, thread: parking_lot::Mutex::new(None) }
     }
 
@@ -593,12 +716,13 @@ impl Interleaver {
             return;
         }
         let shared = self.shared.clone();
-        let Ok(handle) = std::thread::Builder::new().name("packlm-interleave".into()).spawn(move || {
-            background_priority();
-            shared.drain(true)
-        }) else { return };
+        let Ok(handle) = std::thread::Builder::new().name("packlm-interleave".into()).spawn(move || shared.drain(true)) else { return };
         q.1 = true;
         drop(q);
+        // Pool helpers write pieces between calls too (`Shared::help`).
+        let weak = std::sync::Arc::downgrade(&self.shared);
+        let help: std::sync::Arc<dyn Fn() -> Option<bool> + Send + Sync> = std::sync::Arc::new(move || weak.upgrade()?.help());
+        super::team::add_idle_work(help);
         // The previous thread said it was done before this one was started: it has returned,
         // or is returning.
         if let Some(done) = self.thread.lock().replace(handle) {
@@ -750,5 +874,86 @@ mod tests {
         assert_eq!(inside, libc::SCHED_IDLE);
         assert_eq!(policy(), before, "the calling thread's policy changed");
         assert_ne!(before, libc::SCHED_IDLE);
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+    use crate::pack::tensor::TensorBytes;
+
+    /// A matrix of `rows` rows of 64 elements in format `ty`, random bytes with small scales.
+    fn matrix(ty: WeightType, rows: usize, seed: u64) -> WeightTensor {
+        let rb = ty.row_bytes(64).expect("a block format");
+        let mut state = seed;
+        let mut bytes: Vec<u8> = (0..rows * rb).map(|_| crate::sample::next_u64(&mut state) as u8).collect();
+        for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+            b[1] = 0x20 | (b[1] & 0x07);
+        }
+        WeightTensor::new(String::new(), ty, vec![rows, 64], TensorBytes::Owned(std::sync::Arc::new(bytes))).expect("whole rows")
+    }
+
+    /// What pool helpers do between calls (`Shared::help`) writes whole copies by itself, a
+    /// few groups a call, one matrix after another: each matrix ends up interleaved, and every
+    /// row rebuilt from its copy is the stored row. Then the work says it has none left.
+    #[test]
+    fn helpers_alone_write_every_copy() {
+        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), current: parking_lot::Mutex::new(None), stop: Default::default() };
+        // 300 groups of 16 rows of 2 blocks: Q8_0 rows of 68 bytes, so HELP_BYTES takes 15 groups a call.
+        let mats: Vec<std::sync::Arc<Packed>> = [(WeightType::Q8_0, 300 * GROUP), (WeightType::Q4_1, 7 * GROUP + 3), (WeightType::Q5_0, 40 * GROUP)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(ty, rows))| std::sync::Arc::new(Packed::new(&matrix(ty, rows, 17 + i as u64), GROUP).expect("a block-sum format")))
+            .collect();
+        for p in &mats {
+            shared.queue.lock().0.push_back(std::sync::Arc::downgrade(p));
+        }
+        // Without side tables a helper writes nothing (and keeps the work): the writer or a
+        // pass builds them.
+        assert_eq!(shared.help(), Some(false));
+        assert!(mats.iter().all(|p| !p.is_interleaved()));
+        for p in &mats {
+            assert!(p.side_table(&shared.arena, &|n, task| (0..n).for_each(task), true));
+        }
+        let mut calls = 0;
+        while let Some(wrote) = shared.help() {
+            assert!(wrote, "call {calls} wrote nothing with copies left");
+            calls += 1;
+            assert!(calls < 10_000, "the copies never finish");
+        }
+        assert!(calls >= 300 / 15, "{calls} calls for 347 groups");
+        for p in &mats {
+            assert!(p.is_interleaved(), "{:?}: not interleaved", p.ty);
+            let (bytes, rb) = (p.tensor.bytes(), p.row_bytes);
+            let mut row = Vec::new();
+            for j in 0..p.rows() {
+                assert!(p.stored_row(j, &mut row), "{:?} row {j}: not in the copy", p.ty);
+                assert_eq!(&row[..], &bytes[j * rb..(j + 1) * rb], "{:?} row {j}: rebuilt from the copy", p.ty);
+            }
+        }
+    }
+
+    /// The writer thread's path and helpers' calls share one copy: a copy half written by
+    /// helpers is finished by `interleave`, and rows from both parts rebuild as stored.
+    #[test]
+    fn the_writer_finishes_what_helpers_began() {
+        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), current: parking_lot::Mutex::new(None), stop: Default::default() };
+        let p = std::sync::Arc::new(Packed::new(&matrix(WeightType::Q4_0, 200 * GROUP, 5), GROUP).expect("a block-sum format"));
+        assert!(p.side_table(&shared.arena, &|n, task| (0..n).for_each(task), true));
+        shared.queue.lock().0.push_back(std::sync::Arc::downgrade(&p));
+        for _ in 0..3 {
+            assert_eq!(shared.help(), Some(true));
+        }
+        let ready = p.ready.load(std::sync::atomic::Ordering::Acquire);
+        assert!(ready > 0 && ready < p.groups, "{ready} of {} groups after three helper calls", p.groups);
+        p.interleave(&shared.arena, &std::sync::atomic::AtomicBool::new(false), &mut || ());
+        assert!(p.is_interleaved());
+        let (bytes, rb) = (p.tensor.bytes(), p.row_bytes);
+        let mut row = Vec::new();
+        for j in [0, ready * GROUP - 1, ready * GROUP, p.rows() - 1] {
+            assert!(p.stored_row(j, &mut row));
+            assert_eq!(&row[..], &bytes[j * rb..(j + 1) * rb], "row {j}");
+        }
+        assert_eq!(shared.help(), None, "nothing left to write");
     }
 }
