@@ -578,6 +578,10 @@ struct Shared {
     /// helper (`current`). Locked before `queue` where both are.
     current: parking_lot::Mutex<Option<std::sync::Weak<Packed>>>,
     stop: std::sync::atomic::AtomicBool,
+    /// Set by a test: the writer thread, once it has built the side tables, waits until this is
+    /// cleared or it is stopped, so that only the pool's helpers write the copies meanwhile.
+    #[cfg(test)]
+    hold_writer: std::sync::atomic::AtomicBool,
 }
 
 /// Stored bytes a pool helper interleaves per look between calls (`Shared::help`): a few
@@ -586,6 +590,17 @@ struct Shared {
 const HELP_BYTES: usize = 16 << 10;
 
 impl Shared {
+    fn new() -> Shared {
+        Shared {
+            arena: Arena::new(),
+            queue: parking_lot::Mutex::new(Default::default()),
+            current: parking_lot::Mutex::new(None),
+            stop: Default::default(),
+            #[cfg(test)]
+            hold_writer: Default::default(),
+        }
+    }
+
     /// Builds the side tables of what the queue holds (all of them first: the group kernels
     /// need them, the copies only speed them up), then interleaves it until it is empty (then,
     /// on the queue's thread, says that no thread takes it any more) or `stop` is set.
@@ -614,6 +629,10 @@ impl Shared {
         // done after 360-390 steps).
         if on_thread {
             background_priority();
+        }
+        #[cfg(test)]
+        while self.hold_writer.load(std::sync::atomic::Ordering::SeqCst) && !self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         loop {
             let stopped = self.stop.load(std::sync::atomic::Ordering::Relaxed);
@@ -690,13 +709,7 @@ impl Shared {
 
 impl Interleaver {
     pub fn new(background: bool) -> Interleaver {
-        let shared = Shared {
-            arena: Arena::new(),
-            queue: parking_lot::Mutex::new(Default::default()),
-            current: parking_lot::Mutex::new(None),
-            stop: Default::default(),
-        };
-        Interleaver { shared: std::sync::Arc::new(shared), background, thread: parking_lot::Mutex::new(None) }
+        Interleaver { shared: std::sync::Arc::new(Shared::new()), background, thread: parking_lot::Mutex::new(None) }
     }
 
     pub fn arena(&self) -> &Arena {
@@ -898,7 +911,7 @@ mod help_tests {
     /// row rebuilt from its copy is the stored row. Then the work says it has none left.
     #[test]
     fn helpers_alone_write_every_copy() {
-        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), current: parking_lot::Mutex::new(None), stop: Default::default() };
+        let shared = Shared::new();
         // 300 groups of 16 rows of 2 blocks: Q8_0 rows of 68 bytes, so HELP_BYTES takes 15 groups a call.
         let mats: Vec<std::sync::Arc<Packed>> = [(WeightType::Q8_0, 300 * GROUP), (WeightType::Q4_1, 7 * GROUP + 3), (WeightType::Q5_0, 40 * GROUP)]
             .iter()
@@ -933,11 +946,47 @@ mod help_tests {
         }
     }
 
+    /// A started interleaver hands its copies to the pool's helpers too (`Interleaver::start`
+    /// registers `Shared::help` as idle work): with the writer thread held after the side
+    /// tables, the copies are still all written, by helpers between calls, and rebuild as
+    /// stored. Without that registration nothing writes them here.
+    #[test]
+    fn a_started_interleaver_has_the_helpers_write_its_copies() {
+        let il = Interleaver::new(true);
+        il.shared.hold_writer.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mats: Vec<std::sync::Arc<Packed>> = [(WeightType::Q8_0, 120 * GROUP), (WeightType::Q4_0, 90 * GROUP + 5)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(ty, rows))| std::sync::Arc::new(Packed::new(&matrix(ty, rows, 40 + i as u64), GROUP).expect("a block-sum format")))
+            .collect();
+        for p in &mats {
+            il.submit(p);
+        }
+        il.start();
+        let team = super::super::team::Team::new(2).expect("a team");
+        let t = std::time::Instant::now();
+        while !mats.iter().all(|p| p.is_interleaved()) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(60), "copies not written by the helpers in 60 s");
+            // Helpers that slept since their last call are woken by the next one.
+            team.run(2, &|_| {});
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        assert!(il.shared.hold_writer.load(std::sync::atomic::Ordering::SeqCst), "the writer was held throughout");
+        for p in &mats {
+            let (bytes, rb) = (p.tensor.bytes(), p.row_bytes);
+            let mut row = Vec::new();
+            for j in 0..p.rows() {
+                assert!(p.stored_row(j, &mut row), "{:?} row {j}: not in the copy", p.ty);
+                assert_eq!(&row[..], &bytes[j * rb..(j + 1) * rb], "{:?} row {j}: rebuilt from the copy", p.ty);
+            }
+        }
+    }
+
     /// The writer thread's path and helpers' calls share one copy: a copy half written by
     /// helpers is finished by `interleave`, and rows from both parts rebuild as stored.
     #[test]
     fn the_writer_finishes_what_helpers_began() {
-        let shared = Shared { arena: Arena::new(), queue: parking_lot::Mutex::new(Default::default()), current: parking_lot::Mutex::new(None), stop: Default::default() };
+        let shared = Shared::new();
         let p = std::sync::Arc::new(Packed::new(&matrix(WeightType::Q4_0, 200 * GROUP, 5), GROUP).expect("a block-sum format"));
         assert!(p.side_table(&shared.arena, &|n, task| (0..n).for_each(task), true));
         shared.queue.lock().0.push_back(std::sync::Arc::downgrade(&p));
