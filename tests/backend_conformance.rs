@@ -21,6 +21,7 @@ use packlm::backend::host::row_dot::Isa;
 use packlm::backend::host::HostBackend;
 
 use std::any::Any;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -414,9 +415,7 @@ fn snapshots_restore_across_backends() {
 fn only_the_wanted_logits_cross_to_the_host() {
     let dir = tiny("gemma4");
     let tokens = golden(&dir).tokens;
-    let counting = Counting::new();
-    let counters = counting.counters.clone();
-    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let (m, counters) = open_counting(&dir);
     let r = open_with(&dir, BackendKind::Reference, 1);
     let v = m.spec().vocab_size;
     for (want, rows) in [(Want::Last, 1), (Want::All, tokens.len()), (Want::None, 0)] {
@@ -439,9 +438,7 @@ fn only_the_wanted_logits_cross_to_the_host() {
 fn verify_memory_is_bounded_by_the_output_tile() {
     let dir = tiny("gemma4");
     let tokens = golden(&dir).tokens;
-    let counting = Counting::new();
-    let counters = counting.counters.clone();
-    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let (m, counters) = open_counting(&dir);
     let v = m.spec().vocab_size;
     for k in [1, 15, 16, 40, 100] {
         // Drafts that are all accepted are the worst case: every row is projected.
@@ -483,9 +480,7 @@ fn verify_memory_is_bounded_by_the_output_tile() {
 fn verify_reads_only_the_rows_it_judges() {
     let dir = tiny("gemma4");
     let tokens = golden(&dir).tokens;
-    let counting = Counting::new();
-    let counters = counting.counters.clone();
-    let m = Arc::new(Model::open_on(&dir, Box::new(counting)).unwrap());
+    let (m, counters) = open_counting(&dir);
     let v = m.spec().vocab_size as u32;
     let mut g = Session::new(m.clone(), 0).unwrap();
     g.step_batch(&tokens[..4], Want::Last).unwrap();
@@ -511,6 +506,13 @@ fn verify_reads_only_the_rows_it_judges() {
 }
 
 // ---- The counting backend -------------------------------------------------------------------
+
+/// The pack at `dir` on a counting backend, and its counters.
+fn open_counting(dir: &Path) -> (Arc<Model>, Arc<Counters>) {
+    let counting = Counting::new();
+    let counters = counting.counters.clone();
+    (Arc::new(Model::open_on(dir, Box::new(counting)).unwrap()), counters)
+}
 
 #[derive(Default)]
 struct Counters {
@@ -646,10 +648,6 @@ impl Backend for Counting {
         let live = self.counters.live.fetch_add(bytes, Ordering::SeqCst) + bytes;
         self.counters.peak.fetch_max(live, Ordering::SeqCst);
         Tensor::new(len, Slot { arena: self.arena.clone(), index: a.len() - 1, bytes, counters: self.counters.clone() })
-    }
-    fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
-        self.counters.to_host.fetch_add(len * 4, Ordering::SeqCst);
-        self.with(&[id(t)], |t| self.inner.read(&t[0], len))
     }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
         self.counters.to_host.fetch_add(out.len() * 4, Ordering::SeqCst);

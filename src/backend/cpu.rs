@@ -304,6 +304,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn tensor(&self, len: usize) -> Tensor {
         Tensor::new(len, vec![0.0f32; len])
     }
+    // `read` without the zeroed buffer of the provided one: a step's logits each step.
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
         data(t)[..len].to_vec()
     }

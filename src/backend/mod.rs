@@ -304,12 +304,16 @@ pub trait Backend: Send + Sync {
     }
     /// A zeroed activation buffer of `len` f32 elements.
     fn tensor(&self, len: usize) -> Tensor;
-    /// The first `len` elements of `t`, in host memory: the only way values leave the backend.
-    fn read(&self, t: &Tensor, len: usize) -> Vec<f32>;
-    /// Elements `start..start + out.len()` of `t` into `out`, in host memory: `read` of a part,
-    /// into a buffer the caller keeps (a verify reads its logits one row at a time, and stops at
-    /// the row its new token comes from).
+    /// Elements `start..start + out.len()` of `t` into `out`, in host memory: the only way
+    /// values leave the backend (a verify reads its logits one row at a time into a buffer it
+    /// keeps, and stops at the row its new token comes from).
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]);
+    /// The first `len` elements of `t`, in host memory (`read_into`).
+    fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
+        let mut out = vec![0.0; len];
+        self.read_into(t, 0, &mut out);
+        out
+    }
     /// Writes `data` into the first `data.len()` elements of `t` (tests feed ops this way; the
     /// engine's inputs are token ids).
     fn upload(&self, data: &[f32], t: &mut Tensor);

@@ -422,7 +422,16 @@ fn ring_buffer(gpu: &Gpu, bytes: u64) -> wgpu::Buffer {
 
 /// f32s from little-endian bytes.
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    let mut out = vec![0.0; bytes.len() / 4];
+    f32s_into(bytes, &mut out);
+    out
+}
+
+/// f32s from little-endian bytes into `out` (as many as both hold).
+pub fn f32s_into(bytes: &[u8], out: &mut [f32]) {
+    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
 }
 
 /// Little-endian bytes of f32s.

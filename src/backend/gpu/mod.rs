@@ -29,7 +29,7 @@ use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::{self, RopeSpec};
 use crate::semantics::{Activation, LayerSpec, ModelSpec};
-use device::{bytes_of, f32s, Bind, Gpu, Kernel, Recorder};
+use device::{bytes_of, f32s_into, Bind, Gpu, Kernel, Recorder};
 use kv::GpuKv;
 use weights::{units_per_row, GpuWeight};
 
@@ -240,18 +240,9 @@ impl Backend for GpuBackend {
     fn tensor(&self, len: usize) -> Tensor {
         Tensor::new(len, Buf(self.gpu.buffer(len as u64 * 4)))
     }
-    fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
-        let mut rec = self.rec();
-        let out = f32s(&rec.download(buf(t), 0, len as u64 * 4));
-        rec.counters.bytes_read += len as u64 * 4;
-        out
-    }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
         let mut rec = self.rec();
-        let bytes = rec.download(buf(t), start as u64 * 4, out.len() as u64 * 4);
-        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
+        f32s_into(&rec.download(buf(t), start as u64 * 4, out.len() as u64 * 4), out);
         rec.counters.bytes_read += out.len() as u64 * 4;
     }
     fn upload(&self, data: &[f32], t: &mut Tensor) {
