@@ -343,6 +343,60 @@ fn matmul_bits_do_not_depend_on_batch_or_threads() {
     }
 }
 
+/// The index the one pass `sample::argmax` is defined by gives (the first strictly larger
+/// value; a NaN is never larger, one at index 0 is kept), written out here.
+fn one_pass_argmax(l: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in l.iter().enumerate() {
+        if v > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The host backend's argmax, split across its threads on long rows (a greedy verify's rows on
+/// a 262k vocabulary), gives the one-pass index on any thread count: ties across the runs the
+/// threads take, NaNs, infinities and zeros of both signs, the largest value in the last
+/// (short) block; and through the backend seam, from an offset into a tensor, without reading
+/// the row back.
+#[test]
+fn argmax_is_the_one_pass_index_on_any_thread_count() {
+    use packlm::backend::cpu::CpuBackend;
+    use packlm::backend::Backend;
+    let mut rng = Rng(17);
+    let backends: Vec<HostBackend> = [1, 2, 3].iter().map(|&t| HostBackend::new(t).unwrap()).collect();
+    let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.0, -0.0, 9.0];
+    for n in [1000usize, 65535, 65536, 98305, 262144 + 7] {
+        for round in 0..12 {
+            // Small integers: the largest value is tied many times, across the threads' runs.
+            let mut l: Vec<f32> = (0..n).map(|_| (rng.next() % 9) as f32 - 4.0).collect();
+            for _ in 0..round % 5 {
+                let at = if round % 4 == 0 { 0 } else { rng.next() as usize % n };
+                l[at] = specials[rng.next() as usize % specials.len()];
+            }
+            if round == 11 {
+                l[n - 1] = 100.0;
+            }
+            let want = one_pass_argmax(&l);
+            for (t, be) in backends.iter().enumerate() {
+                assert_eq!(be.argmax(&l), want, "n={n} round {round} on {} threads", t + 1);
+            }
+        }
+    }
+    let row = 70_001;
+    let mut values: Vec<f32> = rng.vec(3 * row);
+    values[2 * row + 5] = 2.0;
+    values[row + 60_000] = 3.0;
+    let be = CpuBackend::new(HostBackend::new(2).unwrap());
+    let t = common::put(&be, &values);
+    let mut scratch = vec![0.0f32; row];
+    for j in 0..3 {
+        let want = one_pass_argmax(&values[j * row..(j + 1) * row]);
+        assert_eq!(be.argmax(&t, j * row, &mut scratch), (want, false), "row {j} of the tensor");
+    }
+}
+
 /// The fastest of 15 timings of `f` (the least disturbed by other work on the machine), in
 /// seconds.
 fn min_time(mut f: impl FnMut()) -> f64 {

@@ -128,6 +128,11 @@ pub trait Kernels: Send + Sync + 'static {
     fn matmul_prepared(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32]) {
         self.matmul(&w.tensor, x, rows, out)
     }
+    /// `sample::argmax(x)`; a kernel set may split the search across its threads (the same
+    /// index).
+    fn argmax(&self, x: &[f32]) -> u32 {
+        crate::sample::argmax(x)
+    }
     /// `gate[i] = act(gate[i]) * up[i]`; a kernel set may use faster forms at `fast`.
     fn gated_activation(&self, act: Activation, gate: &mut [f32], up: &[f32]) {
         gated_activation(act, gate, up)
@@ -310,6 +315,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
         out.copy_from_slice(&data(t)[start..start + out.len()]);
+    }
+    fn argmax(&self, t: &Tensor, start: usize, row: &mut [f32]) -> (u32, bool) {
+        (self.kernels.argmax(&data(t)[start..start + row.len()]), false)
     }
     fn upload(&self, src: &[f32], t: &mut Tensor) {
         data_mut(t)[..src.len()].copy_from_slice(src);

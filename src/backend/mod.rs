@@ -314,6 +314,16 @@ pub trait Backend: Send + Sync {
         self.read_into(t, 0, &mut out);
         out
     }
+    /// The index of the largest of the `row.len()` elements of `t` from `start`, by
+    /// `sample::argmax`'s rule (the first on ties; a NaN is never larger, but one at the first
+    /// element is kept), and whether `row` now holds those elements. A greedy verify judges its
+    /// rows this way and reads back only the row its new token comes from. The provided form
+    /// reads the row into `row` and searches it there; a host-memory backend searches it where
+    /// it lies.
+    fn argmax(&self, t: &Tensor, start: usize, row: &mut [f32]) -> (u32, bool) {
+        self.read_into(t, start, row);
+        (crate::sample::argmax(row), true)
+    }
     /// Writes `data` into the first `data.len()` elements of `t` (tests feed ops this way; the
     /// engine's inputs are token ids).
     fn upload(&self, data: &[f32], t: &mut Tensor);

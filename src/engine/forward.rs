@@ -196,6 +196,13 @@ impl OutputTile {
         Ok(())
     }
 
+    /// The argmax of row `j` of the last `compute` (`Backend::argmax`), and whether `out`
+    /// (`vocab` values) now holds the row.
+    pub fn argmax_row(&self, model: &Model, j: usize, out: &mut [f32]) -> (u32, bool) {
+        let vocab = model.spec.vocab_size;
+        model.backend.argmax(&self.logits, j * vocab, &mut out[..vocab])
+    }
+
     /// Row `j` of the last `compute` (its j-th row) into `out` (`vocab` values).
     pub fn read_row(&self, model: &Model, j: usize, out: &mut [f32]) {
         let vocab = model.spec.vocab_size;

@@ -13,7 +13,7 @@ use crate::engine::draft::Drafter;
 use crate::engine::forward::{self, OUTPUT_TILE_ROWS};
 use crate::engine::{Session, Want};
 use crate::error::{Error, Result, Status};
-use crate::sample::{argmax, draw, next_f64, probabilities, sample, SamplerParams};
+use crate::sample::{draw, next_f64, probabilities, sample, SamplerParams};
 
 /// How drafted tokens are judged.
 pub enum Acceptance<'a> {
@@ -108,10 +108,14 @@ impl Session {
         let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
         self.tokens.extend_from_slice(&rows);
         let mut tile = self.bufs.take_output(&model, rows.len().min(OUTPUT_TILE_ROWS));
-        // The row being judged, read from the tile into a buffer the session keeps (the last
-        // logits a verify replaced), and kept as the new last logits: no tile is read back whole.
+        // The row the new token comes from, read from the tile into a buffer the session keeps
+        // (the last logits a verify replaced), and kept as the new last logits: no tile is read
+        // back whole. A greedy row's argmax is found where its logits lie (`Backend::argmax`),
+        // so a row judged and accepted need not be read back; `unread` is the row last judged
+        // when `row` does not hold it.
         let mut row = self.bufs.take_row();
         row.resize(vocab, 0.0);
+        let mut unread: Option<usize> = None;
         let mut n_accepted = 0;
         let mut chosen: Option<u32> = None;
         let first_tile = model.backend.rows_for_one().clamp(1, OUTPUT_TILE_ROWS);
@@ -126,20 +130,31 @@ impl Session {
                 panic!("injected panic while judging the drafts");
             }
             for (j, &i) in ids.iter().enumerate() {
-                tile.read_row(&model, j, &mut row);
+                let best = match acc {
+                    Acceptance::Greedy => {
+                        let (best, read) = tile.argmax_row(&model, j, &mut row);
+                        unread = (!read).then_some(j);
+                        best
+                    }
+                    Acceptance::Sampled { .. } => {
+                        tile.read_row(&model, j, &mut row);
+                        unread = None;
+                        0 // (a sampled row is judged on its logits, not by an argmax)
+                    }
+                };
                 let row = &row[..];
                 let recent = &self.tokens[..base + 1 + i];
                 let Some(&d) = draft.get(i) else {
                     // Every draft was accepted: the bonus token comes from the last row.
                     let next = match &mut acc {
-                        Acceptance::Greedy => argmax(row),
+                        Acceptance::Greedy => best,
                         Acceptance::Sampled { params, rng, .. } => sample(row, params, recent, rng),
                     };
                     chosen = Some(next);
                     break 'tiles;
                 };
                 let rejected = match &mut acc {
-                    Acceptance::Greedy => Some(argmax(row)).filter(|&best| best != d),
+                    Acceptance::Greedy => Some(best).filter(|&best| best != d),
                     Acceptance::Sampled { params, draft_probs, rng } => {
                         let p = probabilities(row, params, recent);
                         let q_rows: Option<&[f32]> = *draft_probs;
@@ -167,6 +182,9 @@ impl Session {
                 }
                 n_accepted += 1;
             }
+        }
+        if let Some(j) = unread {
+            tile.read_row(&model, j, &mut row);
         }
         self.bufs.keep_output(tile);
         let Some(next) = chosen else {

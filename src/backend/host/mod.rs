@@ -46,6 +46,7 @@ use crate::backend::{pass, Precision};
 use crate::backend::cpu::{CpuWeight, Kernels, Prepared};
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
+use crate::sample;
 use crate::semantics::Activation;
 
 pub use dot::dot;
@@ -74,6 +75,9 @@ const WIDE_ROWS: usize = 16;
 /// Elements per run of a split activation (`gated_activation`): below two of them it stays on
 /// the calling thread.
 const ACT_CHUNK: usize = 4096;
+/// Values per task of a split `argmax` (a whole number of `sample::ARGMAX_BLOCK`s): below two
+/// of them it stays on the calling thread.
+const ARGMAX_RUN: usize = 32 * sample::ARGMAX_BLOCK;
 /// Fewest tasks per thread, so that every thread gets work and a slow one leaves its share to
 /// the others.
 const MIN_TASKS_PER_THREAD: usize = 4;
@@ -237,6 +241,8 @@ thread_local! {
     static BLOCK_SUMS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
     /// A matmul's task boundaries (`taper`), reused across calls.
     static TASK_BOUNDS: std::cell::Cell<Vec<usize>> = const { std::cell::Cell::new(Vec::new()) };
+    /// A split `argmax`'s block maxima, reused across calls.
+    static MAXIMA: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// An attention task's results before they move into place, reused across calls.
     static GROUP_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -405,6 +411,28 @@ impl Kernels for HostBackend {
             return one(gate, up);
         }
         self.for_chunks(&mut gate[..len], chunk, false, |i, g| one(g, &up[i * chunk..i * chunk + g.len()]));
+    }
+
+    /// Split across the team in runs of `ARGMAX_RUN` values where there are two or more: the
+    /// threads find the largest value of each of `sample::argmax`'s blocks, and the calling
+    /// thread the block the index lies in and the index in it, the same index as
+    /// `sample::argmax`.
+    fn argmax(&self, x: &[f32]) -> u32 {
+        if x.len() < 2 * ARGMAX_RUN || self.threads() == 1 {
+            return sample::argmax(x);
+        }
+        // Every run is searched even while the pass that made `x` is being aborted: the index
+        // is taken from the maxima only when all of them are there.
+        let _whole = pass::outside();
+        MAXIMA.with_borrow_mut(|maxima| {
+            maxima.clear();
+            maxima.resize(x.len().div_ceil(sample::ARGMAX_BLOCK), f32::NAN);
+            self.for_chunks(maxima, ARGMAX_RUN / sample::ARGMAX_BLOCK, false, |i, m| {
+                let run = &x[i * ARGMAX_RUN..((i + 1) * ARGMAX_RUN).min(x.len())];
+                sample::largest_of_blocks(run, m)
+            });
+            sample::argmax_of_blocks(x, maxima.iter().copied())
+        })
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
