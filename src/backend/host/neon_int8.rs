@@ -169,35 +169,50 @@ fn dots<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool,
     acc
 }
 
-/// Every weight row of the tile against every activation row, R at a time, then one at a time.
+/// Every weight row of the tile against every activation row, R at a time, then the 1 to 3
+/// rows left in one pass over the weights (as avx2_int8.rs's `tile`; before, one pass each).
+/// A row's value does not depend on the rows it runs with.
 #[target_feature(enable = "neon")]
 #[inline]
 fn tile<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool, const R: usize>(
-    t: QTile,
+    mut t: QTile,
     decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
 ) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
+    // The rows left after the passes of R are fewer than R: at most 3 for the match below.
+    const { assert!(R >= 1 && R <= 4) };
     let m = t.m;
-    let row = |r: usize| {
-        let (q, d, s) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
-    };
     let mut r = 0;
-    while R > 1 && r + R <= m {
-        let rows: [_; R] = std::array::from_fn(|i| row(r + i));
-        let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
-        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r..r + R].copy_from_slice(&dots::<BB, SUBS, MIN, SUMMED, R>(w, xq, xd, xs, decode));
-        }
+    while m - r >= R {
+        rows_pass::<BB, SUBS, MIN, SUMMED, R>(&mut t, r, decode);
         r += R;
     }
-    for r in r..m {
-        let (xq, xd, xs) = row(r);
-        for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
-            o[r] = dots::<BB, SUBS, MIN, SUMMED, 1>(w, [xq], [xd], [xs], decode)[0];
-        }
+    match m - r {
+        0 => {}
+        1 => rows_pass::<BB, SUBS, MIN, SUMMED, 1>(&mut t, r, decode),
+        2 => rows_pass::<BB, SUBS, MIN, SUMMED, 2>(&mut t, r, decode),
+        _ => rows_pass::<BB, SUBS, MIN, SUMMED, 3>(&mut t, r, decode),
+    }
+}
+
+/// Activation rows r0..r0 + RX of the tile against all its weight rows, in one pass over them.
+#[target_feature(enable = "neon")]
+#[inline]
+fn rows_pass<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool, const RX: usize>(
+    t: &mut QTile,
+    r0: usize,
+    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+) {
+    let m = t.m;
+    let rows: [_; RX] = std::array::from_fn(|i| {
+        let (q, d, s) = t.x.row(r0 + i, t.n_in);
+        (q.as_chunks::<QK>().0, d, s)
+    });
+    let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
+    for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
+        o[r0..r0 + RX].copy_from_slice(&dots::<BB, SUBS, MIN, SUMMED, RX>(w, xq, xd, xs, decode));
     }
 }
 
