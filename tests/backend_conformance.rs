@@ -516,7 +516,7 @@ fn open_counting(dir: &Path) -> (Arc<Model>, Arc<Counters>) {
 
 #[derive(Default)]
 struct Counters {
-    /// Bytes handed to host memory by `read` (and KV export).
+    /// Bytes handed to host memory by `read_into`, which `read` and the provided `argmax` call (and KV export).
     to_host: AtomicUsize,
     /// Bytes written from host memory by `upload` (and KV import).
     from_host: AtomicUsize,

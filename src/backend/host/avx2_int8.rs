@@ -187,10 +187,7 @@ fn rows_pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usiz
     sums: impl Fn(__m256i, __m256i) -> __m256i + Copy,
 ) {
     let m = t.m;
-    let rows: [_; RX] = std::array::from_fn(|i| {
-        let (q, d, s) = t.x.row(r0 + i, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
-    });
+    let rows: [_; RX] = std::array::from_fn(|i| t.x.row_blocks(r0 + i, t.n_in));
     let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
     for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
         prefetch_ahead(w);
@@ -364,10 +361,7 @@ pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: im
     }
     let (m, rb) = (t.m, t.row_bytes);
     let n = t.w.len() / rb;
-    let row = |r: usize| {
-        let (q, d, s) = t.x.row(r, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
-    };
+    let row = |r: usize| t.x.row_blocks(r, t.n_in);
     let wrow = |j: usize| t.w[j * rb..(j + 1) * rb].as_chunks::<BB>().0;
     let mut put = |j: usize, r: usize, v: __m128| {
         let mut lanes = [0.0f32; 4];

@@ -162,6 +162,12 @@ impl Q8Rows {
         (&self.q[r * n_in..(r + 1) * n_in], &self.d[r * nb..(r + 1) * nb], &self.s[r * nb..(r + 1) * nb])
     }
 
+    /// `row`, the values as blocks of QK: what the AVX2 and NEON tiles read.
+    pub fn row_blocks(&self, r: usize, n_in: usize) -> (&[[i8; QK]], &[f32], &[f32]) {
+        let (q, d, s) = self.row(r, n_in);
+        (q.as_chunks::<QK>().0, d, s)
+    }
+
     /// Row r's repeated scales (`d8`) and offset corrections (`c`), for rows of `n_in` elements.
     pub fn row_wide(&self, r: usize, n_in: usize) -> (&[f32], &[i32]) {
         let nl = n_in / QK * 8;

@@ -206,10 +206,7 @@ fn rows_pass<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: 
     decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
 ) {
     let m = t.m;
-    let rows: [_; RX] = std::array::from_fn(|i| {
-        let (q, d, s) = t.x.row(r0 + i, t.n_in);
-        (q.as_chunks::<QK>().0, d, s)
-    });
+    let rows: [_; RX] = std::array::from_fn(|i| t.x.row_blocks(r0 + i, t.n_in));
     let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
     for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
         o[r0..r0 + RX].copy_from_slice(&dots::<BB, SUBS, MIN, SUMMED, RX>(w, xq, xd, xs, decode));
