@@ -219,45 +219,142 @@ pub fn generate(
     n_new: usize,
     params: &SamplerParams,
     rng: &mut u64,
-    mut drafter: Option<&mut (dyn Drafter + 'static)>,
+    drafter: Option<&mut (dyn Drafter + 'static)>,
     k: usize,
 ) -> Result<Generated> {
-    let stop = s.model.vocab.stop.clone();
-    s.step_batch(prompt, Want::Last)?;
+    let mut g = Generation::new(prompt.to_vec(), n_new, params.clone(), *rng, drafter, k);
     let mut out = Generated::default();
-    let mut pending = sample(&s.last_logits, params, &s.tokens, rng);
-    while out.tokens.len() < n_new && !stop.contains(&pending) {
-        out.tokens.push(pending);
-        let room = s.n_ctx.saturating_sub(s.n_past());
-        if out.tokens.len() >= n_new || room == 0 {
-            break;
-        }
-        let want_k = k.min(n_new - out.tokens.len()).min(room - 1);
-        let draft = match drafter.as_deref_mut() {
-            Some(d) if want_k > 0 => d.propose(&s.tokens, pending, want_k)?,
-            _ => Vec::new(),
-        };
-        if draft.is_empty() {
-            s.step(pending)?;
-            pending = sample(&s.last_logits, params, &s.tokens, rng);
-            continue;
-        }
-        let acc = if params.temperature <= 0.0 && params.repetition_penalty == 1.0 {
-            Acceptance::Greedy
-        } else {
-            Acceptance::Sampled { params, draft_probs: None, rng }
-        };
-        let r = s.verify(pending, &draft, acc)?;
-        out.rounds += 1;
-        out.drafted += draft.len() as u64;
-        out.accepted += r.n_accepted as u64;
-        for &t in &draft[..r.n_accepted] {
-            if stop.contains(&t) || out.tokens.len() >= n_new {
-                return Ok(out);
-            }
-            out.tokens.push(t);
-        }
-        pending = r.next;
+    while let Some(t) = g.next_token(s)? {
+        out.tokens.push(t);
     }
+    (out.drafted, out.accepted, out.rounds) = (g.drafted, g.accepted, g.rounds);
+    *rng = g.rng;
     Ok(out)
+}
+
+/// The generation loop as a state machine that hands out one token at a time (what
+/// [`generate`] collects, and what the public streaming iterator yields). A token is handed out
+/// as soon as it is chosen; the pass that computes the logits after it runs at the next call.
+pub struct Generation<'d> {
+    /// The prompt, until the first call prefills it.
+    prompt: Option<Vec<u32>>,
+    n_new: usize,
+    params: SamplerParams,
+    pub rng: u64,
+    drafter: Option<&'d mut (dyn Drafter + 'static)>,
+    k: usize,
+    /// Chosen from the last logits; `handed` once it was given out (and so must be fed next).
+    pending: u32,
+    handed: bool,
+    /// Accepted drafts not yet given out.
+    queue: std::collections::VecDeque<u32>,
+    produced: usize,
+    done: bool,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub rounds: u64,
+}
+
+impl<'d> Generation<'d> {
+    pub fn new(prompt: Vec<u32>, n_new: usize, params: SamplerParams, rng: u64, drafter: Option<&'d mut (dyn Drafter + 'static)>, k: usize) -> Self {
+        Generation {
+            prompt: Some(prompt),
+            n_new,
+            params,
+            rng,
+            drafter,
+            k,
+            pending: 0,
+            handed: false,
+            queue: Default::default(),
+            produced: 0,
+            done: false,
+            drafted: 0,
+            accepted: 0,
+            rounds: 0,
+        }
+    }
+
+    /// The next token, or None at a stop token or after `n_new` tokens. After an error the
+    /// generation is over (None from then on).
+    pub fn next_token(&mut self, s: &mut Session) -> Result<Option<u32>> {
+        let out = self.advance(s);
+        if out.is_err() {
+            self.done = true;
+        }
+        out
+    }
+
+    fn advance(&mut self, s: &mut Session) -> Result<Option<u32>> {
+        if let Some(t) = self.queue.pop_front() {
+            self.produced += 1;
+            return Ok(Some(t));
+        }
+        if self.done {
+            return Ok(None);
+        }
+        if let Some(prompt) = self.prompt.take() {
+            self.params.check()?;
+            s.step_batch(&prompt, Want::Last)?;
+            self.choose(s);
+        }
+        loop {
+            if !self.handed {
+                if self.produced >= self.n_new || s.model.vocab.stop.contains(&self.pending) {
+                    self.done = true;
+                    return Ok(None);
+                }
+                self.handed = true;
+                self.produced += 1;
+                return Ok(Some(self.pending));
+            }
+            let room = s.n_ctx.saturating_sub(s.n_past());
+            if self.produced >= self.n_new || room == 0 {
+                self.done = true;
+                return Ok(None);
+            }
+            let want_k = self.k.min(self.n_new - self.produced).min(room - 1);
+            let draft = match self.drafter.as_deref_mut() {
+                Some(d) if want_k > 0 => d.propose(&s.tokens, self.pending, want_k)?,
+                _ => Vec::new(),
+            };
+            if draft.is_empty() {
+                s.step(self.pending)?;
+                self.choose(s);
+                continue;
+            }
+            let acc = if self.params.temperature <= 0.0 && self.params.repetition_penalty == 1.0 {
+                Acceptance::Greedy
+            } else {
+                Acceptance::Sampled { params: &self.params, draft_probs: None, rng: &mut self.rng }
+            };
+            let r = s.verify(self.pending, &draft, acc)?;
+            self.rounds += 1;
+            self.drafted += draft.len() as u64;
+            self.accepted += r.n_accepted as u64;
+            let mut room_left = self.n_new - self.produced;
+            for &t in &draft[..r.n_accepted] {
+                if s.model.vocab.stop.contains(&t) || room_left == 0 {
+                    self.done = true;
+                    break;
+                }
+                self.queue.push_back(t);
+                room_left -= 1;
+            }
+            self.pending = r.next;
+            self.handed = false;
+            if let Some(t) = self.queue.pop_front() {
+                self.produced += 1;
+                return Ok(Some(t));
+            }
+            if self.done {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn choose(&mut self, s: &Session) {
+        self.pending = sample(&s.last_logits, &self.params, &s.tokens, &mut self.rng);
+        self.handed = false;
+    }
 }
