@@ -26,40 +26,40 @@ const TEXTS: &[&str] = &[
     "Rare: 𓀀𓁐 𠀋𪚥 🪿🫠 ꙮ",
 ];
 
-fn open_c(path: &Path) -> *mut packlm_model {
+fn open_c(path: &Path) -> *mut packlm_model { unsafe {
     let c = CString::new(path.to_str().unwrap()).unwrap();
     let mut m = ptr::null_mut();
     assert_eq!(packlm_model_open(c.as_ptr(), ptr::null(), &mut m) as u32, OK, "open {}", path.display());
     m
-}
+}}
 
-fn tokenize(m: *const packlm_model, text: &str, flags: u32) -> Vec<u32> {
+fn tokenize(m: *const packlm_model, text: &str, flags: u32) -> Vec<u32> { unsafe {
     let mut ids = vec![0u32; 4 * text.len() + 8];
     let mut n = 0usize;
     let st = packlm_tokenize(m, text.as_ptr() as *const c_char, text.len(), flags, ids.as_mut_ptr(), ids.len(), &mut n);
     assert_eq!(st as u32, OK);
     ids.truncate(n);
     ids
-}
+}}
 
-fn detokenize(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<u8> {
+fn detokenize(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<u8> { unsafe {
     let mut buf = vec![0u8; 64 * ids.len() + 16];
     let mut n = 0usize;
     let st = packlm_detokenize(m, ids.as_ptr(), ids.len(), flags, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n);
     assert_eq!(st as u32, OK);
     buf.truncate(n);
     buf
-}
+}}
 
-fn piece(m: *const packlm_model, id: u32) -> String {
+fn piece(m: *const packlm_model, id: u32) -> String { unsafe {
     let mut buf = [0u8; 256];
     let mut n = 0usize;
     assert_eq!(packlm_token_to_piece(m, id, buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n) as u32, OK);
     String::from_utf8(buf[..n].to_vec()).unwrap()
-}
+}}
 
 /// Feeds `ids` one by one; returns every feed output, then the flush output, as bytes.
-fn stream(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<Vec<u8>> {
+fn stream(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<Vec<u8>> { unsafe {
     let mut d = ptr::null_mut();
     assert_eq!(packlm_detokenizer_new(m, flags, &mut d) as u32, OK);
     let mut outs = Vec::new();
@@ -75,11 +75,11 @@ fn stream(m: *const packlm_model, ids: &[u32], flags: u32) -> Vec<Vec<u8>> {
     outs.push(buf[..n].to_vec());
     packlm_detokenizer_free(d);
     outs
-}
+}}
 
 /// The contract on every text; returns how many tokens carried part of a character (their
 /// piece alone is U+FFFD), so that a caller can check the texts exercised the hold-back.
-fn check_model(path: &Path) -> usize {
+fn check_model(path: &Path) -> usize { unsafe {
     let m = open_c(path);
     let mut partial = 0;
     for text in TEXTS {
@@ -97,7 +97,7 @@ fn check_model(path: &Path) -> usize {
     }
     packlm_model_free(m);
     partial
-}
+}}
 
 #[test]
 fn byte_level_bpe_streams_whole_characters() {
@@ -118,7 +118,7 @@ fn tiny_fixture_streams_whole_characters() {
 
 /// A stream cut inside a character: the flush gives what packlm_detokenize gives for it.
 #[test]
-fn flush_gives_an_incomplete_character_as_detokenize_does() {
+fn flush_gives_an_incomplete_character_as_detokenize_does() { unsafe {
     let Some(p) = smollm2() else { return };
     let m = open_c(&p);
     let ids = tokenize(m, "ok 😀", 0);
@@ -130,11 +130,11 @@ fn flush_gives_an_incomplete_character_as_detokenize_does() {
     assert_eq!(outs.concat(), detokenize(m, &ids[..cut], 0));
     assert!(outs.last().unwrap().ends_with("\u{FFFD}".as_bytes()), "the held-back bytes come out at the flush");
     packlm_model_free(m);
-}
+}}
 
 /// Special tokens, kept and skipped, agree with packlm_detokenize under the same flag.
 #[test]
-fn special_tokens_follow_the_flag() {
+fn special_tokens_follow_the_flag() { unsafe {
     let Some(p) = smollm2() else { return };
     let m = open_c(&p);
     let ids = tokenize(m, "<|im_start|>user\n日本 😀<|im_end|>", PACKLM_TOKENIZE_PARSE_SPECIAL);
@@ -145,13 +145,13 @@ fn special_tokens_follow_the_flag() {
     assert_eq!(packlm_detokenizer_new(m, 4, &mut d) as u32, packlm::error::PACKLM_ERR_INVALID_ARGUMENT);
     assert!(d.is_null(), "out is written only on success");
     packlm_model_free(m);
-}
+}}
 
 /// BUFFER_TOO_SMALL reports the size needed and does not consume the token; an id out of
 /// range is refused without consuming anything either. Each retried output equals the output of
 /// a stream that was never refused (multi-byte characters, so that a token fed twice shows).
 #[test]
-fn a_refused_feed_does_not_consume_the_token() {
+fn a_refused_feed_does_not_consume_the_token() { unsafe {
     let m = open_c(&tiny("llama"));
     let ids = tokenize(m, "Hello wörld, café 日本 😀 again", 0);
     let want = detokenize(m, &ids, 0);
@@ -192,4 +192,4 @@ fn a_refused_feed_does_not_consume_the_token() {
     packlm_detokenizer_free(d);
     packlm_detokenizer_free(ptr::null_mut());
     packlm_model_free(m);
-}
+}}

@@ -14,23 +14,23 @@ use packlm::ffi::session::{packlm_session, packlm_session_free, packlm_session_n
 use packlm::ffi::speculative::{packlm_verify, packlm_sampler_params, packlm_verify_params, packlm_verify_result, PACKLM_VERIFY_GREEDY, PACKLM_VERIFY_SAMPLED};
 use packlm::Status;
 
-fn options() -> packlm_open_options {
-    let mut o: packlm_open_options = unsafe { std::mem::zeroed() };
+fn options() -> packlm_open_options { unsafe {
+    let mut o: packlm_open_options = std::mem::zeroed();
     assert_eq!(packlm_open_options_default(&mut o), Status::Ok);
     o
-}
+}}
 
-fn open_c(path: &Path, o: &packlm_open_options) -> (Status, *mut packlm_model) {
+fn open_c(path: &Path, o: &packlm_open_options) -> (Status, *mut packlm_model) { unsafe {
     let path = CString::new(path.to_str().unwrap()).unwrap();
     let mut m = ptr::null_mut();
     let st = packlm_model_open(path.as_ptr(), o, &mut m);
     (st, m)
-}
+}}
 
 /// threads = 2^32 - 1 is refused at open (on every backend) and by set_threads, with
 /// LIMIT_EXCEEDED and the setting unchanged; 256 is accepted.
 #[test]
-fn thread_counts_are_bounded() {
+fn thread_counts_are_bounded() { unsafe {
     for backend in [0u32, 1] {
         let mut o = options();
         o.backend = backend;
@@ -46,18 +46,18 @@ fn thread_counts_are_bounded() {
     assert_eq!(packlm_model_set_threads(m, 256), Status::Ok);
     assert_eq!(packlm_model_set_threads(m, 2), Status::Ok);
     packlm_model_free(m);
-}
+}}
 
-fn session(m: *mut packlm_model) -> *mut packlm_session {
+fn session(m: *mut packlm_model) -> *mut packlm_session { unsafe {
     let mut s = ptr::null_mut();
     assert_eq!(packlm_session_new(m, ptr::null(), &mut s), Status::Ok);
     s
-}
+}}
 
 /// k = 2^40 (and a sampled k whose k x n_vocab wraps) returns CONTEXT_OVERFLOW without reading
 /// the draft buffer (one element long here) or allocating; the session keeps its positions.
 #[test]
-fn verify_refuses_an_absurd_k_before_reading_or_allocating() {
+fn verify_refuses_an_absurd_k_before_reading_or_allocating() { unsafe {
     let (st, m) = open_c(&tiny("llama"), &options());
     assert_eq!(st, Status::Ok);
     let s = session(m);
@@ -65,18 +65,18 @@ fn verify_refuses_an_absurd_k_before_reading_or_allocating() {
     let draft = [5u32];
     let probs = [0.5f32];
     let mut rng = 1u64;
-    let mut sampler: packlm_sampler_params = unsafe { std::mem::zeroed() };
+    let mut sampler: packlm_sampler_params = std::mem::zeroed();
     sampler.size = std::mem::size_of::<packlm_sampler_params>();
     sampler.top_p = 1.0;
     sampler.repetition_penalty = 1.0;
     for (mode, k) in [(PACKLM_VERIFY_GREEDY, 1usize << 40), (PACKLM_VERIFY_SAMPLED, 1 << 40), (PACKLM_VERIFY_SAMPLED, usize::MAX / 3)] {
-        let mut p: packlm_verify_params = unsafe { std::mem::zeroed() };
+        let mut p: packlm_verify_params = std::mem::zeroed();
         p.size = std::mem::size_of::<packlm_verify_params>();
         p.mode = mode;
         p.sampler = &sampler;
         p.draft_probs = probs.as_ptr();
         p.rng_state = &mut rng;
-        let mut r: packlm_verify_result = unsafe { std::mem::zeroed() };
+        let mut r: packlm_verify_result = std::mem::zeroed();
         r.size = std::mem::size_of::<packlm_verify_result>();
         r.n_accepted = 77;
         assert_eq!(packlm_verify(s, 4, draft.as_ptr(), k, &p, &mut r), Status::ErrContextOverflow, "mode {mode}, k = {k}");
@@ -87,7 +87,7 @@ fn verify_refuses_an_absurd_k_before_reading_or_allocating() {
     }
     packlm_session_free(s);
     packlm_model_free(m);
-}
+}}
 
 struct Progress {
     seen: Vec<f32>,
@@ -106,7 +106,7 @@ extern "C" fn record(fraction: f32, user: *mut c_void) -> bool {
     p.seen.len() != p.stop_at
 }
 
-fn open_reporting(path: &Path, stop_at: usize) -> (Status, Vec<f32>) {
+fn open_reporting(path: &Path, stop_at: usize) -> (Status, Vec<f32>) { unsafe {
     let mut p = Progress { seen: Vec::new(), stop_at, other_thread: 0, caller: std::thread::current().id() };
     let mut o = options();
     o.progress = Some(record);
@@ -119,7 +119,7 @@ fn open_reporting(path: &Path, stop_at: usize) -> (Status, Vec<f32>) {
     }
     assert_eq!(p.other_thread, 0, "{}: progress reported from another thread", path.display());
     (st, p.seen)
-}
+}}
 
 /// Open reports progress per layer, on the thread that called open: from 0 to 1, never
 /// decreasing, with more than two distinct values; a callback that returns false at the 3rd report cancels the open with ABORTED and is

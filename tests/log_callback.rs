@@ -22,13 +22,13 @@ extern "C" fn reregistering(_level: i32, _msg: *const c_char, user_data: *mut c_
     assert_eq!(packlm_set_log_callback(Some(reregistering), user_data), Status::Ok);
 }
 
-fn open_tiny() -> Status {
+fn open_tiny() -> Status { unsafe {
     let path = CString::new(tiny("llama").to_str().unwrap()).unwrap();
     let mut m: *mut packlm_model = std::ptr::null_mut();
     let st = packlm_model_open(path.as_ptr(), std::ptr::null(), &mut m);
     packlm_model_free(m);
     st
-}
+}}
 
 #[test]
 fn a_callback_that_sets_the_callback_returns() {

@@ -13,12 +13,12 @@ use packlm::ffi::speculative::{packlm_drafter, packlm_drafter_free, packlm_draft
 use packlm::ffi::text::packlm_detokenize;
 use packlm::Status;
 
-fn open_model(name: &str) -> *mut packlm_model {
+fn open_model(name: &str) -> *mut packlm_model { unsafe {
     let path = CString::new(tiny(name).to_str().unwrap()).unwrap();
     let mut m: *mut packlm_model = std::ptr::null_mut();
     assert_eq!(packlm_model_open(path.as_ptr(), std::ptr::null(), &mut m), Status::Ok);
     m
-}
+}}
 
 fn sampler(temperature: f32) -> packlm_sampler_params {
     packlm_sampler_params {
@@ -34,7 +34,7 @@ fn sampler(temperature: f32) -> packlm_sampler_params {
 }
 
 #[test]
-fn sample_refuses_nan_and_positive_infinity_and_leaves_the_rng_alone() {
+fn sample_refuses_nan_and_positive_infinity_and_leaves_the_rng_alone() { unsafe {
     for temperature in [0.0f32, 0.8] {
         for bad in [f32::NAN, f32::INFINITY] {
             let logits = [0.1f32, 0.2, bad, 0.3];
@@ -54,10 +54,10 @@ fn sample_refuses_nan_and_positive_infinity_and_leaves_the_rng_alone() {
         assert_eq!(packlm_sample(logits.as_ptr(), logits.len(), &p, &mut rng, &mut token), Status::Ok);
         assert!(token == 1 || token == 3, "drew masked token {token}");
     }
-}
+}}
 
 #[test]
-fn detokenize_refuses_unknown_flag_bits() {
+fn detokenize_refuses_unknown_flag_bits() { unsafe {
     let m = open_model("llama");
     let ids = [41u32, 283];
     let mut buf = [0i8; 64];
@@ -67,10 +67,10 @@ fn detokenize_refuses_unknown_flag_bits() {
     assert_eq!(packlm_detokenize(m, ids.as_ptr(), ids.len(), 1 | 4, buf.as_mut_ptr() as _, buf.len(), &mut n2), Status::ErrInvalidArgument);
     assert_eq!(n2, usize::MAX);
     packlm_model_free(m);
-}
+}}
 
 #[test]
-fn ngram_drafter_with_size_max_proposes_the_continuation() {
+fn ngram_drafter_with_size_max_proposes_the_continuation() { unsafe {
     let m = open_model("llama");
     let mut s: *mut packlm_session = std::ptr::null_mut();
     assert_eq!(packlm_session_new(m, std::ptr::null(), &mut s), Status::Ok);
@@ -88,7 +88,7 @@ fn ngram_drafter_with_size_max_proposes_the_continuation() {
     packlm_drafter_free(d);
     packlm_session_free(s);
     packlm_model_free(m);
-}
+}}
 
 #[test]
 fn a_batch_longer_than_the_context_is_refused_before_its_ids_are_read() {
@@ -110,7 +110,7 @@ struct Shared(*mut packlm_session);
 unsafe impl Send for Shared {}
 
 #[test]
-fn one_session_from_two_threads_gives_busy_never_a_crash() {
+fn one_session_from_two_threads_gives_busy_never_a_crash() { unsafe {
     use packlm::ffi::session::{packlm_session_n_past, packlm_session_options};
     use packlm::ffi::state::{packlm_snapshot, packlm_truncate};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -175,4 +175,4 @@ fn one_session_from_two_threads_gives_busy_never_a_crash() {
     assert_bits_equal(&got, &want, "the shared session vs a fresh one");
     packlm_session_free(s);
     packlm_model_free(m);
-}
+}}

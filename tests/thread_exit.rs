@@ -15,15 +15,15 @@ static STATUS_IN_DTOR: AtomicI32 = AtomicI32::new(-1);
 struct CallsPacklmOnDrop;
 
 impl Drop for CallsPacklmOnDrop {
-    fn drop(&mut self) {
+    fn drop(&mut self) { unsafe {
         // A failing call: it records a message in the (destroyed) error store.
         let mut m: *mut packlm_model = std::ptr::null_mut();
         let st = packlm_model_open(std::ptr::null(), std::ptr::null(), &mut m);
         // And reading the message must not abort either.
-        let msg = unsafe { CStr::from_ptr(packlm_last_error()) }.to_string_lossy().into_owned();
+        let msg = CStr::from_ptr(packlm_last_error()).to_string_lossy().into_owned();
         assert!(!msg.is_empty());
         STATUS_IN_DTOR.store(st as i32, Ordering::SeqCst);
-    }
+    }}
 }
 
 thread_local! {
@@ -31,7 +31,7 @@ thread_local! {
 }
 
 #[test]
-fn a_call_from_a_thread_exit_destructor_returns_its_status() {
+fn a_call_from_a_thread_exit_destructor_returns_its_status() { unsafe {
     std::thread::spawn(|| {
         // Registered first, so destroyed after packlm's error store (destructors run in
         // reverse order of registration).
@@ -42,4 +42,4 @@ fn a_call_from_a_thread_exit_destructor_returns_its_status() {
     .join()
     .unwrap();
     assert_eq!(STATUS_IN_DTOR.load(Ordering::SeqCst), Status::ErrNullArgument as i32);
-}
+}}

@@ -23,7 +23,7 @@ fn vm_rss_kib() -> usize {
 }
 
 /// Peak bytes above the resident size while tokenizing `text` (size query and fill).
-fn peak_of(m: *mut packlm_model, text: &str) -> usize {
+fn peak_of(m: *mut packlm_model, text: &str) -> usize { unsafe {
     // Writing 5 to clear_refs resets the peak to the current resident size (Linux 4.0+).
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
     let base = vm_rss_kib();
@@ -32,10 +32,10 @@ fn peak_of(m: *mut packlm_model, text: &str) -> usize {
     let mut ids = vec![0u32; n];
     assert_eq!(packlm_tokenize(m, text.as_ptr() as _, text.len(), 0, ids.as_mut_ptr(), n, &mut n), Status::Ok);
     (vm_hwm_kib().saturating_sub(base)) * 1024
-}
+}}
 
 #[test]
-fn tokenizing_n_bytes_peaks_under_a_stated_multiple_of_n() {
+fn tokenizing_n_bytes_peaks_under_a_stated_multiple_of_n() { unsafe {
     let mut models = vec![tiny("llama")];
     models.extend(smollm2());
     let n = PACKLM_DEFAULT_MAX_TOKENIZE_BYTES;
@@ -53,7 +53,7 @@ fn tokenizing_n_bytes_peaks_under_a_stated_multiple_of_n() {
         }
         packlm_model_free(m);
     }
-}
+}}
 
 /// The stated bound (README, "Limits").
 const MAX_MULTIPLE: f64 = 400.0;

@@ -2,75 +2,75 @@
 //! and state, and the vocabulary. Everything else in this crate speaks llama.cpp's terms.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use packlm::engine::{Model, OpenOptions, Session, Want};
+use packlm::{Model, Session, Want};
 
-pub use packlm::pack::vocab::TokenKind;
 pub use packlm::Error;
+pub use packlm::TokenKind;
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// An open model and the facts the llama.cpp API asks for.
 pub struct Engine {
-    model: Arc<Model>,
+    model: Model,
+    info: packlm::ModelInfo,
 }
 
 impl Engine {
     pub fn open(path: &Path) -> Result<Engine> {
-        let model = Model::open(path, &OpenOptions::default())?;
-        Ok(Engine { model: Arc::new(model) })
+        let model = Model::open(path)?;
+        Ok(Engine { info: model.info(), model })
     }
 
     pub fn n_vocab(&self) -> usize {
-        self.model.spec().vocab_size
+        self.info.n_vocab
     }
     pub fn n_ctx_train(&self) -> usize {
-        self.model.spec().max_context
+        self.info.n_ctx
     }
     pub fn n_embd(&self) -> usize {
-        self.model.spec().hidden_size
+        self.info.hidden_size
     }
     pub fn n_layer(&self) -> usize {
-        self.model.spec().layers.len()
+        self.info.n_layers
     }
     pub fn metadata(&self) -> &[(String, String)] {
         self.model.metadata()
     }
     pub fn family(&self) -> String {
-        self.model.spec().family.to_string()
+        self.info.family.clone()
     }
     pub fn bos(&self) -> Option<u32> {
-        self.model.vocab().bos
+        self.info.bos
     }
     pub fn eos(&self) -> Option<u32> {
-        self.model.vocab().eos.first().copied()
+        self.info.eos
     }
     pub fn add_bos(&self) -> bool {
-        self.model.vocab().add_bos
+        self.info.add_bos
     }
     pub fn is_stop(&self, id: u32) -> bool {
-        self.model.vocab().stop.contains(&id)
+        self.model.is_stop(id)
     }
     pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
-        self.model.vocab().token_kind(id)
+        self.model.token_kind(id)
     }
     pub fn is_byte_level(&self) -> bool {
-        self.model.vocab().is_byte_level()
+        self.model.is_byte_level()
     }
     pub fn chat_template(&self) -> Option<String> {
-        self.model.vocab().chat_template.clone()
+        self.model.chat_template().map(str::to_string)
     }
     pub fn token_text(&self, id: u32) -> Option<String> {
-        self.model.vocab().token_text(id)
+        self.model.token_text(id)
     }
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
-        self.model.vocab().encode(text, add_special, parse_special)
+        self.model.tokenize(text, add_special, parse_special)
     }
     pub fn token_bytes(&self, id: u32, render_special: bool) -> Result<Vec<u8>> {
-        self.model.vocab().token_bytes(id, render_special)
+        self.model.token_bytes(id, render_special)
     }
     pub fn new_session(&self, n_ctx: usize) -> Result<Session> {
-        Session::new(self.model.clone(), n_ctx)
+        self.model.session_with_context(n_ctx)
     }
 }
 

@@ -167,25 +167,6 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The C code (`PACKLM_PRECISION_*`): 0 asks for the pack's default (None here).
-    pub fn from_code(code: u32) -> Result<Option<Precision>> {
-        match code {
-            0 => Ok(None),
-            1 => Ok(Some(Precision::Exact)),
-            2 => Ok(Some(Precision::Fast)),
-            other => Err(Error::new(
-                Status::ErrUnsupportedPrecision,
-                format!("precision {other} is not one of 0 (the pack's default), 1 (exact), 2 (fast)"),
-            )),
-        }
-    }
-    /// The C code of a precision in use (1 exact, 2 fast).
-    pub fn code(self) -> u32 {
-        match self {
-            Precision::Exact => 1,
-            Precision::Fast => 2,
-        }
-    }
     pub fn name(self) -> &'static str {
         match self {
             Precision::Exact => "exact",
@@ -382,16 +363,6 @@ pub enum BackendKind {
     Accelerator,
 }
 
-impl BackendKind {
-    pub fn from_code(code: u32) -> Result<BackendKind> {
-        match code {
-            0 => Ok(BackendKind::Host),
-            1 => Ok(BackendKind::Reference),
-            2 => Ok(BackendKind::Accelerator),
-            other => Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (gpu)"))),
-        }
-    }
-}
 
 impl std::str::FromStr for BackendKind {
     type Err = Error;

@@ -18,16 +18,9 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
-use packlm::backend::{BackendKind, Precision};
-use packlm::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
-use packlm::engine::speculative::generate;
-use packlm::engine::{info_json, Model, OpenOptions, Session, Want};
-use packlm::pack::chat::Message;
-use packlm::sample::SamplerParams;
-use packlm::{Error, Result};
+use packlm::{Backend, ChatMessage, Drafter, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Want};
 
 struct Args {
     rest: Vec<String>,
@@ -118,17 +111,17 @@ fn main() {
     }
 }
 
-fn open(pack: &str, args: &mut Args) -> Result<Arc<Model>> {
+fn open(pack: &str, args: &mut Args) -> Result<Model> {
     let threads = args.parsed(&["--threads"], 0usize)?;
     let backend = match args.value(&["--backend"])? {
-        None => BackendKind::Host,
-        Some(v) => v.parse::<BackendKind>()?,
+        None => Backend::Host,
+        Some(v) => v.parse::<Backend>()?,
     };
     let precision = match args.value(&["--precision"])? {
         None => None,
         Some(v) => Some(v.parse::<Precision>().map_err(|e| Error::new(e.status, format!("--precision {v:?}: exact or fast")))?),
     };
-    Ok(Arc::new(Model::open(Path::new(pack), &OpenOptions { backend, threads, precision })?))
+    Model::open_with(pack, &OpenOptions { backend, threads, precision })
 }
 
 fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
@@ -137,9 +130,8 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let _ = args.flag("--json");
             let m = open(pack, args)?;
             args.done()?;
-            let mut v = info_json(&m);
-            // The precision in use: what the backend computes in, after the pack's default.
-            v["precision"] = m.backend().precision().name().into();
+            // The precision in use ("precision"): what the backend computes in, after the pack's default.
+            let v: serde_json::Value = serde_json::from_str(&m.info_json()).map_err(|e| Error::format(format!("info JSON: {e}")))?;
             print_line(&serde_json::to_string_pretty(&v).unwrap_or_default())
         }
         "tokenize" => {
@@ -147,7 +139,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
             let special = !args.flag("--no-special");
             let m = open(pack, args)?;
             args.done()?;
-            let ids = m.vocab().encode(&text, special, special)?;
+            let ids = m.tokenize(&text, special, special)?;
             print_line(&serde_json::to_string(&ids).unwrap_or_default())
         }
         "logits" => logits(pack, args),
@@ -166,7 +158,7 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
         .split(',')
         .map(|t| t.trim().parse().map_err(|_| Error::invalid(format!("--tokens: {t:?} is not a token id"))))
         .collect::<Result<_>>()?;
-    let mut s = Session::new(m, 0)?;
+    let mut s = m.session()?;
     let logits = s.step_batch(&ids, if all { Want::All } else { Want::Last })?;
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
@@ -188,10 +180,10 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let m = open(pack, args)?;
     args.done()?;
     let prompt_ids = if chat {
-        let text = m.render_chat(&[Message { role: "user".into(), content: prompt.clone() }], true)?;
-        m.vocab().encode(&text, true, true)?
+        let text = m.chat_apply(&[ChatMessage { role: "user".into(), content: prompt.clone() }], true)?;
+        m.tokenize(&text, true, true)?
     } else {
-        m.vocab().encode(&prompt, true, parse_special)?
+        m.tokenize(&prompt, true, parse_special)?
     };
     if prompt_ids.is_empty() {
         return Err(Error::invalid("the prompt has no tokens"));
@@ -199,15 +191,11 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
-        Some(path) => {
-            let dm = Arc::new(Model::open(Path::new(path), &OpenOptions { backend: BackendKind::Host, threads: 0, precision: None })?);
-            Some(Box::new(ModelDrafter::new(dm, &m)?))
-        }
+        Some(path) => Some(Box::new(ModelDrafter::new(&Model::open(path)?, &m)?)),
     };
-    let params = SamplerParams { temperature: temp, ..Default::default() };
-    params.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
-    let mut rng = seed;
-    let mut s = Session::new(m.clone(), 0)?;
+    let sampler = SamplerParams { temperature: temp, ..Default::default() };
+    sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
+    let mut s = m.session()?;
     // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
     let t0 = Instant::now();
     let (head, last) = prompt_ids.split_at(prompt_ids.len() - 1);
@@ -216,24 +204,40 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     }
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let g = generate(&mut s, last, n_new, &params, &mut rng, drafter.as_deref_mut(), draft_k)?;
-    let decode_s = t1.elapsed().as_secs_f64();
-    let text = m.vocab().decode(&g.tokens, true)?;
-    if json {
-        let mut v = serde_json::json!({
-            "tokens": g.tokens,
-            "text": text,
-            "prompt_tokens": prompt_ids.len(),
-            "prefill_tok_s": head.len() as f64 / prefill_s.max(1e-9),
-            "decode_tok_s": g.tokens.len() as f64 / decode_s.max(1e-9),
-        });
-        if draft.is_some() {
-            v["drafted"] = g.drafted.into();
-            v["accepted"] = g.accepted.into();
-            v["rounds"] = g.rounds.into();
+    let options = GenerateOptions { max_tokens: n_new, sampler, seed, drafter: drafter.as_deref_mut(), draft_k, skip_special: true };
+    let mut stream = s.generate(last, options);
+    let (mut tokens, mut text) = (Vec::new(), String::new());
+    let mut out = std::io::stdout().lock();
+    let write_err = |e: std::io::Error| Error::new(packlm::Status::ErrIo, format!("writing to stdout: {e}"));
+    for token in &mut stream {
+        let token = token?;
+        tokens.push(token.id);
+        if json {
+            text.push_str(&token.text);
+        } else {
+            // The reply as it comes: every piece is whole UTF-8 (see `packlm::Detokenizer`).
+            out.write_all(token.text.as_bytes()).and_then(|_| out.flush()).map_err(write_err)?;
         }
-        print_line(&v.to_string())
-    } else {
-        print_line(&text)
     }
+    let rest = stream.rest()?;
+    let (rounds, drafted, accepted) = stream.draft_counters();
+    let decode_s = t1.elapsed().as_secs_f64();
+    if !json {
+        return writeln!(out, "{rest}").and_then(|_| out.flush()).map_err(write_err);
+    }
+    drop(out);
+    text.push_str(&rest);
+    let mut v = serde_json::json!({
+        "tokens": tokens,
+        "text": text,
+        "prompt_tokens": prompt_ids.len(),
+        "prefill_tok_s": head.len() as f64 / prefill_s.max(1e-9),
+        "decode_tok_s": tokens.len() as f64 / decode_s.max(1e-9),
+    });
+    if draft.is_some() {
+        v["drafted"] = drafted.into();
+        v["accepted"] = accepted.into();
+        v["rounds"] = rounds.into();
+    }
+    print_line(&v.to_string())
 }

@@ -1,19 +1,16 @@
 //! Cancellation and logging.
 
 use std::ffi::{c_char, c_void, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use crate::error::Status;
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref};
 use crate::ffi::session::{packlm_session, session_in_use};
-use crate::log::{self, Level};
+use crate::{set_log_callback, AbortHandle, LogLevel};
 
 /// A session's abort flag (opaque), from packlm_session_abort_handle, freed by
 /// packlm_abort_free. Safe to use from any thread, including while the session runs a pass on
 /// another thread: that is its purpose. It keeps only the flag alive, not the session.
 pub struct packlm_abort {
-    flag: Arc<AtomicBool>,
+    flag: AbortHandle,
 }
 
 /// Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes
@@ -22,36 +19,36 @@ pub struct packlm_abort {
 /// kernels (per task of a matmul or attention call, and in the output projection), the others
 /// between layers.
 #[no_mangle]
-pub extern "C" fn packlm_session_abort_handle(session: *const packlm_session, out: *mut *mut packlm_abort) -> Status {
+pub unsafe extern "C" fn packlm_session_abort_handle(session: *const packlm_session, out: *mut *mut packlm_abort) -> Status {
     ffi_boundary!("packlm_session_abort_handle", {
         let s = session_in_use(session)?;
         let out = try_mut(out, "out")?;
-        *out = Box::into_raw(Box::new(packlm_abort { flag: s.abort_flag().clone() }));
+        *out = Box::into_raw(Box::new(packlm_abort { flag: s.abort_handle() }));
         Ok(())
     })
 }
 
 /// Raises the flag. Safe from any thread.
 #[no_mangle]
-pub extern "C" fn packlm_abort_set(abort: *const packlm_abort) -> Status {
+pub unsafe extern "C" fn packlm_abort_set(abort: *const packlm_abort) -> Status {
     ffi_boundary!("packlm_abort_set", {
-        try_ref(abort, "abort")?.flag.store(true, Ordering::SeqCst);
+        try_ref(abort, "abort")?.flag.abort();
         Ok(())
     })
 }
 
 /// Lowers the flag, so that the session runs again. Safe from any thread.
 #[no_mangle]
-pub extern "C" fn packlm_abort_clear(abort: *const packlm_abort) -> Status {
+pub unsafe extern "C" fn packlm_abort_clear(abort: *const packlm_abort) -> Status {
     ffi_boundary!("packlm_abort_clear", {
-        try_ref(abort, "abort")?.flag.store(false, Ordering::SeqCst);
+        try_ref(abort, "abort")?.flag.clear();
         Ok(())
     })
 }
 
 /// Frees an abort handle; NULL is a no-op.
 #[no_mangle]
-pub extern "C" fn packlm_abort_free(abort: *mut packlm_abort) {
+pub unsafe extern "C" fn packlm_abort_free(abort: *mut packlm_abort) {
     free_box(abort);
 }
 
@@ -83,11 +80,11 @@ impl UserData {
 pub extern "C" fn packlm_set_log_callback(callback: packlm_log_fn, user_data: *mut c_void) -> Status {
     ffi_boundary!("packlm_set_log_callback", {
         let ud = UserData(user_data);
-        log::set_sink(callback.map(|cb| {
-            Arc::new(move |level: Level, msg: &str| {
+        set_log_callback(callback.map(|cb| {
+            Box::new(move |level: LogLevel, msg: &str| {
                 let text = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
                 cb(level as i32, text.as_ptr(), ud.get());
-            }) as log::Sink
+            }) as Box<dyn Fn(LogLevel, &str) + Send + Sync>
         }));
         Ok(())
     })

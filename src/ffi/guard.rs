@@ -1,6 +1,14 @@
 //! The unsafe plumbing of the C boundary, in one place: the panic guard every extern body runs
 //! in, the thread-local last-error message, and pointer-to-reference conversions that return
 //! PACKLM_ERR_NULL_ARGUMENT instead of dereferencing NULL.
+//!
+//! # Safety
+//! Every `unsafe fn` here takes pointers from a C caller and shares one contract, the header's:
+//! each pointer is NULL (refused with PACKLM_ERR_NULL_ARGUMENT where one is required) or valid
+//! for the access the function makes (`n` elements, a NUL-terminated string, a struct whose
+//! `size` field is true) for as long as the reference it returns is used, which is never past
+//! the extern call; a handle was made by this library and not yet freed. The returned lifetimes
+//! are unbounded, so a caller must not keep them past that call.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
@@ -64,13 +72,13 @@ fn null(what: &str) -> Error {
 }
 
 /// `&T` from a pointer the caller promises is valid or NULL.
-pub fn try_ref<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
+pub unsafe fn try_ref<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
     // SAFETY: non-NULL pointers given to packlm are valid for the call (documented contract).
     unsafe { p.as_ref() }.ok_or_else(|| null(what))
 }
 
 /// `&mut T` from a pointer the caller promises is valid, unaliased, or NULL.
-pub fn try_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
+pub unsafe fn try_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
     // SAFETY: as try_ref; the handle's thread rule forbids concurrent use.
     unsafe { p.as_mut() }.ok_or_else(|| null(what))
 }
@@ -84,7 +92,7 @@ fn check_slice_len<T>(n: usize, what: &str) -> Result<()> {
 }
 
 /// A slice of `n` elements; NULL is accepted only when `n == 0`.
-pub fn try_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
+pub unsafe fn try_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -97,7 +105,7 @@ pub fn try_slice<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
 }
 
 /// A writable slice of `n` elements; NULL is accepted only when `n == 0`.
-pub fn try_slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [T]> {
+pub unsafe fn try_slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [T]> {
     if n == 0 {
         return Ok(&mut []);
     }
@@ -110,13 +118,13 @@ pub fn try_slice_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [
 }
 
 /// UTF-8 text of `len` bytes.
-pub fn try_text<'a>(p: *const c_char, len: usize, what: &str) -> Result<&'a str> {
+pub unsafe fn try_text<'a>(p: *const c_char, len: usize, what: &str) -> Result<&'a str> {
     let bytes = try_slice(p as *const u8, len, what)?;
     std::str::from_utf8(bytes).map_err(|e| Error::new(Status::ErrUtf8, format!("{what}: {e}")))
 }
 
 /// A NUL-terminated UTF-8 string.
-pub fn try_cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
+pub unsafe fn try_cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     if p.is_null() {
         return Err(null(what));
     }
@@ -128,7 +136,7 @@ pub fn try_cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
 /// Copies `text` plus a NUL into `buf` (capacity `cap`) and its length into `*n`; when it
 /// does not fit, writes the capacity needed (length + 1) into `*n` and returns
 /// ErrBufferTooSmall, leaving `buf` untouched.
-pub fn write_text(text: &str, buf: *mut c_char, cap: usize, n: *mut usize) -> Result<()> {
+pub unsafe fn write_text(text: &str, buf: *mut c_char, cap: usize, n: *mut usize) -> Result<()> {
     let n = try_mut(n, "n_out")?;
     let need = text.len() + 1;
     if cap < need {
@@ -143,7 +151,7 @@ pub fn write_text(text: &str, buf: *mut c_char, cap: usize, n: *mut usize) -> Re
 }
 
 /// Copies `items` into `buf` (capacity `cap`); on too small, the count needed goes to `*n`.
-pub fn write_items<T: Copy>(items: &[T], buf: *mut T, cap: usize, n: *mut usize) -> Result<()> {
+pub unsafe fn write_items<T: Copy>(items: &[T], buf: *mut T, cap: usize, n: *mut usize) -> Result<()> {
     let n = try_mut(n, "n_out")?;
     if cap < items.len() {
         *n = items.len();
@@ -156,7 +164,7 @@ pub fn write_items<T: Copy>(items: &[T], buf: *mut T, cap: usize, n: *mut usize)
 }
 
 /// Frees a handle made by `Box::into_raw`; NULL is a no-op; a panic in a destructor is caught.
-pub fn free_box<T>(p: *mut T) {
+pub unsafe fn free_box<T>(p: *mut T) {
     if !p.is_null() {
         // SAFETY: `p` came from Box::into_raw in this library and is freed once (the caller's
         // contract, stated on each `_free` function).
@@ -199,7 +207,7 @@ pub fn check_size<T: AbiStruct>(size: usize, what: &str) -> Result<()> {
 }
 
 /// The `size` field of the caller's struct at `p` (not NULL), unchecked.
-fn caller_size<T: AbiStruct>(p: *const T) -> usize {
+unsafe fn caller_size<T: AbiStruct>(p: *const T) -> usize {
     // SAFETY: every layout of T starts with a usize `size` (AbiStruct's contract), and the caller
     // promises a valid struct at `p`.
     unsafe { std::ptr::read(p as *const usize) }
@@ -207,7 +215,7 @@ fn caller_size<T: AbiStruct>(p: *const T) -> usize {
 
 /// Reads the caller's struct at `p`: its first `size` bytes over `T::defaults()`. A size out of
 /// range is refused before anything else is read.
-pub fn read_prefix<T: AbiStruct>(p: *const T, what: &str) -> Result<T> {
+pub unsafe fn read_prefix<T: AbiStruct>(p: *const T, what: &str) -> Result<T> {
     if p.is_null() {
         return Err(null(what));
     }
@@ -222,7 +230,7 @@ pub fn read_prefix<T: AbiStruct>(p: *const T, what: &str) -> Result<T> {
 
 /// Checks the `size` of the caller's output struct at `p` and returns it, so that the reply
 /// goes through [`write_prefix`] with that size.
-pub fn out_size<T: AbiStruct>(p: *mut T, what: &str) -> Result<usize> {
+pub unsafe fn out_size<T: AbiStruct>(p: *mut T, what: &str) -> Result<usize> {
     if p.is_null() {
         return Err(null(what));
     }
@@ -233,7 +241,7 @@ pub fn out_size<T: AbiStruct>(p: *mut T, what: &str) -> Result<usize> {
 
 /// Writes the first `size` bytes of `value` to the caller's struct at `p` (`size` came from
 /// [`read_prefix`] or [`out_size`]); no byte past `size` is touched.
-pub fn write_prefix<T: AbiStruct>(value: &T, p: *mut T, size: usize) {
+pub unsafe fn write_prefix<T: AbiStruct>(value: &T, p: *mut T, size: usize) {
     let size = size.min(std::mem::size_of::<T>());
     // SAFETY: the caller's struct at `p` has `size` writable bytes (its own size field said so)
     // and does not overlap `value`, a local.
@@ -278,11 +286,11 @@ mod tests {
         let mut mem = Memory([0xEE; 32]);
         mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
         mem.0[8..12].copy_from_slice(&3u32.to_ne_bytes());
-        let v = read_prefix(mem.0.as_ptr() as *const Grown, "g")?;
+        let v = unsafe { read_prefix(mem.0.as_ptr() as *const Grown, "g") }?;
         assert_eq!(v, Grown { size: 12, a: 3, b: 9 });
         // A current caller: every field is its own.
         let full = Grown { size: 24, a: 4, b: 5 };
-        assert_eq!(read_prefix(&full, "g")?, Grown { size: 24, a: 4, b: 5 });
+        assert_eq!(unsafe { read_prefix(&full, "g") }?, Grown { size: 24, a: 4, b: 5 });
         Ok(())
     }
 
@@ -290,7 +298,7 @@ mod tests {
     fn sizes_out_of_range_are_refused_naming_both_bounds() {
         for size in [0usize, 11, 25, usize::MAX] {
             let g = Grown { size, a: 1, b: 2 };
-            let Err(e) = read_prefix(&g, "g") else { panic!("g.size {size} was accepted") };
+            let Err(e) = (unsafe { read_prefix(&g, "g") }) else { panic!("g.size {size} was accepted") };
             assert_eq!(e.status, Status::ErrInvalidArgument);
             assert_eq!(e.message, format!("g.size is {size}; this library accepts a grown of 12 (its ABI 1 size) to 24 bytes"));
         }
@@ -301,8 +309,8 @@ mod tests {
         let mut mem = Memory([0xEE; 32]);
         mem.0[..8].copy_from_slice(&12usize.to_ne_bytes());
         let p = mem.0.as_mut_ptr() as *mut Grown;
-        let size = out_size(p, "g")?;
-        write_prefix(&Grown { size, a: 0x01020304, b: u64::MAX }, p, size);
+        let size = unsafe { out_size(p, "g") }?;
+        unsafe { write_prefix(&Grown { size, a: 0x01020304, b: u64::MAX }, p, size) };
         assert_eq!(&mem.0[8..12], &0x01020304u32.to_ne_bytes());
         assert!(mem.0[12..].iter().all(|&b| b == 0xEE), "a byte past the caller's size was written");
         Ok(())

@@ -1,15 +1,12 @@
-//! `packlm_model`: opened once, then shared. Owned as `Box<packlm_model>` holding an
-//! `Arc<Model>`; sessions hold their own `Arc`, so freeing the model while sessions live is safe
+//! `packlm_model`: opened once, then shared. Owned as `Box<packlm_model>` holding a `Model`
+//! (whose weights are shared); sessions hold their own clone, so freeing the model while sessions live is safe
 //! (the weights go when the last session is freed). Safe to move to any thread and to use from
 //! many threads at once: every call on it only reads.
 
 use std::ffi::{c_char, c_void};
 use std::path::Path;
-use std::sync::Arc;
-
-use crate::backend::{BackendKind, Precision};
-use crate::engine::{Model, OpenOptions};
 use crate::error::{Error, Result, Status};
+use crate::{Backend, Model, OpenOptions, Precision};
 use crate::ffi::guard::{
     check_size, ffi_boundary, free_box, out_size, read_prefix, try_cstr, try_mut, try_ref, write_items, write_prefix, write_text, AbiStruct,
 };
@@ -18,7 +15,7 @@ use crate::ffi::guard::{
 /// packlm_model_open, freed by packlm_model_free. Immutable: safe to move to any thread and to
 /// use from any number of threads at once; sessions keep it alive.
 pub struct packlm_model {
-    pub(crate) inner: Arc<Model>,
+    pub(crate) inner: Model,
     /// packlm_tokenize's limit and its kept result (src/ffi/text.rs).
     pub(crate) tokenize: crate::ffi::text::TokenizeState,
 }
@@ -111,7 +108,7 @@ unsafe impl AbiStruct for packlm_open_options {
 /// keeps its default even when set afterwards: use packlm_open_options_init for those.
 /// Never fails except on NULL.
 #[no_mangle]
-pub extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> Status {
+pub unsafe extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> Status {
     ffi_boundary!("packlm_open_options_default", {
         let out = try_mut(out, "out")? as *mut packlm_open_options;
         let size = packlm_open_options::FIRST_SIZE;
@@ -124,7 +121,7 @@ pub extern "C" fn packlm_open_options_default(out: *mut packlm_open_options) -> 
 /// `sizeof(packlm_open_options)`) and sets `out->size` to `size`. A size outside the range
 /// this library accepts gives PACKLM_ERR_INVALID_ARGUMENT and writes nothing.
 #[no_mangle]
-pub extern "C" fn packlm_open_options_init(out: *mut packlm_open_options, size: usize) -> Status {
+pub unsafe extern "C" fn packlm_open_options_init(out: *mut packlm_open_options, size: usize) -> Status {
     ffi_boundary!("packlm_open_options_init", {
         let out = try_mut(out, "out")? as *mut packlm_open_options;
         check_size::<packlm_open_options>(size, "options")?;
@@ -133,7 +130,7 @@ pub extern "C" fn packlm_open_options_init(out: *mut packlm_open_options, size: 
     })
 }
 
-fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm_progress_fn, *mut c_void)> {
+unsafe fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm_progress_fn, *mut c_void)> {
     if opts.is_null() {
         return Ok((OpenOptions::default(), None, std::ptr::null_mut()));
     }
@@ -141,9 +138,30 @@ fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm
     if o.weight_type != 0 {
         return Err(Error::unsupported(format!("options.weight_type {}: conversion on load is not implemented", o.weight_type)));
     }
-    let backend = BackendKind::from_code(o.backend)?;
-    let precision = Precision::from_code(o.precision)?;
-    Ok((OpenOptions { backend, threads: o.threads as usize, precision }, o.progress, o.user_data))
+    let backend = match o.backend {
+        PACKLM_BACKEND_HOST => Backend::Host,
+        PACKLM_BACKEND_REFERENCE => Backend::Reference,
+        PACKLM_BACKEND_GPU => Backend::Gpu,
+        other => return Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (gpu)"))),
+    };
+    Ok((OpenOptions { backend, threads: o.threads as usize, precision: precision_from_code(o.precision)? }, o.progress, o.user_data))
+}
+
+/// `packlm_open_options.precision`: None for PACKLM_PRECISION_DEFAULT.
+fn precision_from_code(code: u32) -> Result<Option<Precision>> {
+    match code {
+        PACKLM_PRECISION_DEFAULT => Ok(None),
+        PACKLM_PRECISION_EXACT => Ok(Some(Precision::Exact)),
+        PACKLM_PRECISION_FAST => Ok(Some(Precision::Fast)),
+        other => Err(Error::new(Status::ErrUnsupportedPrecision, format!("precision {other} is not one of 0 (the pack's default), 1 (exact), 2 (fast)"))),
+    }
+}
+
+fn precision_code(p: Precision) -> u32 {
+    match p {
+        Precision::Exact => PACKLM_PRECISION_EXACT,
+        Precision::Fast => PACKLM_PRECISION_FAST,
+    }
 }
 
 /// Opens a pack: an HF folder or a GGUF file at the NUL-terminated UTF-8 `path`; `options` may
@@ -151,7 +169,7 @@ fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions, packlm
 /// `packlm_model_free`); on failure `*out` is untouched and `packlm_last_error` names what was
 /// wrong. The weights are memory-mapped: the files must not change while the model is open.
 #[no_mangle]
-pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_open_options, out: *mut *mut packlm_model) -> Status {
+pub unsafe extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_open_options, out: *mut *mut packlm_model) -> Status {
     ffi_boundary!("packlm_model_open", {
         let path = try_cstr(path, "path")?;
         let out = try_mut(out, "out")?;
@@ -159,7 +177,7 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
         // The callback runs on this thread, under no lock of the library.
         let mut report = |f: f32| progress.is_none_or(|cb| cb(f, user));
         let model = Model::open_with_progress(Path::new(path), &opts, &mut report)?;
-        *out = Box::into_raw(Box::new(packlm_model { inner: Arc::new(model), tokenize: Default::default() }));
+        *out = Box::into_raw(Box::new(packlm_model { inner: model, tokenize: Default::default() }));
         Ok(())
     })
 }
@@ -170,7 +188,7 @@ pub extern "C" fn packlm_model_open(path: *const c_char, options: *const packlm_
 /// from any thread, also while sessions of the model are running (they use the new count from
 /// their next kernel call).
 #[no_mangle]
-pub extern "C" fn packlm_model_set_threads(model: *const packlm_model, threads: u32) -> Status {
+pub unsafe extern "C" fn packlm_model_set_threads(model: *const packlm_model, threads: u32) -> Status {
     ffi_boundary!("packlm_model_set_threads", {
         let m = try_ref(model, "model")?;
         m.inner.set_threads(threads as usize)
@@ -179,7 +197,7 @@ pub extern "C" fn packlm_model_set_threads(model: *const packlm_model, threads: 
 
 /// Frees a model handle; NULL is a no-op. Sessions created from it stay valid.
 #[no_mangle]
-pub extern "C" fn packlm_model_free(model: *mut packlm_model) {
+pub unsafe extern "C" fn packlm_model_free(model: *mut packlm_model) {
     free_box(model);
 }
 
@@ -238,24 +256,24 @@ unsafe impl AbiStruct for packlm_info {
 /// Fills the first `info->size` bytes of `*info` (the caller sets `size`, normally to
 /// `sizeof(packlm_info)`); no byte past `size` is written. Safe from any thread.
 #[no_mangle]
-pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packlm_info) -> Status {
+pub unsafe extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packlm_info) -> Status {
     ffi_boundary!("packlm_model_info", {
         let m = &try_ref(model, "model")?.inner;
         let size = out_size(info, "info")?;
-        let s = &m.spec();
+        let i = m.info();
         let value = packlm_info {
             size,
-            n_vocab: s.vocab_size as u32,
-            n_layers: s.layers.len() as u32,
-            n_ctx: s.max_context as u32,
-            hidden_size: s.hidden_size as u32,
-            bos: m.vocab().bos.map(|b| b as i32).unwrap_or(-1),
-            eos: m.vocab().eos.first().map(|&e| e as i32).unwrap_or(-1),
-            n_stop: m.vocab().stop.len() as u32,
-            add_bos: m.vocab().add_bos as u32,
-            has_chat_template: m.vocab().chat_template.is_some() as u32,
+            n_vocab: i.n_vocab as u32,
+            n_layers: i.n_layers as u32,
+            n_ctx: i.n_ctx as u32,
+            hidden_size: i.hidden_size as u32,
+            bos: i.bos.map(|b| b as i32).unwrap_or(-1),
+            eos: i.eos.map(|e| e as i32).unwrap_or(-1),
+            n_stop: i.stop_tokens.len() as u32,
+            add_bos: i.add_bos as u32,
+            has_chat_template: i.has_chat_template as u32,
             reserved: 0,
-            precision: m.backend().precision().code(),
+            precision: precision_code(i.precision),
         };
         write_prefix(&value, info, size);
         Ok(())
@@ -265,28 +283,20 @@ pub extern "C" fn packlm_model_info(model: *const packlm_model, info: *mut packl
 /// Copies the stop token ids into `buf` (capacity `cap`); `*n` receives the count, or the
 /// count needed with PACKLM_ERR_BUFFER_TOO_SMALL.
 #[no_mangle]
-pub extern "C" fn packlm_model_stop_tokens(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_model_stop_tokens(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_stop_tokens", {
         let m = &try_ref(model, "model")?.inner;
-        write_items(&m.vocab().stop, buf, cap, n)
+        write_items(&m.info().stop_tokens, buf, cap, n)
     })
 }
 
 /// Copies each layer's KV row width (n_kv_heads x head_dim; 0 for a layer that reads another
 /// layer's plane) into `buf`; sizes as packlm_model_stop_tokens.
 #[no_mangle]
-pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_kv_widths", {
         let m = &try_ref(model, "model")?.inner;
-        let widths: Vec<u32> = m
-            .spec()
-            .layers
-            .iter()
-            .map(|l| match l.kv_source {
-                crate::semantics::KvSource::Own => l.kv_width() as u32,
-                crate::semantics::KvSource::SharedWith { .. } => 0,
-            })
-            .collect();
+        let widths: Vec<u32> = m.info().kv_widths.iter().map(|w| w.unwrap_or(0) as u32).collect();
         write_items(&widths, buf, cap, n)
     })
 }
@@ -296,12 +306,10 @@ pub extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf: *mut u
 /// NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
 /// needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
 #[no_mangle]
-pub extern "C" fn packlm_model_info_json(model: *const packlm_model, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_model_info_json(model: *const packlm_model, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_model_info_json", {
         let m = &try_ref(model, "model")?.inner;
-        let mut v = crate::engine::info_json(m);
-        v["precision"] = m.backend().precision().name().into();
-        write_text(&v.to_string(), buf, cap, n)
+        write_text(&m.info_json(), buf, cap, n)
     })
 }
 
@@ -309,14 +317,14 @@ pub extern "C" fn packlm_model_info_json(model: *const packlm_model, buf: *mut c
 mod tests {
     use super::*;
 
-    /// The header's constants are the engine's codes, both ways.
+    /// The header's constants are the API's precisions, both ways.
     #[test]
-    fn precision_constants_are_the_engine_codes() -> Result<()> {
-        assert_eq!(Precision::from_code(PACKLM_PRECISION_DEFAULT)?, None);
-        assert_eq!(Precision::from_code(PACKLM_PRECISION_EXACT)?, Some(Precision::Exact));
-        assert_eq!(Precision::from_code(PACKLM_PRECISION_FAST)?, Some(Precision::Fast));
-        assert_eq!((Precision::Exact.code(), Precision::Fast.code()), (PACKLM_PRECISION_EXACT, PACKLM_PRECISION_FAST));
-        let Err(e) = Precision::from_code(7) else { panic!("precision 7 was accepted") };
+    fn precision_constants_are_the_api_precisions() -> Result<()> {
+        assert_eq!(precision_from_code(PACKLM_PRECISION_DEFAULT)?, None);
+        assert_eq!(precision_from_code(PACKLM_PRECISION_EXACT)?, Some(Precision::Exact));
+        assert_eq!(precision_from_code(PACKLM_PRECISION_FAST)?, Some(Precision::Fast));
+        assert_eq!((precision_code(Precision::Exact), precision_code(Precision::Fast)), (PACKLM_PRECISION_EXACT, PACKLM_PRECISION_FAST));
+        let Err(e) = precision_from_code(7) else { panic!("precision 7 was accepted") };
         assert_eq!(e.status, Status::ErrUnsupportedPrecision);
         assert!(e.message.contains('7'), "{}", e.message);
         Ok(())

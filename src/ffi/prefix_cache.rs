@@ -1,7 +1,7 @@
 //! `packlm_prefix_cache`: snapshots keyed by their token history, reused when a new prompt
 //! starts with the same tokens. Owned by the caller; one thread at a time.
 
-use crate::engine::prefix_cache::PrefixCache;
+use crate::PrefixCache;
 use crate::error::Status;
 use crate::ffi::guard::{free_box, ffi_boundary, try_mut, try_ref, try_slice};
 use crate::ffi::session::{packlm_session, session_in_use};
@@ -14,7 +14,7 @@ pub struct packlm_prefix_cache {
 
 /// A cache keeping at most `capacity_bytes` of snapshots (oldest dropped first).
 #[no_mangle]
-pub extern "C" fn packlm_prefix_cache_new(capacity_bytes: usize, out: *mut *mut packlm_prefix_cache) -> Status {
+pub unsafe extern "C" fn packlm_prefix_cache_new(capacity_bytes: usize, out: *mut *mut packlm_prefix_cache) -> Status {
     ffi_boundary!("packlm_prefix_cache_new", {
         let out = try_mut(out, "out")?;
         *out = Box::into_raw(Box::new(packlm_prefix_cache { inner: PrefixCache::new(capacity_bytes) }));
@@ -24,7 +24,7 @@ pub extern "C" fn packlm_prefix_cache_new(capacity_bytes: usize, out: *mut *mut 
 
 /// Stores the session's current state.
 #[no_mangle]
-pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, session: *const packlm_session) -> Status {
+pub unsafe extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, session: *const packlm_session) -> Status {
     ffi_boundary!("packlm_prefix_cache_store", {
         let c = try_mut(cache, "cache")?;
         c.inner.store(&*session_in_use(session)?);
@@ -38,7 +38,7 @@ pub extern "C" fn packlm_prefix_cache_store(cache: *mut packlm_prefix_cache, ses
 /// receives how many prompt tokens the session now holds; 0 means none was usable and the
 /// session is untouched. Feed `tokens[*n_reused..]` next.
 #[no_mangle]
-pub extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache, session: *mut packlm_session, tokens: *const u32, n: usize, n_reused: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache, session: *mut packlm_session, tokens: *const u32, n: usize, n_reused: *mut usize) -> Status {
     ffi_boundary!("packlm_prefix_cache_restore", {
         let c = try_ref(cache, "cache")?;
         let mut s = session_in_use(session)?;
@@ -51,6 +51,6 @@ pub extern "C" fn packlm_prefix_cache_restore(cache: *const packlm_prefix_cache,
 
 /// Frees a cache; NULL is a no-op.
 #[no_mangle]
-pub extern "C" fn packlm_prefix_cache_free(cache: *mut packlm_prefix_cache) {
+pub unsafe extern "C" fn packlm_prefix_cache_free(cache: *mut packlm_prefix_cache) {
     free_box(cache);
 }

@@ -7,7 +7,7 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::engine::{Session, Want};
+use crate::{Session, Want};
 use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, AbiStruct};
 use crate::ffi::model::packlm_model;
@@ -30,7 +30,7 @@ pub(crate) struct SessionInUse<'a> {
 
 /// Takes `session`'s in-use flag, or fails with ErrSessionBusy when another call holds it.
 /// Every extern call that reads or writes a session goes through here, once.
-pub(crate) fn session_in_use<'a>(session: *const packlm_session) -> Result<SessionInUse<'a>> {
+pub(crate) unsafe fn session_in_use<'a>(session: *const packlm_session) -> Result<SessionInUse<'a>> {
     let handle = try_ref(session, "session")?;
     if handle.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return Err(Error::new(Status::ErrSessionBusy, "the session is in use by a call on another thread"));
@@ -91,9 +91,9 @@ pub const PACKLM_WANT_NONE: u32 = 2;
 /// owns (free with packlm_session_free). Sessions of one model may run on different threads
 /// at the same time.
 #[no_mangle]
-pub extern "C" fn packlm_session_new(model: *const packlm_model, options: *const packlm_session_options, out: *mut *mut packlm_session) -> Status {
+pub unsafe extern "C" fn packlm_session_new(model: *const packlm_model, options: *const packlm_session_options, out: *mut *mut packlm_session) -> Status {
     ffi_boundary!("packlm_session_new", {
-        let m = try_ref(model, "model")?.inner.clone();
+        let m = &try_ref(model, "model")?.inner;
         let out = try_mut(out, "out")?;
         let n_ctx = if options.is_null() { 0 } else { read_prefix(options, "options")?.n_ctx as usize };
         let s = Session::new(m, n_ctx)?;
@@ -104,13 +104,13 @@ pub extern "C" fn packlm_session_new(model: *const packlm_model, options: *const
 
 /// Frees a session; NULL is a no-op.
 #[no_mangle]
-pub extern "C" fn packlm_session_free(session: *mut packlm_session) {
+pub unsafe extern "C" fn packlm_session_free(session: *mut packlm_session) {
     free_box(session);
 }
 
 /// Positions the session holds, into `*n_past`.
 #[no_mangle]
-pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: *mut usize) -> Status {
     ffi_boundary!("packlm_session_n_past", {
         let s = session_in_use(session)?;
         *try_mut(n_past, "n_past")? = s.n_past();
@@ -123,7 +123,7 @@ pub extern "C" fn packlm_session_n_past(session: *const packlm_session, n_past: 
 /// this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
 /// panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
 #[no_mangle]
-pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
+pub unsafe extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step", {
         let mut s = session_in_use(session)?;
         let logits = s.step(token)?;
@@ -141,7 +141,7 @@ pub extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_o
 /// that takes a capacity. On failure the session is unchanged, PACKLM_ERR_PANIC included (the
 /// pass is rolled back).
 #[no_mangle]
-pub extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
+pub unsafe extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step_batch", {
         let mut s = session_in_use(session)?;
         let tokens = try_slice(tokens, m, "tokens")?;
@@ -186,7 +186,7 @@ fn check_capacity(need: usize, capacity: usize, n_logits: &mut usize) -> crate::
 /// or 0 without a buffer). A capacity below n_vocab gives PACKLM_ERR_BUFFER_TOO_SMALL with
 /// n_vocab in `*n_logits`; then nothing else is written and the session is unchanged.
 #[no_mangle]
-pub extern "C" fn packlm_step_into(session: *mut packlm_session, token: u32, logits_out: *mut f32, capacity: usize, n_logits: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_step_into(session: *mut packlm_session, token: u32, logits_out: *mut f32, capacity: usize, n_logits: *mut usize) -> Status {
     packlm_step_batch_into(session, &token, 1, PACKLM_WANT_LAST, logits_out, capacity, n_logits)
 }
 
@@ -196,7 +196,7 @@ pub extern "C" fn packlm_step_into(session: *mut packlm_session, token: u32, log
 /// without a buffer. A smaller capacity gives PACKLM_ERR_BUFFER_TOO_SMALL with the floats
 /// needed in `*n_logits`; then nothing else is written and the session is unchanged.
 #[no_mangle]
-pub extern "C" fn packlm_step_batch_into(
+pub unsafe extern "C" fn packlm_step_batch_into(
     session: *mut packlm_session,
     tokens: *const u32,
     m: usize,
@@ -213,7 +213,7 @@ pub extern "C" fn packlm_step_batch_into(
         }
         let want = read_want(want)?;
         let want = if logits_out.is_null() && capacity == 0 { Want::None } else { want };
-        let need = logits_len(want, m, s.model().spec().vocab_size)?;
+        let need = logits_len(want, m, s.model().n_vocab())?;
         check_capacity(need, capacity, n_logits)?;
         let tokens = try_slice(tokens, m, "tokens")?;
         let out = try_slice_mut(logits_out, need, "logits_out")?;

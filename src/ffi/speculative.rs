@@ -1,14 +1,12 @@
 //! Sampling and the speculative step: packlm_sample, packlm_verify, drafters.
 
-use crate::engine::draft::{Drafter, ModelDrafter, NgramDrafter};
-use crate::engine::speculative::Acceptance;
+use crate::{Acceptance, Drafter, ModelDrafter, NgramDrafter, SamplerParams};
 use crate::error::{Error, Status};
 use crate::ffi::guard::{
     ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
 };
 use crate::ffi::model::packlm_model;
 use crate::ffi::session::{packlm_session, session_in_use};
-use crate::sample::{check_logits, sample, SamplerParams};
 
 /// Sampler settings. `temperature <= 0` is greedy.
 #[repr(C)]
@@ -48,7 +46,7 @@ unsafe impl AbiStruct for packlm_sampler_params {
     }
 }
 
-fn read_sampler<'a>(p: *const packlm_sampler_params, what: &str) -> crate::Result<(SamplerParams, &'a [u32])> {
+unsafe fn read_sampler<'a>(p: *const packlm_sampler_params, what: &str) -> crate::Result<(SamplerParams, &'a [u32])> {
     let p = read_prefix(p, what)?;
     let params = SamplerParams { temperature: p.temperature, top_k: p.top_k as usize, top_p: p.top_p, min_p: p.min_p, repetition_penalty: p.repetition_penalty };
     params.check()?;
@@ -61,18 +59,17 @@ fn read_sampler<'a>(p: *const packlm_sampler_params, what: &str) -> crate::Resul
 /// Logits that are NaN or +inf, or all -inf, give PACKLM_ERR_INVALID_ARGUMENT naming the first
 /// bad index; -inf masks a token out.
 #[no_mangle]
-pub extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *const packlm_sampler_params, rng_state: *mut u64, token: *mut u32) -> Status {
+pub unsafe extern "C" fn packlm_sample(logits: *const f32, n_vocab: usize, params: *const packlm_sampler_params, rng_state: *mut u64, token: *mut u32) -> Status {
     ffi_boundary!("packlm_sample", {
         let logits = try_slice(logits, n_vocab, "logits")?;
         if logits.is_empty() {
             return Err(Error::invalid("n_vocab is 0"));
         }
         let (p, recent) = read_sampler(params, "params")?;
-        check_logits(logits)?;
         let rng = try_mut(rng_state, "rng_state")?;
         let token = try_mut(token, "token")?;
         let mut r = *rng;
-        let t = sample(logits, &p, recent, &mut r);
+        let t = crate::sample(logits, &p, recent, &mut r)?;
         *rng = r;
         *token = t;
         Ok(())
@@ -150,7 +147,7 @@ struct VerifyArgs {
     rng_state: *mut u64,
 }
 
-fn read_verify_params(p: *const packlm_verify_params) -> crate::Result<VerifyArgs> {
+unsafe fn read_verify_params(p: *const packlm_verify_params) -> crate::Result<VerifyArgs> {
     if p.is_null() {
         return Err(Error::new(Status::ErrNullArgument, "params is NULL"));
     }
@@ -233,7 +230,7 @@ unsafe impl AbiStruct for packlm_verify_result {
 /// PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written,
 /// except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
 #[no_mangle]
-pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
+pub unsafe extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
         let mut s = session_in_use(session)?;
         let p = read_verify_params(params)?;
@@ -242,7 +239,7 @@ pub extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draf
         let with_probs = p.mode == PACKLM_VERIFY_SAMPLED && !p.draft_probs.is_null();
         let n_probs = s.check_verify_lengths(k, with_probs)?;
         let draft = try_slice(draft, k, "draft")?;
-        let vocab = s.model().spec().vocab_size;
+        let vocab = s.model().n_vocab();
         // Every buffer is checked before the pass, so that a refusal leaves the session as it was.
         let n_logits = if r.logits_out.is_null() { 0 } else { vocab };
         if r.logits_capacity != 0 && r.logits_capacity < n_logits {
@@ -304,7 +301,7 @@ pub struct packlm_drafter {
 /// allowance after a cut, twice as many after a proposal taken whole.
 /// `*out` is owned by the caller.
 #[no_mangle]
-pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm_drafter) -> Status {
+pub unsafe extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm_drafter) -> Status {
     ffi_boundary!("packlm_drafter_new_ngram", {
         let out = try_mut(out, "out")?;
         if max_ngram == 0 {
@@ -318,9 +315,9 @@ pub extern "C" fn packlm_drafter_new_ngram(max_ngram: u32, out: *mut *mut packlm
 /// A drafter running `draft_model` (same tokenizer as `target`) greedily in its own session.
 /// The drafter keeps the draft model alive.
 #[no_mangle]
-pub extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, target: *const packlm_model, out: *mut *mut packlm_drafter) -> Status {
+pub unsafe extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, target: *const packlm_model, out: *mut *mut packlm_drafter) -> Status {
     ffi_boundary!("packlm_drafter_new_model", {
-        let d = try_ref(draft_model, "draft_model")?.inner.clone();
+        let d = &try_ref(draft_model, "draft_model")?.inner;
         let t = &try_ref(target, "target")?.inner;
         let out = try_mut(out, "out")?;
         let drafter = ModelDrafter::new(d, t)?;
@@ -333,7 +330,7 @@ pub extern "C" fn packlm_drafter_new_model(draft_model: *const packlm_model, tar
 /// `draft_out` (capacity `k`); their count goes to `*n_out` (0 when there is nothing to propose).
 /// Any `k` is accepted: fewer tokens come back when the history or the context holds fewer.
 #[no_mangle]
-pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: *const packlm_session, pending: u32, k: usize, draft_out: *mut u32, n_out: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: *const packlm_session, pending: u32, k: usize, draft_out: *mut u32, n_out: *mut usize) -> Status {
     ffi_boundary!("packlm_drafter_propose", {
         let d = try_mut(drafter, "drafter")?;
         let s = session_in_use(session)?;
@@ -344,6 +341,6 @@ pub extern "C" fn packlm_drafter_propose(drafter: *mut packlm_drafter, session: 
 
 /// Frees a drafter; NULL is a no-op.
 #[no_mangle]
-pub extern "C" fn packlm_drafter_free(drafter: *mut packlm_drafter) {
+pub unsafe extern "C" fn packlm_drafter_free(drafter: *mut packlm_drafter) {
     free_box(drafter);
 }

@@ -9,7 +9,7 @@ use crate::ffi::session::{packlm_session, session_in_use};
 /// PACKLM_ERR_INVALID_ARGUMENT. The next step is bit-identical to a session that only ever saw
 /// those positions. The logits of the new last position are not kept: step the next token.
 #[no_mangle]
-pub extern "C" fn packlm_truncate(session: *mut packlm_session, n_positions: usize) -> Status {
+pub unsafe extern "C" fn packlm_truncate(session: *mut packlm_session, n_positions: usize) -> Status {
     ffi_boundary!("packlm_truncate", {
         session_in_use(session)?.truncate(n_positions)
     })
@@ -20,7 +20,7 @@ pub extern "C" fn packlm_truncate(session: *mut packlm_session, n_positions: usi
 /// is returned. The bytes belong to the caller; they restore into any session of the same
 /// model, in this process or another.
 #[no_mangle]
-pub extern "C" fn packlm_snapshot(session: *const packlm_session, buf: *mut u8, cap: usize, needed: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_snapshot(session: *const packlm_session, buf: *mut u8, cap: usize, needed: *mut usize) -> Status {
     ffi_boundary!("packlm_snapshot", {
         let s = session_in_use(session)?;
         let needed = try_mut(needed, "needed")?;
@@ -40,7 +40,7 @@ pub extern "C" fn packlm_snapshot(session: *const packlm_session, buf: *mut u8, 
 /// first (format version, model fingerprint, sizes, checksum): a snapshot of another model, a
 /// truncated or corrupted one gives PACKLM_ERR_SNAPSHOT and leaves the session unchanged.
 #[no_mangle]
-pub extern "C" fn packlm_restore(session: *mut packlm_session, buf: *const u8, len: usize) -> Status {
+pub unsafe extern "C" fn packlm_restore(session: *mut packlm_session, buf: *const u8, len: usize) -> Status {
     ffi_boundary!("packlm_restore", {
         let mut s = session_in_use(session)?;
         let bytes = try_slice(buf, len, "buf")?;

@@ -3,14 +3,12 @@
 //! safe). Safe to move to any thread; one thread at a time (its calls change it).
 
 use std::ffi::c_char;
-use std::sync::Arc;
 
-use crate::engine::Model;
 use crate::error::Error;
 use crate::ffi::guard::{ffi_boundary, free_box, try_mut, try_ref, write_text};
 use crate::ffi::model::packlm_model;
 use crate::ffi::text::PACKLM_DETOKENIZE_SKIP_SPECIAL;
-use crate::pack::vocab::DecodeStream;
+use crate::Detokenizer;
 
 /// A streaming detokenizer (opaque): fed one token at a time, it gives out only complete UTF-8
 /// text, holding back a partial multi-byte character until a later token completes it. Every
@@ -19,23 +17,22 @@ use crate::pack::vocab::DecodeStream;
 /// packlm_detokenizer_new, freed by packlm_detokenizer_free. Safe to move to any thread; not
 /// to be used from two threads at once.
 pub struct packlm_detokenizer {
-    model: Arc<Model>,
-    stream: DecodeStream,
+    stream: Detokenizer,
 }
 
 /// A new, empty stream over `model`'s vocabulary into `*out`. `flags`: 0 or
 /// PACKLM_DETOKENIZE_SKIP_SPECIAL (another bit gives PACKLM_ERR_INVALID_ARGUMENT). The stream
 /// keeps the model alive. `*out` is written only on success.
 #[no_mangle]
-pub extern "C" fn packlm_detokenizer_new(model: *const packlm_model, flags: u32, out: *mut *mut packlm_detokenizer) -> crate::error::Status {
+pub unsafe extern "C" fn packlm_detokenizer_new(model: *const packlm_model, flags: u32, out: *mut *mut packlm_detokenizer) -> crate::error::Status {
     ffi_boundary!("packlm_detokenizer_new", {
         let m = try_ref(model, "model")?;
         let out = try_mut(out, "out")?;
         if flags & !PACKLM_DETOKENIZE_SKIP_SPECIAL != 0 {
             return Err(Error::invalid(format!("unknown detokenize flags {flags:#x}")));
         }
-        let stream = DecodeStream::new(flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0);
-        *out = Box::into_raw(Box::new(packlm_detokenizer { model: Arc::clone(&m.inner), stream }));
+        let stream = m.inner.detokenizer(flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0);
+        *out = Box::into_raw(Box::new(packlm_detokenizer { stream }));
         Ok(())
     })
 }
@@ -46,10 +43,10 @@ pub extern "C" fn packlm_detokenizer_new(model: *const packlm_model, flags: u32,
 /// larger buffer. An id outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE and is not
 /// consumed either. On any failure the stream is as it was.
 #[no_mangle]
-pub extern "C" fn packlm_detokenizer_feed(d: *mut packlm_detokenizer, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
+pub unsafe extern "C" fn packlm_detokenizer_feed(d: *mut packlm_detokenizer, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
     ffi_boundary!("packlm_detokenizer_feed", {
         let d = try_mut(d, "detokenizer")?;
-        let text = d.stream.peek(d.model.vocab(), token)?;
+        let text = d.stream.peek(token)?;
         write_text(&text, buf, cap, n)?;
         d.stream.commit(token, &text);
         Ok(())
@@ -61,10 +58,10 @@ pub extern "C" fn packlm_detokenizer_feed(d: *mut packlm_detokenizer, token: u32
 /// success the stream is empty and the next token starts a new text. On failure (buffer too
 /// small included) the stream is as it was.
 #[no_mangle]
-pub extern "C" fn packlm_detokenizer_flush(d: *mut packlm_detokenizer, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
+pub unsafe extern "C" fn packlm_detokenizer_flush(d: *mut packlm_detokenizer, buf: *mut c_char, cap: usize, n: *mut usize) -> crate::error::Status {
     ffi_boundary!("packlm_detokenizer_flush", {
         let d = try_mut(d, "detokenizer")?;
-        let text = d.stream.pending(d.model.vocab())?;
+        let text = d.stream.pending()?;
         write_text(&text, buf, cap, n)?;
         d.stream.reset();
         Ok(())
@@ -73,6 +70,6 @@ pub extern "C" fn packlm_detokenizer_flush(d: *mut packlm_detokenizer, buf: *mut
 
 /// Frees a stream. NULL is a no-op.
 #[no_mangle]
-pub extern "C" fn packlm_detokenizer_free(d: *mut packlm_detokenizer) {
+pub unsafe extern "C" fn packlm_detokenizer_free(d: *mut packlm_detokenizer) {
     free_box(d);
 }

@@ -1,19 +1,20 @@
 //! Tokenizer and chat-template calls on a `packlm_model` (safe from any thread).
 
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::error::{Error, Status};
 use crate::ffi::guard::{ffi_boundary, try_cstr, try_mut, try_ref, try_slice, try_text, write_items, write_text};
 use crate::ffi::model::packlm_model;
-use crate::pack::chat::Message;
+use crate::ChatMessage;
 
 /// The longest text packlm_tokenize accepts by default, in bytes (1 MiB: about 250k tokens of
 /// English, more than any context this library runs). Change it per model handle with
 /// packlm_model_set_max_tokenize_bytes.
 pub const PACKLM_DEFAULT_MAX_TOKENIZE_BYTES: usize = 1 << 20;
+const _: () = assert!(PACKLM_DEFAULT_MAX_TOKENIZE_BYTES == crate::DEFAULT_MAX_TOKENIZE_BYTES);
 
 /// One text's tokens, kept from a size query (cap too small) for the fill call that follows.
 struct KeptTokens {
@@ -22,10 +23,9 @@ struct KeptTokens {
     ids: Vec<u32>,
 }
 
-/// Per model handle: the tokenize limit, and the last size query's result. The lock guards only
-/// taking and storing the kept result; tokenizing runs outside it.
+/// Per model handle: the last size query's result (the limit is the `Model` handle's own). The
+/// lock guards only taking and storing the kept result; tokenizing runs outside it.
 pub(crate) struct TokenizeState {
-    max_bytes: AtomicUsize,
     kept: Mutex<Option<KeptTokens>>,
     /// Tokenizer passes run by packlm_tokenize (for tests: a size query and its fill make one).
     passes: AtomicU64,
@@ -33,7 +33,7 @@ pub(crate) struct TokenizeState {
 
 impl Default for TokenizeState {
     fn default() -> Self {
-        TokenizeState { max_bytes: AtomicUsize::new(PACKLM_DEFAULT_MAX_TOKENIZE_BYTES), kept: Mutex::new(None), passes: AtomicU64::new(0) }
+        TokenizeState { kept: Mutex::new(None), passes: AtomicU64::new(0) }
     }
 }
 
@@ -65,11 +65,10 @@ pub fn tokenize_passes(model: &packlm_model) -> u64 {
 /// gives PACKLM_ERR_LIMIT_EXCEEDED. 0 restores PACKLM_DEFAULT_MAX_TOKENIZE_BYTES. Safe from any
 /// thread; calls already running keep the limit they started with.
 #[no_mangle]
-pub extern "C" fn packlm_model_set_max_tokenize_bytes(model: *const packlm_model, max_bytes: usize) -> Status {
+pub unsafe extern "C" fn packlm_model_set_max_tokenize_bytes(model: *const packlm_model, max_bytes: usize) -> Status {
     ffi_boundary!("packlm_model_set_max_tokenize_bytes", {
         let m = try_ref(model, "model")?;
-        let max = if max_bytes == 0 { PACKLM_DEFAULT_MAX_TOKENIZE_BYTES } else { max_bytes };
-        m.tokenize.max_bytes.store(max, Ordering::Relaxed);
+        m.inner.set_max_tokenize_bytes(max_bytes);
         Ok(())
     })
 }
@@ -90,14 +89,14 @@ pub const PACKLM_DETOKENIZE_SKIP_SPECIAL: u32 = 1;
 /// unless changed by packlm_model_set_max_tokenize_bytes) gives PACKLM_ERR_LIMIT_EXCEEDED.
 /// Memory: tokenizing N bytes peaks at up to about 300 x N bytes (README, "Limits").
 #[no_mangle]
-pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_char, len: usize, flags: u32, tokens: *mut u32, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_char, len: usize, flags: u32, tokens: *mut u32, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_tokenize", {
         let handle = try_ref(model, "model")?;
         try_mut(n, "n_out")?;
         if flags & !(PACKLM_TOKENIZE_ADD_SPECIAL | PACKLM_TOKENIZE_PARSE_SPECIAL) != 0 {
             return Err(Error::invalid(format!("unknown tokenize flags {flags:#x}")));
         }
-        let max = handle.tokenize.max_bytes.load(Ordering::Relaxed);
+        let max = handle.inner.max_tokenize_bytes();
         if len > max {
             return Err(Error::new(
                 Status::ErrLimitExceeded,
@@ -109,7 +108,7 @@ pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_cha
             Some(ids) => ids,
             None => {
                 handle.tokenize.passes.fetch_add(1, Ordering::Relaxed);
-                handle.inner.vocab().encode(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?
+                handle.inner.tokenize(text, flags & PACKLM_TOKENIZE_ADD_SPECIAL != 0, flags & PACKLM_TOKENIZE_PARSE_SPECIAL != 0)?
             }
         };
         if cap < ids.len() {
@@ -127,7 +126,7 @@ pub extern "C" fn packlm_tokenize(model: *const packlm_model, text: *const c_cha
 /// `flags`: PACKLM_DETOKENIZE_SKIP_SPECIAL (another bit gives PACKLM_ERR_INVALID_ARGUMENT). An
 /// id outside the vocabulary gives PACKLM_ERR_TOKEN_OUT_OF_RANGE.
 #[no_mangle]
-pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u32, n_tokens: usize, flags: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u32, n_tokens: usize, flags: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_detokenize", {
         let m = &try_ref(model, "model")?.inner;
         let ids = try_slice(tokens, n_tokens, "tokens")?;
@@ -135,7 +134,7 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
         if flags & !PACKLM_DETOKENIZE_SKIP_SPECIAL != 0 {
             return Err(Error::invalid(format!("unknown detokenize flags {flags:#x}")));
         }
-        let text = m.vocab().decode(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
+        let text = m.detokenize(ids, flags & PACKLM_DETOKENIZE_SKIP_SPECIAL != 0)?;
         write_text(&text, buf, cap, n)
     })
 }
@@ -143,10 +142,10 @@ pub extern "C" fn packlm_detokenize(model: *const packlm_model, tokens: *const u
 /// The text of one token, NUL-terminated, sizes as packlm_detokenize. (A byte-fallback token
 /// that is part of a longer UTF-8 sequence decodes to U+FFFD alone: detokenize whole runs.)
 #[no_mangle]
-pub extern "C" fn packlm_token_to_piece(model: *const packlm_model, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_token_to_piece(model: *const packlm_model, token: u32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_token_to_piece", {
         let m = &try_ref(model, "model")?.inner;
-        let piece = m.vocab().token_to_piece(token)?;
+        let piece = m.token_to_piece(token)?;
         write_text(&piece, buf, cap, n)
     })
 }
@@ -162,7 +161,7 @@ pub struct packlm_chat_message {
 /// non-zero the assistant turn is opened. Output as packlm_detokenize. A pack without a
 /// template gives PACKLM_ERR_UNSUPPORTED.
 #[no_mangle]
-pub extern "C" fn packlm_chat_apply(model: *const packlm_model, messages: *const packlm_chat_message, n_messages: usize, add_generation_prompt: i32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
+pub unsafe extern "C" fn packlm_chat_apply(model: *const packlm_model, messages: *const packlm_chat_message, n_messages: usize, add_generation_prompt: i32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_chat_apply", {
         let m = &try_ref(model, "model")?.inner;
         let msgs = try_slice(messages, n_messages, "messages")?;
@@ -170,13 +169,13 @@ pub extern "C" fn packlm_chat_apply(model: *const packlm_model, messages: *const
             .iter()
             .enumerate()
             .map(|(i, msg)| {
-                Ok(Message {
+                Ok(ChatMessage {
                     role: try_cstr(msg.role, &format!("messages[{i}].role"))?.to_string(),
                     content: try_cstr(msg.content, &format!("messages[{i}].content"))?.to_string(),
                 })
             })
             .collect::<crate::Result<Vec<_>>>()?;
-        let text = m.render_chat(&msgs, add_generation_prompt != 0)?;
+        let text = m.chat_apply(&msgs, add_generation_prompt != 0)?;
         write_text(&text, buf, cap, n)
     })
 }

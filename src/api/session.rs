@@ -1,0 +1,161 @@
+//! [`Session`]: one conversation's state over a [`Model`], and the calls that drive it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::api::{Generate, GenerateOptions, Model};
+use crate::engine;
+use crate::error::Result;
+
+pub use crate::engine::speculative::{Acceptance, VerifyOutcome};
+pub use crate::engine::{VerifyCounters, Want};
+
+/// One sequence's state: the KV planes of the positions it holds, its token history and the
+/// last logits.
+///
+/// Safe to move to another thread; `&mut self` calls make it one thread at a time. Many
+/// sessions of one model may run on different threads at once. Every call that fails leaves
+/// the session as it was.
+pub struct Session {
+    inner: engine::Session,
+    model: Model,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("n_past", &self.n_past()).field("n_ctx", &self.n_ctx()).finish()
+    }
+}
+
+impl Session {
+    /// A new, empty session on `model` holding at most `n_ctx` positions (0 = the model's
+    /// context length).
+    pub fn new(model: &Model, n_ctx: usize) -> Result<Session> {
+        Ok(Session { inner: engine::Session::new(model.engine().clone(), n_ctx)?, model: model.clone() })
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Positions held.
+    pub fn n_past(&self) -> usize {
+        self.inner.n_past()
+    }
+
+    /// The most positions this session may hold.
+    pub fn n_ctx(&self) -> usize {
+        self.inner.n_ctx()
+    }
+
+    /// The tokens of the positions held, in order.
+    pub fn tokens(&self) -> &[u32] {
+        self.inner.tokens()
+    }
+
+    /// The logits of the last position fed (empty before the first pass and after a truncate).
+    pub fn last_logits(&self) -> &[f32] {
+        self.inner.last_logits()
+    }
+
+    /// Feeds one token; returns its position's logits (n_vocab values).
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.inner.step(token)
+    }
+
+    /// Feeds `tokens` in one pass over the weights, bit-identical to stepping them one by one;
+    /// returns the logits `want` asks for (none, the last row, or every row, row-major).
+    pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
+        self.inner.step_batch(tokens, want)
+    }
+
+    /// The speculative step as one call: `pending` is the token already chosen from the last
+    /// logits, `draft` the tokens proposed after it. One pass over `[pending, draft..]`
+    /// accepts the longest valid prefix of the draft (greedy: argmax match; sampled: the
+    /// distribution-preserving rejection rule) and chooses the next pending token. The session
+    /// then holds `n_past + 1 + n_accepted` positions, as if those tokens had been stepped, and
+    /// its last logits are those the next token was chosen from.
+    pub fn verify(&mut self, pending: u32, draft: &[u32], acceptance: Acceptance) -> Result<VerifyOutcome> {
+        self.inner.verify(pending, draft, acceptance)
+    }
+
+    /// Refuses a verify of `k` drafts before any buffer is read: the k + 1 rows must fit the
+    /// context, and `k x n_vocab` drafter probabilities (`with_probs`) must be a representable
+    /// length, which it returns (0 without).
+    pub(crate) fn check_verify_lengths(&self, k: usize, with_probs: bool) -> Result<usize> {
+        self.inner.check_verify_lengths(k, with_probs)
+    }
+
+    /// Counters of this session's verifies (rounds, drafted and accepted tokens).
+    pub fn counters(&self) -> VerifyCounters {
+        self.inner.counters()
+    }
+
+    /// Rolls back to the first `n_positions` positions, exactly: the next step gives the bits
+    /// of a session that only saw those tokens.
+    pub fn truncate(&mut self, n_positions: usize) -> Result<()> {
+        self.inner.truncate(n_positions)
+    }
+
+    /// The session's state as portable bytes: restorable into any session of the same model,
+    /// in this process or another, on any backend and precision.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.inner.snapshot()
+    }
+
+    /// The length of [`Session::snapshot`]'s bytes now.
+    pub fn snapshot_len(&self) -> usize {
+        self.inner.snapshot_len()
+    }
+
+    /// Replaces the session's state with a snapshot's. Everything is validated before the
+    /// session is touched: bytes from another model, of another format, corrupted, or holding
+    /// non-finite values give [`crate::Status::ErrSnapshot`] and change nothing.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.restore(bytes)
+    }
+
+    /// A handle that cancels this session's passes from any thread (checked between layers);
+    /// a cancelled call returns [`crate::Status::ErrAborted`] and leaves the session as it was.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle { flag: self.inner.abort_flag().clone() }
+    }
+
+    /// Streams a reply: feeds `prompt` in one pass, then yields one [`Token`] at a time, with
+    /// its text, until a stop token (not yielded) or `options.max_tokens`. See [`Generate`].
+    pub fn generate<'s>(&'s mut self, prompt: &[u32], options: GenerateOptions<'s>) -> Generate<'s> {
+        Generate::new(self, prompt, options)
+    }
+
+    pub(crate) fn engine(&self) -> &engine::Session {
+        &self.inner
+    }
+
+    pub(crate) fn engine_mut(&mut self) -> &mut engine::Session {
+        &mut self.inner
+    }
+}
+
+/// Cancels a session's passes from any thread. Cheap to clone; setting it makes the current
+/// and every later pass of the session return [`crate::Status::ErrAborted`] until cleared.
+#[derive(Clone, Debug)]
+pub struct AbortHandle {
+    flag: Arc<AtomicBool>,
+}
+
+impl AbortHandle {
+    /// Asks the session's passes to stop.
+    pub fn abort(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+    /// Lets passes run again.
+    pub fn clear(&self) {
+        self.flag.store(false, Ordering::SeqCst);
+    }
+    /// Whether the flag is set.
+    pub fn is_aborted(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
