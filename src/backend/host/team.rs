@@ -7,9 +7,9 @@
 //!
 //! A pass makes some 200-300 calls, a few to a few tens of microseconds apart, so the helpers
 //! wait for the next call spinning, not sleeping: a helper woken from a futex arrives late for
-//! calls this short. With helpers that slept between calls (a rayon pool), a verify of 8
-//! drafted rows on SmolLM2-135M ran only 1.26x faster on 2 threads than on one, on a machine
-//! where two single-threaded processes each kept their full speed. A helper spins
+//! calls this short. With helpers that slept between calls (a rayon pool), a second thread
+//! gained little on a verify, on a machine where two single-threaded processes each kept their
+//! full speed (docs/benchmarks/verify.md, "At 2 threads"). A helper spins
 //! (`spin_loop`) for `SPIN`, then yields its core between looks until `SPIN_YIELDING`, then
 //! sleeps on a condition variable until the next call: an idle host costs a helper about a
 //! millisecond of one core after each pass, not more. While it waits, a helper does pieces of

@@ -25,11 +25,11 @@
 //!   it came from are handed back (`WeightTensor::release_pages`), so that the process holds
 //!   one copy, and embedding rows are read from the copy.
 //!
-//! Why both: the copy is the size of the weights, and writing it into fresh memory took
-//! 0.15-0.44 s of a 0.2-0.5 s open of SmolLM2-135M or Gemma3-270M (page faults; the file's
-//! pages were in the page cache already), while the shuffles cost a decode step some 30% on a
-//! machine with 10 GB/s of read bandwidth. So the open pays for neither, and decode runs at
-//! the copy's speed a few tenths of a second later.
+//! Why both: the copy is the size of the weights, and writing it into fresh memory (page
+//! faults, while the file's pages are already in the page cache) was most of an open, while
+//! the shuffles cost a decode step a large share of its time on a machine of modest read
+//! bandwidth (the numbers: docs/benchmarks/behind.md, "Open (fixed in run 6)"). So the open
+//! pays for neither, and decode runs at the copy's speed soon after it.
 //!
 //! What would need a gather per block in the stored order, the rows' block headers, is copied
 //! into a side table (`Packed::side_table`: after the open, by the writer thread before any
