@@ -31,7 +31,7 @@ def _load():
     path = os.environ.get("PACKLM_LIB")
     if not path:
         here = os.path.dirname(os.path.abspath(__file__))
-        local = os.path.join(here, "..", "..", "target", "release", "libpacklm.so")
+        local = os.path.join(here, "..", "..", "..", "target", "release", "libpacklm.so")
         path = local if os.path.exists(local) else f"libpacklm.so.{ABI_VERSION}"
     return C.CDLL(path)
 
