@@ -11,6 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 unset PACKLM_LIB
+export PIP_ROOT_USER_ACTION=ignore  # pip as root (CI) installs only into the temporary folders here
 python=${PYTHON:-python3}
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 prompt="What is the capital of France? Answer with one word."
@@ -32,7 +33,7 @@ if "$python" -m venv "$tmp/venv" >/dev/null 2>&1 || { rm -rf "$tmp/venv"; apt_in
   pip=("$py" -m pip)
   echo "py-test: a fresh venv ($("$py" --version))"
 else
-  echo "py-test: no venv module and no way to install it; the wheel goes into a folder on PYTHONPATH"
+  echo "py-test: no usable venv module; the wheel goes into a folder on PYTHONPATH"
   "$python" -m pip --version >/dev/null 2>&1 || apt_install python3-pip
   py=$python
   pip=("$python" -m pip)
