@@ -3,8 +3,14 @@ Usage: python3 examples/python/chat.py MODEL [PROMPT] [MAX_TOKENS]"""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "python"))
-import packlm  # noqa: E402
+try:
+    import packlm  # installed: python -m pip install ./bindings/python
+except ModuleNotFoundError as e:
+    if e.name != "packlm":
+        raise
+    # Run from a checkout without installing: the source tree, with target/release's library.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "python"))
+    import packlm
 
 
 def main(argv):

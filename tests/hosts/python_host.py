@@ -1,5 +1,5 @@
-"""The Python host of the cross-host test, over bindings/python/packlm.py (protocol:
-tests/hosts/README.md).
+"""The Python host of the cross-host test, over the source tree's bindings/python/packlm and the
+library PACKLM_LIB names, else target/release's (protocol: tests/hosts/README.md).
     python_host.py check MODEL DIR        restore state.bin, step 5, compare; write state_python.bin
     python_host.py chain MODEL DIR FROM   restore state_FROM.bin, continue greedily, compare
 """

@@ -37,7 +37,8 @@ host_cmd() {
         g++ -std=c++17 -Wall -Wextra -Werror -I"$root/include" "$root/tests/hosts/cpp_host.cpp" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/cpp_host" >&2
       fi
       echo "$tmp/cpp_host" ;;
-    python) echo "python3 $root/tests/hosts/python_host.py" ;;
+    # The package of the source tree, over the library every other host links.
+    python) echo "env PACKLM_LIB=$lib/libpacklm.so python3 $root/tests/hosts/python_host.py" ;;
     *)
       [ -x "$root/tests/hosts/$1_host" ] || { echo "FAIL: host $1 is listed but tests/hosts/$1_host is missing or not executable" >&2; return 1; }
       echo "$root/tests/hosts/$1_host" ;;

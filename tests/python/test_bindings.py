@@ -1,14 +1,23 @@
 """The Python bindings against the tiny llama fixture: every function of include/packlm.h has a
-declared signature, every struct's layout and every status number match the header, tokenize as
-HF, step == step_batch, snapshot/restore, verify, streaming text, and errors raised with their
-status. Prints 'N passed, N failed'."""
+declared signature, every struct's layout and every constant match the header as the C compiler
+reads it, the public API is annotated, tokenize as HF, step == step_batch, snapshot/restore,
+verify, streaming text, and errors raised with their status. Prints 'N passed, N failed'.
+
+It tests the packlm that Python imports: tests/python/run.sh installs the wheel in a fresh venv
+and runs this file with that venv's python; PYTHONPATH=bindings/python tests the source tree
+(with target/release/libpacklm.so)."""
+import ctypes
+import inspect
 import os
+import re
+import subprocess
 import sys
+import tempfile
+
+import packlm
 
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(root, "bindings", "python"))
-import packlm  # noqa: E402
-
+print(f"python: packlm {packlm.__version__} from {os.path.dirname(packlm.__file__)}, library {packlm.library_path()}")
 passed = failed = 0
 
 
@@ -21,14 +30,6 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-# The ctypes layouts against the C compiler's reading of include/packlm.h: every field's offset
-# and every struct's size.
-import ctypes  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-
-import re  # noqa: E402
-
 with open(os.path.join(root, "include", "packlm.h")) as f:
     header = f.read()
 # Every function the header declares has argtypes and restype in the binding's table, and the
@@ -36,28 +37,45 @@ with open(os.path.join(root, "include", "packlm.h")) as f:
 declared = set(re.findall(r"^[A-Za-z_][\w \*]*?\b(packlm_\w+)\(", header, re.M))
 check(len(declared) >= 40, f"header parse found {len(declared)} functions")
 for name in sorted(declared - set(packlm._SIGNATURES)):
-    check(False, f"{name} is declared in include/packlm.h but has no signature in packlm.py")
+    check(False, f"{name} is declared in include/packlm.h but has no signature in packlm")
 for name in sorted(set(packlm._SIGNATURES) - declared):
-    check(False, f"packlm.py declares {name}, which include/packlm.h lacks")
+    check(False, f"packlm declares {name}, which include/packlm.h lacks")
 for name in sorted(declared & set(packlm._SIGNATURES)):
     fn = getattr(packlm._lib, name)
     check(fn.argtypes is not None, f"{name}: argtypes not set")
-# Every status number of the header has its constant, with the same value.
-for name, value in re.findall(r"^#define PACKLM_(OK|ERR_\w+) (\d+)$", header, re.M):
-    check(getattr(packlm, name, None) == int(value), f"packlm.{name} should be {value}")
-# The precision codes too.
-precision_codes = re.findall(r"^#define PACKLM_(PRECISION_\w+) (\d+)$", header, re.M)
-check(len(precision_codes) == 3, f"{len(precision_codes)} PACKLM_PRECISION_* codes in the header")
-for name, value in precision_codes:
-    check(getattr(packlm, name, None) == int(value), f"packlm.{name} should be {value}")
-# Every struct the header declares is laid out in the binding.
+
+# Every macro of the header is a constant of the binding (PACKLM_ dropped from its name) with the
+# value the C compiler gives it, or is left out here for the reason given; and every constant of
+# the binding is one of the header's.
+NOT_EXPOSED = {
+    "PACKLM_H": "the include guard",
+    "PACKLM_VERSION": "the header's version; version() gives the loaded library's",
+    "PACKLM_VERSION_MAJOR": "as PACKLM_VERSION",
+    "PACKLM_VERSION_MINOR": "as PACKLM_VERSION",
+    "PACKLM_VERSION_PATCH": "as PACKLM_VERSION",
+}
+macros = dict(re.findall(r"^#define (PACKLM_\w+)[ \t]*(.*)$", header, re.M))
+int_macros = sorted(name for name, value in macros.items() if value and not value.startswith('"'))
+check(len(int_macros) >= 44, f"header parse found {len(int_macros)} integer macros")
+check(sum(n.startswith("PACKLM_ERR_") for n in int_macros) >= 20, "header parse found the PACKLM_ERR_* statuses")
+for name in sorted(set(NOT_EXPOSED) - set(macros)):
+    check(False, f"NOT_EXPOSED names {name}, which include/packlm.h lacks")
+for name in sorted(set(macros) - set(int_macros) - set(NOT_EXPOSED)):
+    check(False, f"{name} of include/packlm.h is not a number: give the binding its value or list it in NOT_EXPOSED")
+for attr, value in sorted(vars(packlm).items()):
+    if re.fullmatch(r"[A-Z][A-Z0-9_]*", attr) and isinstance(value, int):
+        check("PACKLM_" + attr in macros, f"packlm.{attr} is not a constant of include/packlm.h")
+        check("PACKLM_" + attr not in NOT_EXPOSED, f"packlm.{attr} is exposed but listed in NOT_EXPOSED")
+
+# Every struct the header declares is laid out in the binding. The C compiler's reading of the
+# header gives every field's offset, every struct's size, and every integer macro's value.
 structs = {name: packlm.STRUCTS.get(name) for name in re.findall(r"^} (packlm_\w+);$", header, re.M)}
 for name, cls in list(structs.items()):
     if cls is None:
-        check(False, f"struct {name} of include/packlm.h has no ctypes layout in packlm.py")
+        check(False, f"struct {name} of include/packlm.h has no ctypes layout in packlm")
         del structs[name]
 check(len(structs) == 7, f"{len(structs)} structs checked")
-lines = []
+lines = [f'printf("{name} %lld\\n", (long long)({name}));' for name in int_macros]
 for c_name, cls in structs.items():
     lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
     for field, _ in cls._fields_:
@@ -68,12 +86,46 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(src, "w") as f:
         f.write(program)
     subprocess.run(["cc", "-std=c11", "-I", os.path.join(root, "include"), src, "-o", exe], check=True)
-    c_layout = dict(line.rsplit(" ", 1) for line in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
+    c_values = dict(line.rsplit(" ", 1) for line in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
+for name in int_macros:
+    if name not in NOT_EXPOSED:
+        got = getattr(packlm, name[len("PACKLM_"):], None)
+        check(got == int(c_values[name]), f"packlm.{name[len('PACKLM_'):]} is {got}, the header's {name} {c_values[name]}")
 for c_name, cls in structs.items():
-    check(int(c_layout[c_name]) == ctypes.sizeof(cls), f"sizeof {c_name}: C {c_layout[c_name]}, ctypes {ctypes.sizeof(cls)}")
+    check(int(c_values[c_name]) == ctypes.sizeof(cls), f"sizeof {c_name}: C {c_values[c_name]}, ctypes {ctypes.sizeof(cls)}")
     for field, _ in cls._fields_:
         got = getattr(cls, field).offset
-        check(int(c_layout[f"{c_name}.{field}"]) == got, f"offset of {c_name}.{field}: C {c_layout[c_name + '.' + field]}, ctypes {got}")
+        check(int(c_values[f"{c_name}.{field}"]) == got, f"offset of {c_name}.{field}: C {c_values[c_name + '.' + field]}, ctypes {got}")
+
+# The public API is annotated (PEP 484) and says so (PEP 561's py.typed).
+check(os.path.isfile(os.path.join(os.path.dirname(packlm.__file__), "py.typed")), "py.typed beside the module")
+
+
+def public_callables():
+    for name, obj in vars(packlm).items():
+        if name.startswith("_") or getattr(obj, "__module__", None) != "packlm":
+            continue
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") and attr != "__init__":
+                    continue
+                member = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                if inspect.isfunction(member):
+                    yield f"{name}.{attr}", member
+
+
+n_annotated = 0
+for name, fn in public_callables():
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    if "." in name:
+        params = params[1:]  # self or cls
+    missing = [p.name for p in params if p.annotation is inspect.Parameter.empty]
+    check(not missing and sig.return_annotation is not inspect.Signature.empty, f"{name}: not annotated ({missing or 'return'})")
+    n_annotated += 1
+check(n_annotated >= 40, f"{n_annotated} public functions and methods found")
 
 m = packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama"))
 check(m.n_vocab == 300 and m.bos == 0, "model info")

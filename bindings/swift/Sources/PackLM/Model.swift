@@ -5,7 +5,8 @@ import Glibc
 import Darwin
 #endif
 
-/// Where a model computes (PACKLM_BACKEND_*).
+/// Where a model computes (PACKLM_BACKEND_*; the raw values are literals, as Swift enums need:
+/// ConstantsTests holds them to include/packlm.h).
 public enum Backend: UInt32, Sendable {
     case host = 0
     case reference = 1
@@ -15,7 +16,8 @@ public enum Backend: UInt32, Sendable {
     public static var gpu: Backend { .accelerator }
 }
 
-/// What activations are computed in (PACKLM_PRECISION_*).
+/// What activations are computed in (PACKLM_PRECISION_*; ConstantsTests holds the raw values to the
+/// header).
 public enum Precision: UInt32, Sendable {
     /// Open option only: the pack's default, `.fast` for block-quantized weights, `.exact` for
     /// float packs.

@@ -1,6 +1,7 @@
 import CPackLM
 
-/// Which logits a batch step returns (PACKLM_WANT_*).
+/// Which logits a batch step returns (PACKLM_WANT_*; ConstantsTests holds the raw values to the
+/// header).
 public enum Want: UInt32, Sendable {
     case last = 0
     case all = 1

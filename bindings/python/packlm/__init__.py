@@ -1,4 +1,4 @@
-"""Python bindings for packlm over its C ABI (ctypes, no build step).
+"""Python bindings for packlm over its C ABI (ctypes).
 
     import packlm
     m = packlm.Model("models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -12,33 +12,59 @@
         logits = s.step(tok)
     print(stream.flush())
 
-The library is found through PACKLM_LIB, else target/release/libpacklm.so beside this checkout,
-else the system's libpacklm.so.<ABI>. Every function of include/packlm.h has its argtypes and
-restype declared in _SIGNATURES (a test compares that table with the header). Every failing call
-raises PacklmError carrying the status (.status) and packlm_last_error()'s message.
+`pip install bindings/python` builds the library with cargo and puts it inside the installed
+package. The library loaded is the one PACKLM_LIB names, else the one installed beside this file,
+else target/release/ of the checkout this file lies in, else the system's libpacklm.so.<ABI>;
+library_path() says which. Every function of include/packlm.h has its argtypes and restype
+declared in _SIGNATURES (a test compares that table, and every constant, with the header). Every
+failing call raises PacklmError carrying the status (.status) and packlm_last_error()'s message.
 A Model may be shared by threads; a Session, Detokenizer or Drafter is used by one thread at a
 time. Handles are freed when their Python object is collected, or at once with close().
 """
 
+from __future__ import annotations
+
 import ctypes as C
 import os
+import sys
 from array import array
+from typing import (Any, Callable, Dict, FrozenSet, List, Literal, MutableSequence, Optional, Sequence,
+                    Tuple, TypeVar, Union, overload)
 
 ABI_VERSION = 2
 
+# The file cargo names the shared library on each platform.
+_LIBRARY_FILE = {"darwin": "libpacklm.dylib", "win32": "packlm.dll"}.get(sys.platform, "libpacklm.so")
 
-def _load():
+
+def _find_library() -> str:
     path = os.environ.get("PACKLM_LIB")
-    if not path:
-        here = os.path.dirname(os.path.abspath(__file__))
-        local = os.path.join(here, "..", "..", "target", "release", "libpacklm.so")
-        path = local if os.path.exists(local) else f"libpacklm.so.{ABI_VERSION}"
-    return C.CDLL(path)
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    installed = os.path.join(here, _LIBRARY_FILE)
+    checkout = os.path.normpath(os.path.join(here, "..", "..", "..", "target", "release", _LIBRARY_FILE))
+    for candidate in (installed, checkout):
+        if os.path.exists(candidate):
+            return candidate
+    # The system's copy, by the SONAME programs linked with -lpacklm record.
+    return f"libpacklm.so.{ABI_VERSION}" if _LIBRARY_FILE == "libpacklm.so" else _LIBRARY_FILE
 
 
-_lib = _load()
+def _load(path: str) -> C.CDLL:
+    try:
+        return C.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"packlm: cannot load the library {path} ({e}); install the package "
+                          "(pip install bindings/python), build the library (make build), or name it in "
+                          "PACKLM_LIB") from e
 
-# Status numbers (include/packlm.h; they never change meaning).
+
+_library_path = _find_library()
+_lib = _load(_library_path)
+
+# The constants of include/packlm.h, each named as there without PACKLM_ (tests/python compares
+# every one with the C compiler's reading of the header). Status numbers never change meaning.
 OK = 0
 ERR_NULL_ARGUMENT = 1
 ERR_INVALID_ARGUMENT = 2
@@ -67,18 +93,22 @@ WANT_LAST, WANT_ALL, WANT_NONE = 0, 1, 2
 VERIFY_GREEDY, VERIFY_SAMPLED = 0, 1
 BACKEND_HOST, BACKEND_REFERENCE, BACKEND_GPU = 0, 1, 2
 BACKEND_ACCELERATOR = BACKEND_GPU  # the earlier name
+DEFAULT_MAX_TOKENIZE_BYTES = 1 << 20  # tokenize's limit until set_max_tokenize_bytes
 PRECISION_DEFAULT, PRECISION_EXACT, PRECISION_FAST = 0, 1, 2
 # Model(precision=...) by name; None is the pack's default (fast for block-quantized weights,
 # exact for float ones).
-_PRECISION_CODES = {None: PRECISION_DEFAULT, "exact": PRECISION_EXACT, "fast": PRECISION_FAST}
-_PRECISION_NAMES = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
+_PRECISION_CODES: Dict[Optional[str], int] = {None: PRECISION_DEFAULT, "exact": PRECISION_EXACT, "fast": PRECISION_FAST}
+_PRECISION_NAMES: Dict[int, str] = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
 LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 
 
 class PacklmError(Exception):
     """A failed packlm call: `.status` is the PACKLM_ERR_* number, str() the library's message."""
 
-    def __init__(self, status, message):
+    status: int
+    message: str
+
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{message} (status {status})")
         self.status = status
         self.message = message
@@ -131,7 +161,7 @@ class _ChatMessage(C.Structure):
     _fields_ = [("role", C.c_char_p), ("content", C.c_char_p)]
 
 
-STRUCTS = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
+STRUCTS: Dict[str, Any] = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
            "packlm_session_options": _SessionOptions, "packlm_sampler_params": _SamplerParams,
            "packlm_verify_params": _VerifyParams, "packlm_verify_result": _VerifyResult,
            "packlm_chat_message": _ChatMessage}
@@ -139,7 +169,7 @@ STRUCTS = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
 # Every function of include/packlm.h: name -> (restype, argtypes). Handles are void pointers.
 _st, _h, _sz, _u32, _i32, _u64 = C.c_uint32, C.c_void_p, C.c_size_t, C.c_uint32, C.c_int32, C.c_uint64
 _P = C.POINTER
-_SIGNATURES = {
+_SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_session_abort_handle": (_st, [_h, _P(_h)]),
     "packlm_abort_set": (_st, [_h]),
     "packlm_abort_clear": (_st, [_h]),
@@ -193,15 +223,19 @@ for _name, (_restype, _argtypes) in _SIGNATURES.items():
     _fn.restype, _fn.argtypes = _restype, _argtypes
 
 if _lib.packlm_abi_version() != ABI_VERSION:
-    raise ImportError(f"packlm.py speaks ABI {ABI_VERSION}, the library ABI {_lib.packlm_abi_version()}")
+    raise ImportError(f"packlm (Python) speaks ABI {ABI_VERSION}, the library {_library_path} ABI "
+                      f"{_lib.packlm_abi_version()}")
 
 
-def _check(status):
+_H = TypeVar("_H", bound="_Handle")
+
+
+def _check(status: int) -> None:
     if status != OK:
         raise PacklmError(status, (_lib.packlm_last_error() or b"").decode("utf-8", "replace"))
 
 
-def _text_call(call):
+def _text_call(call: Callable[[Any, int, Any], int]) -> str:
     """`call(buf, cap, n)` writing NUL-terminated text; grows the buffer when asked."""
     n = C.c_size_t()
     buf = C.create_string_buffer(256)
@@ -213,7 +247,7 @@ def _text_call(call):
     return buf.raw[: n.value].decode("utf-8")
 
 
-def _ids_call(call, guess):
+def _ids_call(call: Callable[[Any, int, Any], int], guess: int) -> List[int]:
     """`call(buf, cap, n)` writing uint32 ids; grows the buffer when asked."""
     n = C.c_size_t()
     buf = (C.c_uint32 * max(guess, 1))()
@@ -225,23 +259,32 @@ def _ids_call(call, guess):
     return list(buf[: n.value])
 
 
-def _u32_array(ids):
+def _u32_array(ids: Sequence[int]) -> Any:
     return (C.c_uint32 * len(ids))(*ids)
 
 
-def version():
-    return _lib.packlm_version().decode()
+def version() -> str:
+    """The loaded library's version (packlm_version)."""
+    return str(_lib.packlm_version().decode())
 
 
-def abi_version():
-    return _lib.packlm_abi_version()
+def abi_version() -> int:
+    """The loaded library's ABI version (packlm_abi_version); equals ABI_VERSION."""
+    return int(_lib.packlm_abi_version())
 
 
-def status_str(status):
-    return _lib.packlm_status_str(status).decode()
+def library_path() -> str:
+    """The library this module loaded: PACKLM_LIB, the installed copy, the checkout's, or the
+    system's name for it."""
+    return _library_path
 
 
-def argmax(logits):
+def status_str(status: int) -> str:
+    """The fixed text of a status number (packlm_status_str)."""
+    return str(_lib.packlm_status_str(status).decode())
+
+
+def argmax(logits: Sequence[float]) -> int:
     """The greedy choice: the largest logit, ties to the lowest id."""
     best = 0
     for i in range(1, len(logits)):
@@ -250,18 +293,26 @@ def argmax(logits):
     return best
 
 
-_log_callback = None  # the installed callback, kept alive while the library may call it
+_log_callback: Any = None  # the installed callback, kept alive while the library may call it
 
 
-def set_log_callback(fn):
-    """Sends library messages to fn(level, message: str); None restores the default."""
+def set_log_callback(fn: Optional[Callable[[int, str], None]]) -> None:
+    """Sends library messages to fn(level, message) (level: LOG_DEBUG, LOG_INFO or LOG_WARN);
+    None restores the default."""
     global _log_callback
-    cb = _LOG_FN(lambda level, msg, _ud: fn(level, msg.decode("utf-8", "replace"))) if fn else _LOG_FN()
+    if fn is None:
+        cb = _LOG_FN()
+    else:
+        def deliver(level: int, msg: bytes, _ud: Any) -> None:
+            fn(level, msg.decode("utf-8", "replace"))
+        cb = _LOG_FN(deliver)
     _check(_lib.packlm_set_log_callback(cb, None))
     _log_callback = cb if fn else None
 
 
-def sample(logits, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, recent=(), rng=None):
+def sample(logits: Sequence[float], temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+           min_p: float = 0.0, repetition_penalty: float = 1.0, recent: Sequence[int] = (),
+           rng: Optional[MutableSequence[int]] = None) -> int:
     """Draws a token from `logits`. `rng` is a one-element list holding the 64-bit state,
     advanced in place (same seed, same draws on any machine)."""
     values = (C.c_float * len(logits))(*logits)
@@ -278,20 +329,22 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_pe
 
 
 class _Handle:
-    _free = None
+    _free: Any = None
+    _ptr: Any = None
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the C object now rather than when it is collected; a second close does nothing."""
         if getattr(self, "_ptr", None):
             type(self)._free(self._ptr)
             self._ptr = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()
 
-    def __enter__(self):
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -305,8 +358,19 @@ class Model(_Handle):
     or "fast"): a backend without reduced-precision kernels runs exact whatever is asked."""
 
     _free = _lib.packlm_model_free
+    n_vocab: int
+    n_layers: int
+    n_ctx: int
+    hidden_size: int
+    bos: Optional[int]
+    eos: Optional[int]
+    add_bos: bool
+    has_chat_template: bool
+    precision: str
+    stop_tokens: FrozenSet[int]
 
-    def __init__(self, path, backend=BACKEND_HOST, threads=0, progress=None, precision=None):
+    def __init__(self, path: Union[str, bytes, os.PathLike[str]], backend: int = BACKEND_HOST, threads: int = 0,
+                 progress: Optional[Callable[[float], bool]] = None, precision: Optional[str] = None) -> None:
         if not isinstance(precision, (str, type(None))) or precision not in _PRECISION_CODES:
             raise PacklmError(ERR_UNSUPPORTED_PRECISION, f"precision {precision!r} is not 'exact', 'fast' or None")
         opts = _OpenOptions()
@@ -328,43 +392,46 @@ class Model(_Handle):
         self.precision = _PRECISION_NAMES.get(info.precision, f"unknown ({info.precision})")
         self.stop_tokens = frozenset(_ids_call(lambda b, c, n: _lib.packlm_model_stop_tokens(self._ptr, b, c, n), 8))
 
-    def kv_widths(self):
+    def kv_widths(self) -> List[int]:
+        """Each layer's KV row width (n_kv_heads x head_dim of that layer; 0 for a layer that reads
+        another layer's KV)."""
         return _ids_call(lambda b, c, n: _lib.packlm_model_kv_widths(self._ptr, b, c, n), self.n_layers)
 
-    def info_json(self):
+    def info_json(self) -> str:
         return _text_call(lambda b, c, n: _lib.packlm_model_info_json(self._ptr, b, c, n))
 
-    def tokenize(self, text, add_special=True, parse_special=False):
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
         raw = text.encode("utf-8")
         flags = (TOKENIZE_ADD_SPECIAL if add_special else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
         return _ids_call(lambda b, c, n: _lib.packlm_tokenize(self._ptr, raw, len(raw), flags, b, c, n), len(raw) + 2)
 
-    def set_max_tokenize_bytes(self, max_bytes):
-        """Longest text (UTF-8 bytes) tokenize accepts on this model; 0 restores the default."""
+    def set_max_tokenize_bytes(self, max_bytes: int) -> None:
+        """Longest text (UTF-8 bytes) tokenize accepts on this model; 0 restores the default
+        (DEFAULT_MAX_TOKENIZE_BYTES)."""
         _check(_lib.packlm_model_set_max_tokenize_bytes(self._ptr, C.c_size_t(max_bytes)))
 
-    def set_threads(self, threads):
+    def set_threads(self, threads: int) -> None:
         """Caps the threads this model's passes use (0 = one per core); results keep their bits."""
         _check(_lib.packlm_model_set_threads(self._ptr, C.c_uint32(threads)))
 
-    def detokenize(self, tokens, skip_special=False):
+    def detokenize(self, tokens: Sequence[int], skip_special: bool = False) -> str:
         ids = _u32_array(tokens)
         flags = DETOKENIZE_SKIP_SPECIAL if skip_special else 0
         return _text_call(lambda b, c, n: _lib.packlm_detokenize(self._ptr, ids, len(tokens), flags, b, c, n))
 
-    def token_to_piece(self, token):
+    def token_to_piece(self, token: int) -> str:
         return _text_call(lambda b, c, n: _lib.packlm_token_to_piece(self._ptr, token, b, c, n))
 
-    def chat_apply(self, messages, add_generation_prompt=True):
+    def chat_apply(self, messages: Sequence[Tuple[str, str]], add_generation_prompt: bool = True) -> str:
         """`messages`: (role, content) pairs. Renders the pack's chat template."""
         enc = [(r.encode("utf-8"), t.encode("utf-8")) for r, t in messages]
         arr = (_ChatMessage * len(enc))(*[_ChatMessage(r, t) for r, t in enc])
         return _text_call(lambda b, c, n: _lib.packlm_chat_apply(self._ptr, arr, len(enc), int(add_generation_prompt), b, c, n))
 
-    def session(self, n_ctx=0):
+    def session(self, n_ctx: int = 0) -> Session:
         return Session(self, n_ctx)
 
-    def detokenizer(self, skip_special=False):
+    def detokenizer(self, skip_special: bool = False) -> Detokenizer:
         return Detokenizer(self, skip_special)
 
 
@@ -373,38 +440,41 @@ class AbortFlag(_Handle):
 
     _free = _lib.packlm_abort_free
 
-    def __init__(self, ptr):
+    def __init__(self, ptr: C.c_void_p) -> None:
         self._ptr = ptr
 
-    def set(self):
+    def set(self) -> None:
         _check(_lib.packlm_abort_set(self._ptr))
 
-    def clear(self):
+    def clear(self) -> None:
         _check(_lib.packlm_abort_clear(self._ptr))
 
 
 class Session(_Handle):
-    _free = _lib.packlm_session_free
+    """One sequence's state (the positions it holds and their KV cache); one thread at a time."""
 
-    def __init__(self, model, n_ctx=0):
+    _free = _lib.packlm_session_free
+    model: Model
+
+    def __init__(self, model: Model, n_ctx: int = 0) -> None:
         self.model = model  # keeps the Python model object alive as long as the session
         self._ptr = C.c_void_p()
         opts = _SessionOptions(size=C.sizeof(_SessionOptions), n_ctx=n_ctx)
         _check(_lib.packlm_session_new(model._ptr, C.byref(opts), C.byref(self._ptr)))
 
     @property
-    def n_past(self):
+    def n_past(self) -> int:
         n = C.c_size_t()
         _check(_lib.packlm_session_n_past(self._ptr, C.byref(n)))
         return n.value
 
-    def step(self, token):
+    def step(self, token: int) -> array[float]:
         out = (C.c_float * self.model.n_vocab)()
         n = C.c_size_t()
         _check(_lib.packlm_step_into(self._ptr, token, out, len(out), C.byref(n)))
         return array("f", out[: n.value])
 
-    def step_batch(self, tokens, all_rows=False, want=None):
+    def step_batch(self, tokens: Sequence[int], all_rows: bool = False, want: Optional[int] = None) -> array[float]:
         """Feeds `tokens` in one pass: the last row's logits, or every row's with all_rows (or
         want=WANT_ALL), or none with want=WANT_NONE."""
         want = want if want is not None else (WANT_ALL if all_rows else WANT_LAST)
@@ -415,10 +485,10 @@ class Session(_Handle):
         _check(_lib.packlm_step_batch_into(self._ptr, ids, len(tokens), want, out if rows else None, len(out), C.byref(n)))
         return array("f", out[: n.value])
 
-    def truncate(self, n):
+    def truncate(self, n: int) -> None:
         _check(_lib.packlm_truncate(self._ptr, n))
 
-    def snapshot(self):
+    def snapshot(self) -> bytes:
         need = C.c_size_t()
         st = _lib.packlm_snapshot(self._ptr, None, 0, C.byref(need))
         if st != ERR_BUFFER_TOO_SMALL:
@@ -427,16 +497,16 @@ class Session(_Handle):
         _check(_lib.packlm_snapshot(self._ptr, buf, need.value, C.byref(need)))
         return bytes(buf[: need.value])
 
-    def restore(self, data):
+    def restore(self, data: bytes) -> None:
         buf = (C.c_uint8 * len(data)).from_buffer_copy(data)
         _check(_lib.packlm_restore(self._ptr, buf, len(data)))
 
-    def abort_flag(self):
+    def abort_flag(self) -> AbortFlag:
         a = C.c_void_p()
         _check(_lib.packlm_session_abort_handle(self._ptr, C.byref(a)))
         return AbortFlag(a)
 
-    def _verify(self, pending, draft, params, want_logits):
+    def _verify(self, pending: int, draft: Sequence[int], params: Any, want_logits: bool) -> Any:
         d = _u32_array(draft)
         r = _VerifyResult(size=C.sizeof(_VerifyResult))
         logits = (C.c_float * self.model.n_vocab)() if want_logits else None
@@ -444,14 +514,28 @@ class Session(_Handle):
             r.logits_out, r.logits_capacity = C.cast(logits, C.POINTER(C.c_float)), len(logits)
         _check(_lib.packlm_verify(self._ptr, pending, d, len(draft), C.byref(params), C.byref(r)))
         out = (r.n_accepted, r.next_token)
-        return out + (array("f", logits[: r.n_logits]),) if want_logits else out
+        return out + (array("f", logits[: r.n_logits]),) if logits is not None else out
 
-    def verify_greedy(self, pending, draft, want_logits=False):
+    @overload
+    def verify_greedy(self, pending: int, draft: Sequence[int], want_logits: Literal[False] = ...) -> Tuple[int, int]: ...
+    @overload
+    def verify_greedy(self, pending: int, draft: Sequence[int], want_logits: Literal[True]) -> Tuple[int, int, array[float]]: ...
+
+    def verify_greedy(self, pending: int, draft: Sequence[int], want_logits: bool = False) -> Any:
         """One speculative step; returns (n_accepted, next_token[, logits])."""
         p = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
         return self._verify(pending, draft, p, want_logits)
 
-    def verify_sampled(self, pending, draft, temperature=1.0, seed=0, draft_probs=None, want_logits=False):
+    @overload
+    def verify_sampled(self, pending: int, draft: Sequence[int], temperature: float = ..., seed: int = ...,
+                       draft_probs: Optional[Sequence[float]] = ..., want_logits: Literal[False] = ...) -> Tuple[int, int]: ...
+    @overload
+    def verify_sampled(self, pending: int, draft: Sequence[int], temperature: float = ..., seed: int = ...,
+                       draft_probs: Optional[Sequence[float]] = ..., *,
+                       want_logits: Literal[True]) -> Tuple[int, int, array[float]]: ...
+
+    def verify_sampled(self, pending: int, draft: Sequence[int], temperature: float = 1.0, seed: int = 0,
+                       draft_probs: Optional[Sequence[float]] = None, want_logits: bool = False) -> Any:
         """One speculative step with sampled acceptance; `draft_probs` (k x n_vocab floats) or
         None for point-mass drafts. Returns (n_accepted, next_token[, logits])."""
         sp = _SamplerParams(size=C.sizeof(_SamplerParams), temperature=temperature, top_k=0, top_p=1.0,
@@ -470,22 +554,22 @@ class Drafter(_Handle):
 
     _free = _lib.packlm_drafter_free
 
-    def __init__(self, ptr, keep=()):
+    def __init__(self, ptr: C.c_void_p, keep: Tuple[Model, ...] = ()) -> None:
         self._ptr, self._keep = ptr, keep
 
     @classmethod
-    def ngram(cls, max_ngram=5):
+    def ngram(cls, max_ngram: int = 5) -> Drafter:
         d = C.c_void_p()
         _check(_lib.packlm_drafter_new_ngram(max_ngram, C.byref(d)))
         return cls(d)
 
     @classmethod
-    def model(cls, draft_model, target):
+    def model(cls, draft_model: Model, target: Model) -> Drafter:
         d = C.c_void_p()
         _check(_lib.packlm_drafter_new_model(draft_model._ptr, target._ptr, C.byref(d)))
         return cls(d, (draft_model, target))
 
-    def propose(self, session, pending, k):
+    def propose(self, session: Session, pending: int, k: int) -> List[int]:
         out = (C.c_uint32 * max(k, 1))()
         n = C.c_size_t()
         _check(_lib.packlm_drafter_propose(self._ptr, session._ptr, pending, k, out, C.byref(n)))
@@ -497,16 +581,17 @@ class Detokenizer(_Handle):
     Model.detokenize of the same tokens."""
 
     _free = _lib.packlm_detokenizer_free
+    model: Model
 
-    def __init__(self, model, skip_special=False):
+    def __init__(self, model: Model, skip_special: bool = False) -> None:
         self.model = model
         self._ptr = C.c_void_p()
         _check(_lib.packlm_detokenizer_new(model._ptr, DETOKENIZE_SKIP_SPECIAL if skip_special else 0, C.byref(self._ptr)))
 
-    def feed(self, token):
+    def feed(self, token: int) -> str:
         return _text_call(lambda b, c, n: _lib.packlm_detokenizer_feed(self._ptr, token, b, c, n))
 
-    def flush(self):
+    def flush(self) -> str:
         return _text_call(lambda b, c, n: _lib.packlm_detokenizer_flush(self._ptr, b, c, n))
 
 
@@ -515,16 +600,19 @@ class PrefixCache(_Handle):
 
     _free = _lib.packlm_prefix_cache_free
 
-    def __init__(self, capacity_bytes):
+    def __init__(self, capacity_bytes: int) -> None:
         self._ptr = C.c_void_p()
         _check(_lib.packlm_prefix_cache_new(capacity_bytes, C.byref(self._ptr)))
 
-    def store(self, session):
+    def store(self, session: Session) -> None:
         _check(_lib.packlm_prefix_cache_store(self._ptr, session._ptr))
 
-    def restore(self, session, tokens):
+    def restore(self, session: Session, tokens: Sequence[int]) -> int:
         """Restores the longest stored prefix of `tokens`; returns how many tokens it holds."""
         ids = _u32_array(tokens)
         n = C.c_size_t()
         _check(_lib.packlm_prefix_cache_restore(self._ptr, session._ptr, ids, len(tokens), C.byref(n)))
         return n.value
+
+
+__version__: str = version()
