@@ -9,7 +9,7 @@ CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test readme-test
+.PHONY: api-check llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test readme-test
 
 models:
 	./scripts/fetch_models.sh
@@ -94,6 +94,13 @@ go-swift-hosts: build
 readme-test: models llama
 	./tests/readme/run.sh
 
+# The Rust API's docs build without a warning (broken links included), and the crate packages
+# without one; `cargo test` runs the docs' examples.
+api-check:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+	@out=$$($(CARGO) package --no-verify --allow-dirty 2>&1); echo "$$out" | tail -2; \
+	if echo "$$out" | grep -q '^warning'; then echo "$$out" >&2; echo "FAIL: cargo package warned" >&2; exit 1; fi
+
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
 	git diff --exit-code -- include/packlm.h
@@ -107,4 +114,4 @@ fuzz-smoke:
 aarch64-test:
 	./scripts/aarch64_tests.sh
 
-test: header-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test readme-test fuzz-smoke aarch64-test
+test: header-check api-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test readme-test fuzz-smoke aarch64-test

@@ -122,7 +122,7 @@ impl Session {
         AbortHandle { flag: self.inner.abort_flag().clone() }
     }
 
-    /// Streams a reply: feeds `prompt` in one pass, then yields one [`Token`] at a time, with
+    /// Streams a reply: feeds `prompt` in one pass, then yields one [`Token`](crate::Token) at a time, with
     /// its text, until a stop token (not yielded) or `options.max_tokens`. See [`Generate`].
     pub fn generate<'s>(&'s mut self, prompt: &[u32], options: GenerateOptions<'s>) -> Generate<'s> {
         Generate::new(self, prompt, options)
