@@ -455,6 +455,32 @@ fn a_window_wider_than_the_context_runs_as_the_context() {
     std::fs::remove_dir_all(&context).ok();
 }
 
+/// A pack whose weights hold NaN fails every pass on the device too (ErrNonFinite, naming the
+/// layer), steps and greedy verify alike, and leaves the session as it was.
+#[test]
+fn non_finite_logits_are_refused_on_the_device() {
+    if gpus().is_none() {
+        return;
+    }
+    let dir = tiny_with_values("llama", "gpu-nan-norm", &[("model.layers.1.post_attention_layernorm.weight", 5, f32::NAN)]);
+    let tokens = golden(&tiny("llama")).tokens;
+    for small in [false, true] {
+        let m = open_gpu(&dir, small);
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens[..3], Want::None).unwrap();
+        let before = s.snapshot();
+        for (what, e) in [
+            ("step", s.step(tokens[3]).map(drop).unwrap_err()),
+            ("verify", s.verify(tokens[3], &tokens[4..6], Acceptance::Greedy).map(drop).unwrap_err()),
+        ] {
+            assert_eq!(e.status, Status::ErrNonFinite, "{what}: {e}");
+            assert!(e.message.contains("layer 1 (of 2) is the first") && e.message.contains("position 3 "), "{what}: {e}");
+        }
+        assert!(s.snapshot() == before, "the session changed");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The device path is real: a pass's dispatches and copies do not grow with its rows, the
 /// bytes read back are the wanted logits, and the weights on the device are at most 1.05x the
 /// file's tensor bytes.
