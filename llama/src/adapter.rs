@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use packlm::engine::{Model, OpenOptions, Session, Want};
 
+pub use packlm::kv::snapshot::fnv1a64;
 pub use packlm::pack::vocab::TokenKind;
 pub use packlm::Error;
 pub type Result<T> = std::result::Result<T, Error>;

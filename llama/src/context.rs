@@ -489,23 +489,63 @@ pub extern "C" fn llama_memory_can_shift(_mem: *mut c_void) -> bool {
     false
 }
 
-/// State bytes: "PLMS", format version (u32 LE), the number of floats of kept logits (u64 LE:
-/// 0 or n_vocab), those logits (f32 LE, the last output row, so that sampling right after a
-/// restore works), then packlm's session snapshot (validated by packlm on restore).
+/// State bytes, little-endian:
+///
+/// ```text
+/// header    "PLMS" | format version u32 | the number of floats of kept logits u64 (0 or n_vocab)
+/// logits    f32 each: the last output row, so that sampling right after a restore works
+/// snapshot  packlm's session snapshot, ending in its own FNV-1a 64 trailer
+/// trailer   FNV-1a 64 of the header, the logits and the snapshot's trailer
+/// ```
+///
+/// Every byte is under a checksum: the snapshot's bytes under its own (packlm checks it on
+/// restore), the rest, and that checksum, under this trailer, so that neither part can be
+/// changed or swapped for another state's. Hashing the snapshot's trailer instead of its bytes
+/// keeps saving and restoring to one pass over the planes. Version 1 had no trailer and is
+/// refused. Restore also refuses logits that are not finite (a pass never hands those out:
+/// packlm refuses such a pass with PACKLM_ERR_NON_FINITE).
 const STATE_MAGIC: &[u8; 4] = b"PLMS";
-const STATE_VERSION: u32 = 1;
+const STATE_VERSION: u32 = 2;
+const STATE_HEADER: usize = 16;
+const STATE_TRAILER: usize = 8;
+/// The snapshot's own trailer (packlm's src/kv/snapshot.rs).
+const SNAPSHOT_TRAILER: usize = 8;
+
+/// The checksum of a state: header and logits (`head`), then the snapshot's trailer.
+fn state_checksum(head: &[u8], snapshot: &[u8]) -> u64 {
+    let mut bytes = Vec::with_capacity(head.len() + SNAPSHOT_TRAILER);
+    bytes.extend_from_slice(head);
+    bytes.extend_from_slice(&snapshot[snapshot.len().saturating_sub(SNAPSHOT_TRAILER)..]);
+    adapter::fnv1a64(&bytes)
+}
+
+/// The last output row, or nothing when the last decode asked for none.
+fn kept_logits(c: &LlamaContext) -> &[f32] {
+    if c.n_outputs() > 0 {
+        &c.outputs[c.outputs.len() - c.n_vocab..]
+    } else {
+        &[]
+    }
+}
 
 fn state_bytes(c: &LlamaContext) -> Vec<u8> {
-    let last: &[f32] = if c.n_outputs() > 0 { &c.outputs[c.outputs.len() - c.n_vocab..] } else { &[] };
-    let mut out = Vec::with_capacity(16 + last.len() * 4 + c.seq.snapshot_len());
+    let last = kept_logits(c);
+    let snapshot = c.seq.snapshot();
+    let mut out = Vec::with_capacity(STATE_HEADER + last.len() * 4 + snapshot.len() + STATE_TRAILER);
     out.extend_from_slice(STATE_MAGIC);
     out.extend_from_slice(&STATE_VERSION.to_le_bytes());
     out.extend_from_slice(&(last.len() as u64).to_le_bytes());
     for x in last {
         out.extend_from_slice(&x.to_le_bytes());
     }
-    out.extend_from_slice(&c.seq.snapshot());
+    let sum = state_checksum(&out, &snapshot);
+    out.extend_from_slice(&snapshot);
+    out.extend_from_slice(&sum.to_le_bytes());
     out
+}
+
+fn state_len(c: &LlamaContext) -> usize {
+    STATE_HEADER + kept_logits(c).len() * 4 + c.seq.snapshot_len() + STATE_TRAILER
 }
 
 #[no_mangle]
@@ -513,8 +553,7 @@ pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
     const F: &str = "llama_state_get_size";
     guard(F, 0, || {
         let Some(c) = ctx_ref(F, ctx) else { return 0 };
-        let n_logits = if c.n_outputs() > 0 { c.n_vocab } else { 0 };
-        16 + n_logits * 4 + c.seq.snapshot_len()
+        state_len(c)
     })
 }
 
@@ -537,7 +576,8 @@ pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut 
 
 /// Replaces the state with `size` bytes from `llama_state_get_data` (of a context of the same
 /// model). Returns the bytes read, or 0 (logged, the context unchanged) when they are not a
-/// valid state of this model.
+/// valid state of this model: another format or model, cut short, any byte changed, or
+/// logits that are not finite.
 #[no_mangle]
 pub unsafe extern "C" fn llama_state_set_data(ctx: *mut LlamaContext, src: *const u8, size: usize) -> usize {
     const F: &str = "llama_state_set_data";
@@ -558,8 +598,9 @@ pub unsafe extern "C" fn llama_state_set_data(ctx: *mut LlamaContext, src: *cons
     })
 }
 
-fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
-    if bytes.len() < 16 || &bytes[..4] != STATE_MAGIC {
+/// The number of kept logits a state's header states, checked against the model.
+fn state_header(c: &LlamaContext, bytes: &[u8]) -> Result<usize, String> {
+    if bytes.len() < STATE_HEADER || &bytes[..4] != STATE_MAGIC {
         return Err(format!("not a state of this library ({} bytes, no \"PLMS\" header)", bytes.len()));
     }
     let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -572,12 +613,26 @@ fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
     if n_logits != 0 && n_logits != c.n_vocab as u64 {
         return Err(format!("the state keeps {n_logits} logits; this model's vocabulary has {}", c.n_vocab));
     }
-    let end = 16 + n_logits as usize * 4;
-    if bytes.len() < end {
+    Ok(n_logits as usize)
+}
+
+fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
+    let n_logits = state_header(c, bytes)?;
+    let end = STATE_HEADER + n_logits * 4;
+    if bytes.len() < end + SNAPSHOT_TRAILER + STATE_TRAILER {
         return Err(format!("the state is cut short: {} bytes, its logits end at {end}", bytes.len()));
     }
-    let logits: Vec<f32> = bytes[16..end].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    c.seq.restore(&bytes[end..]).map_err(|e| e.to_string())?;
+    let (body, trailer) = bytes.split_at(bytes.len() - STATE_TRAILER);
+    let mut t8 = [0u8; 8];
+    t8.copy_from_slice(trailer);
+    if u64::from_le_bytes(t8) != state_checksum(&body[..end], &body[end..]) {
+        return Err("the state's checksum does not match: the bytes were changed, cut or joined".into());
+    }
+    let logits: Vec<f32> = body[STATE_HEADER..end].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if let Some((i, x)) = logits.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(format!("the state's logit {i} is {x}: kept logits must be finite"));
+    }
+    c.seq.restore(&body[end..]).map_err(|e| e.to_string())?;
     c.outputs = logits;
     c.output_of.clear();
     Ok(())
