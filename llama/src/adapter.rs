@@ -11,6 +11,11 @@ pub use packlm::pack::vocab::TokenKind;
 pub use packlm::Error;
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The longest text `tokenize` takes, in bytes: packlm_tokenize's default limit (1 MiB, about
+/// 250k tokens of English). Tokenizing N bytes peaks at up to about 300 x N bytes, so without
+/// it 16 MiB took 35 s and 2.6 GB.
+pub const MAX_TOKENIZE_BYTES: usize = packlm::ffi::text::PACKLM_DEFAULT_MAX_TOKENIZE_BYTES;
+
 /// An open model and the facts the llama.cpp API asks for.
 pub struct Engine {
     model: Arc<Model>,
@@ -64,7 +69,14 @@ impl Engine {
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.model.vocab().token_text(id)
     }
+    /// Text longer than `MAX_TOKENIZE_BYTES` gives `ErrLimitExceeded`, as packlm_tokenize.
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        if text.len() > MAX_TOKENIZE_BYTES {
+            return Err(Error::new(
+                packlm::Status::ErrLimitExceeded,
+                format!("text of {} bytes is over the tokenize limit of {MAX_TOKENIZE_BYTES} bytes", text.len()),
+            ));
+        }
         self.model.vocab().encode(text, add_special, parse_special)
     }
     pub fn token_bytes(&self, id: u32, render_special: bool) -> Result<Vec<u8>> {
@@ -86,6 +98,16 @@ pub enum Rows {
 /// Whether a failure is a full context (llama.cpp's "no KV slot", 1) or bad input (-1).
 pub fn is_context_full(e: &Error) -> bool {
     e.status == packlm::Status::ErrContextOverflow
+}
+
+/// Whether a pass was stopped by the abort flag (llama.cpp's 2).
+pub fn is_aborted(e: &Error) -> bool {
+    e.status == packlm::Status::ErrAborted
+}
+
+/// Whether a pass computed a non-finite logit (llama.cpp's "compute failed", -3).
+pub fn is_non_finite(e: &Error) -> bool {
+    e.status == packlm::Status::ErrNonFinite
 }
 
 /// One sequence over an [`Engine`].
