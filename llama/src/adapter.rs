@@ -39,6 +39,14 @@ impl Engine {
     pub fn n_layer(&self) -> usize {
         self.model.spec().layers.len()
     }
+    /// Query heads of the first layer (llama.cpp's `n_head()`, which is layer 0's).
+    pub fn n_head(&self) -> usize {
+        self.model.spec().layers.first().map_or(0, |l| l.n_heads)
+    }
+    /// KV heads of the first layer (llama.cpp's `n_head_kv()`).
+    pub fn n_head_kv(&self) -> usize {
+        self.model.spec().layers.first().map_or(0, |l| l.n_kv_heads)
+    }
     pub fn metadata(&self) -> &[(String, String)] {
         self.model.metadata()
     }
@@ -142,6 +150,17 @@ impl Sequence {
     }
     pub fn snapshot_len(&self) -> usize {
         self.session.snapshot_len()
+    }
+    /// What `snapshot_len` is when the session holds `positions` positions (the format in
+    /// packlm's src/kv/snapshot.rs: a 32-byte header, the tokens, per layer its source byte,
+    /// width and own planes, the 8-byte trailer); None when that overflows.
+    pub fn snapshot_len_at(&self, positions: usize) -> Option<usize> {
+        let mut len = positions.checked_mul(4)?.checked_add(32 + 8)?;
+        for width in self.session.plane_widths() {
+            let plane = width.map_or(Some(0), |w| positions.checked_mul(w)?.checked_mul(2 * 4))?;
+            len = len.checked_add(5)?.checked_add(plane)?;
+        }
+        Some(len)
     }
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.session.restore(bytes)

@@ -753,6 +753,62 @@ fn restore_state(c: &mut State, bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The length of the state at `src` from its header, for `llama_set_state_data`, which is given
+/// no size: the header, the logits, the snapshot of the positions its header states (at most
+/// this context's), the trailer. Reads the headers only.
+unsafe fn state_len_at(c: &State, n_ctx: u32, src: *const u8) -> Result<usize, String> {
+    let n_logits = state_header(c, std::slice::from_raw_parts(src, STATE_HEADER))?;
+    // The snapshot's header: magic (8), format version (4), fingerprint (8), positions (8).
+    let at = STATE_HEADER + n_logits * 4;
+    let head = std::slice::from_raw_parts(src.add(at), 28);
+    let mut p8 = [0u8; 8];
+    p8.copy_from_slice(&head[20..28]);
+    let positions = u64::from_le_bytes(p8);
+    if positions > u64::from(n_ctx) {
+        return Err(format!("the state holds {positions} positions; this context holds at most {n_ctx}"));
+    }
+    let snapshot = c.seq.snapshot_len_at(positions as usize).ok_or("the state's size overflows")?;
+    Ok(at + snapshot + STATE_TRAILER)
+}
+
+/// `llama_state_get_size` (its deprecated name).
+#[no_mangle]
+pub unsafe extern "C" fn llama_get_state_size(ctx: *mut LlamaContext) -> usize {
+    llama_state_get_size(ctx)
+}
+
+/// `llama_state_get_data` into a buffer the caller made `llama_state_get_size` bytes long (the
+/// deprecated form, given no size).
+#[no_mangle]
+pub unsafe extern "C" fn llama_copy_state_data(ctx: *mut LlamaContext, dst: *mut u8) -> usize {
+    llama_state_get_data(ctx, dst, usize::MAX)
+}
+
+/// `llama_state_set_data` of a state from `llama_state_get_data` (the deprecated form, given no
+/// size): its length is read from its headers, then it is validated whole as
+/// `llama_state_set_data` does. Returns the bytes read, or 0 (logged).
+#[no_mangle]
+pub unsafe extern "C" fn llama_set_state_data(ctx: *mut LlamaContext, src: *const u8) -> usize {
+    const F: &str = "llama_set_state_data";
+    guard(F, 0, || {
+        let len = {
+            let Some(c) = hold(F, ctx) else { return 0 };
+            if src.is_null() {
+                error(F, "src is NULL");
+                return 0;
+            }
+            match state_len_at(&c, (*ctx).n_ctx, src) {
+                Ok(len) => len,
+                Err(why) => {
+                    error(F, &why);
+                    return 0;
+                }
+            }
+        };
+        llama_state_set_data(ctx, src, len)
+    })
+}
+
 /// For the sampler: the candidates (id, logit) of the logits row `idx` of `ctx`, copied while
 /// the context is held, so that samplers (which may be the client's code) run without it.
 pub unsafe fn candidates_for_sampling(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<Vec<TokenData>> {

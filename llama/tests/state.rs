@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use llama::abi::Token;
 use llama::context::*;
 
 /// The context's state bytes.
@@ -102,6 +103,34 @@ fn corrupt_states_are_refused_and_the_context_is_unchanged() {
     unsafe {
         llama_free(c);
         llama_free(src);
+        llama::model::llama_model_free(m);
+    }
+}
+
+#[test]
+fn the_deprecated_state_calls_are_the_state_calls() {
+    let m = model();
+    let n_vocab = 300;
+    let (a, b) = (context(m), context(m));
+    let tokens: [Token; 4] = [0, 3, 4, 5];
+    assert_eq!(decode(a, &tokens), 0);
+    let size = unsafe { llama_get_state_size(a) };
+    assert_eq!(size, unsafe { llama_state_get_size(a) });
+    let mut buf = vec![0u8; size + 64];
+    assert_eq!(unsafe { llama_copy_state_data(a, buf.as_mut_ptr()) }, size);
+    assert!(buf[..size] == state(a)[..]);
+    // Given no size, llama_set_state_data reads the length from the state's headers: exactly
+    // the state, not the 64 bytes after it.
+    buf[size..].fill(0xAB);
+    assert_eq!(unsafe { llama_set_state_data(b, buf.as_ptr()) }, size);
+    assert_eq!(last_logits(b, n_vocab), last_logits(a, n_vocab));
+    assert!(state(b) == state(a));
+    // A corrupt one is refused as by llama_state_set_data.
+    buf[40] ^= 1;
+    assert_eq!(unsafe { llama_set_state_data(b, buf.as_ptr()) }, 0);
+    unsafe {
+        llama_free(a);
+        llama_free(b);
         llama::model::llama_model_free(m);
     }
 }

@@ -1,7 +1,7 @@
 //! The facade is as strict as packlm: a chain holding a sampler that could not be built never
 //! selects a token (nested or not), tokenize has packlm's input limit, absurd sizes are refused
 //! instead of aborting on allocation, a context used by two threads at once refuses the second
-//! call.
+//! call, and the deprecated names give what their replacements give.
 
 mod common;
 
@@ -206,6 +206,53 @@ fn a_context_used_by_two_threads_at_once_refuses_the_second() {
     assert!((2..=128).contains(&held), "{held} positions held");
     unsafe {
         llama_free(c);
+        llama_model_free(m);
+    }
+}
+
+#[test]
+fn the_deprecated_names_give_what_their_replacements_give() {
+    let m = model();
+    let v = llama_model_get_vocab(m);
+    unsafe {
+        // The fixture's config.json: context 128, hidden 64, 2 layers, 4 heads (2 KV heads),
+        // vocabulary 300, BOS 0, EOS 1.
+        assert_eq!(llama_n_ctx_train(m), 128);
+        assert_eq!(llama_n_embd(m), 64);
+        assert_eq!(llama_n_layer(m), 2);
+        assert_eq!(llama_n_head(m), 4);
+        assert_eq!(llama_model_n_head_kv(m), 2);
+        assert_eq!(llama_n_vocab(v), 300);
+        assert_eq!(llama_token_bos(v), 0);
+        assert_eq!(llama_token_eos(v), 1);
+        assert_eq!(llama_vocab_cls(v), 0, "llama.h: CLS is equivalent to BOS");
+        assert!(llama_token_is_eog(v, 1), "EOS ends generation");
+        assert!(!llama_token_is_eog(v, 5));
+        assert_eq!(llama_add_bos_token(v), llama_vocab_get_add_bos(v));
+        assert_eq!(llama_add_eos_token(v), llama_vocab_get_add_eos(v));
+        for t in [0, 1, 5, 299] {
+            assert_eq!(llama_token_is_control(v, t), llama_vocab_is_control(v, t));
+            assert_eq!(llama_token_get_attr(v, t), llama_vocab_get_attr(v, t));
+            assert_eq!(llama_token_get_score(v, t), llama_vocab_get_score(v, t));
+            assert_eq!(llama_token_get_text(v, t), llama_vocab_get_text(v, t));
+        }
+        let pairs: [(unsafe extern "C" fn(*const LlamaModel) -> Token, unsafe extern "C" fn(*const LlamaModel) -> Token); 12] = [
+            (llama_token_eot, llama_vocab_eot),
+            (llama_token_cls, llama_vocab_cls),
+            (llama_token_sep, llama_vocab_sep),
+            (llama_token_nl, llama_vocab_nl),
+            (llama_token_pad, llama_vocab_pad),
+            (llama_token_fim_pre, llama_vocab_fim_pre),
+            (llama_token_fim_suf, llama_vocab_fim_suf),
+            (llama_token_fim_mid, llama_vocab_fim_mid),
+            (llama_token_fim_pad, llama_vocab_fim_pad),
+            (llama_token_fim_rep, llama_vocab_fim_rep),
+            (llama_token_fim_sep, llama_vocab_fim_sep),
+            (llama_token_bos, llama_vocab_bos),
+        ];
+        for (old, new) in pairs {
+            assert_eq!(old(v), new(v));
+        }
         llama_model_free(m);
     }
 }
