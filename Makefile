@@ -25,13 +25,12 @@ build:
 	fi
 
 # libllama.so, the llama.cpp C API over packlm (llama/), in target/release/llama-lib/ with its
-# SONAME libllama.so.0 beside it: point LLAMA_CPP_LIB_PATH at that folder.
+# SONAME libllama.so.0 (set by llama/build.rs) beside it: point LLAMA_CPP_LIB_PATH at that folder.
 LLAMA_LIB := target/release/llama-lib
 llama: build
 	$(CARGO) build --release -p llama
 	mkdir -p $(LLAMA_LIB)
 	cp target/release/libllama.so $(LLAMA_LIB)/libllama.so
-	python3 scripts/set_soname.py $(LLAMA_LIB)/libllama.so libllama.so.0
 	ln -sf libllama.so $(LLAMA_LIB)/libllama.so.0
 
 # The facade's unit tests, then llama-cpp-python 0.3.36 (its Python sources, no llama.cpp

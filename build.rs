@@ -23,8 +23,13 @@ fn main() {
     let abi = abi_version(&dir);
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         // Programs linked with -lpacklm record NEEDED libpacklm.so.<abi>; the Makefile's build
-        // target puts that name beside libpacklm.so.
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libpacklm.so.{abi}");
+        // target puts that name beside libpacklm.so. `rustc-link-arg` (this package's own
+        // links), not `rustc-link-arg-cdylib`: cargo passes a cdylib link argument of a package
+        // on to every cdylib that depends on it (cargo issue 9562), after that cdylib's own
+        // arguments, so libllama.so (llama/) came out with this SONAME. The cost: this
+        // package's executables (the command line, tests) carry the SONAME too, which the
+        // loader ignores for an executable.
+        println!("cargo:rustc-link-arg=-Wl,-soname,libpacklm.so.{abi}");
     }
     let mut parts = version.split('.').map(|p| p.split('-').next().unwrap_or("0").to_string());
     let (major, minor, patch) = (

@@ -547,6 +547,21 @@ typedef uint32_t packlm_status;
  */
 #define PACKLM_ERR_OUT_OF_MEMORY 20
 
+/**
+ * A pass computed a logit that is not finite (NaN, +inf or -inf). Every logit a pass hands
+ * back (packlm_step, packlm_step_batch and their _into forms, the logits packlm_verify
+ * returns) and every row packlm_verify judges is checked, one pass over n_vocab floats per row;
+ * the first value that is not finite fails the call with this status, and the message names
+ * the position, the logit and the first layer whose output was not finite (found by running
+ * the pass again): the pack's weights hold NaN or infinity, or a value overflowed f32. The
+ * session is as it was before the call. No logit that is not finite is taken for a
+ * legitimate one: a forward of finite weights gives none (a final softcap bounds them, and -inf
+ * is a mask a caller applies to logits, never a model's output). Weights are not scanned at
+ * open, and a pass that hands back no logits (PACKLM_WANT_NONE) is not checked: the next pass
+ * that does reports the fault.
+ */
+#define PACKLM_ERR_NON_FINITE 21
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -688,8 +703,9 @@ packlm_status packlm_session_n_past(const packlm_session *session, size_t *n_pas
 /**
  * Feeds one token; when `logits_out` is not NULL it receives n_vocab floats (the buffer's size
  * is implied: see packlm_step_into for a call that takes a capacity), the logits of
- * this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
- * panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
+ * this position. On failure (token out of range, context full, PACKLM_ERR_NON_FINITE for a
+ * logit that is not finite, and PACKLM_ERR_PANIC from a panic inside the pass) the session is
+ * unchanged: it is rolled back, never left poisoned.
  */
 packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits_out);
 
@@ -698,8 +714,9 @@ packlm_status packlm_step(packlm_session *session, uint32_t token, float *logits
  * packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
  * (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them. The
  * buffer's size is implied by `want`, `m` and n_vocab: see packlm_step_batch_into for a call
- * that takes a capacity. On failure the session is unchanged, PACKLM_ERR_PANIC included (the
- * pass is rolled back).
+ * that takes a capacity. The logits handed back are checked to be finite
+ * (PACKLM_ERR_NON_FINITE otherwise; PACKLM_WANT_NONE checks none). On failure the session is
+ * unchanged, PACKLM_ERR_PANIC included (the pass is rolled back).
  */
 packlm_status packlm_step_batch(packlm_session *session, const uint32_t *tokens, size_t m, uint32_t want, float *logits_out);
 
@@ -736,9 +753,10 @@ packlm_status packlm_sample(const float *logits, size_t n_vocab, const packlm_sa
  * of `*result` are written. k + 1 rows that do not fit the session's context return
  * PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read. Logits are computed 16
  * rows at a time, not all k + 1 at once, so the memory a call needs beyond a step_batch of
- * k + 1 rows does not grow with k. On failure (bad token, context full, a buffer too small,
- * PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written,
- * except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
+ * k + 1 rows does not grow with k. Every row judged is checked to be finite
+ * (PACKLM_ERR_NON_FINITE otherwise). On failure (bad token, context full, a buffer too small,
+ * PACKLM_ERR_NON_FINITE, PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and
+ * `*result` is not written, except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
  */
 packlm_status packlm_verify(packlm_session *session, uint32_t pending, const uint32_t *draft, size_t k, const packlm_verify_params *params, packlm_verify_result *result);
 

@@ -55,6 +55,18 @@ pub const PACKLM_ERR_SESSION_POISONED: packlm_status = 18;
 pub const PACKLM_ERR_UNSUPPORTED_PRECISION: packlm_status = 19;
 /// An allocation sized from input could not be made.
 pub const PACKLM_ERR_OUT_OF_MEMORY: packlm_status = 20;
+/// A pass computed a logit that is not finite (NaN, +inf or -inf). Every logit a pass hands
+/// back (packlm_step, packlm_step_batch and their _into forms, the logits packlm_verify
+/// returns) and every row packlm_verify judges is checked, one pass over n_vocab floats per row;
+/// the first value that is not finite fails the call with this status, and the message names
+/// the position, the logit and the first layer whose output was not finite (found by running
+/// the pass again): the pack's weights hold NaN or infinity, or a value overflowed f32. The
+/// session is as it was before the call. No logit that is not finite is taken for a
+/// legitimate one: a forward of finite weights gives none (a final softcap bounds them, and -inf
+/// is a mask a caller applies to logits, never a model's output). Weights are not scanned at
+/// open, and a pass that hands back no logits (PACKLM_WANT_NONE) is not checked: the next pass
+/// that does reports the fault.
+pub const PACKLM_ERR_NON_FINITE: packlm_status = 21;
 
 /// The status as a Rust enum (the same numbers, taken from the constants above). It is
 /// `#[repr(u32)]`, so an extern function returning it returns a `packlm_status`.
@@ -82,18 +94,19 @@ pub enum Status {
     ErrSessionPoisoned = PACKLM_ERR_SESSION_POISONED,
     ErrUnsupportedPrecision = PACKLM_ERR_UNSUPPORTED_PRECISION,
     ErrOutOfMemory = PACKLM_ERR_OUT_OF_MEMORY,
+    ErrNonFinite = PACKLM_ERR_NON_FINITE,
 }
 
 impl Status {
     /// The status with this number, if any.
     pub fn from_code(code: i32) -> Option<Status> {
-        const ALL: [Status; 21] = [
+        const ALL: [Status; 22] = [
             Status::Ok, Status::ErrNullArgument, Status::ErrInvalidArgument, Status::ErrIo,
             Status::ErrFormat, Status::ErrUnsupported, Status::ErrTensor, Status::ErrTokenOutOfRange,
             Status::ErrContextOverflow, Status::ErrBufferTooSmall, Status::ErrTokenizer,
             Status::ErrBackendUnavailable, Status::ErrAborted, Status::ErrSnapshot, Status::ErrUtf8,
             Status::ErrPanic, Status::ErrSessionBusy, Status::ErrLimitExceeded, Status::ErrSessionPoisoned,
-            Status::ErrUnsupportedPrecision, Status::ErrOutOfMemory,
+            Status::ErrUnsupportedPrecision, Status::ErrOutOfMemory, Status::ErrNonFinite,
         ];
         ALL.iter().copied().find(|s| *s as i32 == code)
     }
@@ -122,6 +135,7 @@ impl Status {
             Status::ErrSessionPoisoned => "session poisoned\0",
             Status::ErrUnsupportedPrecision => "unsupported precision\0",
             Status::ErrOutOfMemory => "out of memory\0",
+            Status::ErrNonFinite => "non-finite value\0",
         }
     }
 }

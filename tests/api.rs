@@ -49,6 +49,8 @@ fn batched_equals_stepped_and_restore_equals_fresh() {
     // Snapshot, step on, restore, step again: the same bits.
     let snap = a.snapshot();
     assert_eq!(snap.len(), a.snapshot_len());
+    assert_eq!(a.snapshot_len_at(a.n_past()), Some(snap.len()));
+    assert_eq!(a.snapshot_len_at(usize::MAX), None);
     let next = packlm::argmax(a.last_logits());
     let after = a.step(next).unwrap();
     a.restore(&snap).unwrap();

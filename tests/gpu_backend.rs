@@ -418,6 +418,69 @@ fn a_partial_verify_equals_a_fresh_session() {
     assert_bits_equal(&a, &b, "after a partial verify vs fresh");
 }
 
+/// A sliding window wider than any context is full attention: such a pack opens and runs on
+/// the device as on the host (a window beyond u32 made every step panic), with the bits a
+/// window of exactly the context's length gives, batched and stepped.
+#[test]
+fn a_window_wider_than_the_context_runs_as_the_context() {
+    if gpus().is_none() {
+        return;
+    }
+    let base = tiny("mistral");
+    let tokens = golden(&base).tokens;
+    let with_window = |window: u64| {
+        let dir = std::env::temp_dir().join(format!("packlm-gpu-window-{window}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&base).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+        }
+        let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["max_position_embeddings"], 128, "the fixture's context");
+        cfg["sliding_window"] = window.into();
+        std::fs::write(dir.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+        dir
+    };
+    let (huge, context) = (with_window(1 << 40), with_window(128));
+    let host = all_rows(&open(&huge), &tokens);
+    for small in [false, true] {
+        let what = |s: &str| format!("{}: {s}", if small { "4 KiB bindings" } else { "device bindings" });
+        let m = open_gpu(&huge, small);
+        let batched = all_rows(&m, &tokens);
+        assert_bits_equal(&batched, &all_rows(&open_gpu(&context, small), &tokens), &what("window 2^40 vs window 128"));
+        assert_bits_equal(&stepped(&m, &tokens), &batched, &what("stepped vs batched"));
+        assert_close(&batched, &host, KERNEL_TOL, &what("device vs host"));
+    }
+    std::fs::remove_dir_all(&huge).ok();
+    std::fs::remove_dir_all(&context).ok();
+}
+
+/// A pack whose weights hold NaN fails every pass on the device too (ErrNonFinite, naming the
+/// layer), steps and greedy verify alike, and leaves the session as it was.
+#[test]
+fn non_finite_logits_are_refused_on_the_device() {
+    if gpus().is_none() {
+        return;
+    }
+    let dir = tiny_with_values("llama", "gpu-nan-norm", &[("model.layers.1.post_attention_layernorm.weight", 5, f32::NAN)]);
+    let tokens = golden(&tiny("llama")).tokens;
+    for small in [false, true] {
+        let m = open_gpu(&dir, small);
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens[..3], Want::None).unwrap();
+        let before = s.snapshot();
+        for (what, e) in [
+            ("step", s.step(tokens[3]).map(drop).unwrap_err()),
+            ("verify", s.verify(tokens[3], &tokens[4..6], Acceptance::Greedy).map(drop).unwrap_err()),
+        ] {
+            assert_eq!(e.status, Status::ErrNonFinite, "{what}: {e}");
+            assert!(e.message.contains("layer 1 (of 2) is the first") && e.message.contains("position 3 "), "{what}: {e}");
+        }
+        assert!(s.snapshot() == before, "the session changed");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The device path is real: a pass's dispatches and copies do not grow with its rows, the
 /// bytes read back are the wanted logits, and the weights on the device are at most 1.05x the
 /// file's tensor bytes.

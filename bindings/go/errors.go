@@ -35,6 +35,7 @@ const (
 	ErrSessionPoisoned      Status = C.PACKLM_ERR_SESSION_POISONED
 	ErrUnsupportedPrecision Status = C.PACKLM_ERR_UNSUPPORTED_PRECISION
 	ErrOutOfMemory          Status = C.PACKLM_ERR_OUT_OF_MEMORY
+	ErrNonFinite            Status = C.PACKLM_ERR_NON_FINITE
 )
 
 // String is the library's fixed text for the status (packlm_status_str).

@@ -9,6 +9,12 @@ pub use packlm::Error;
 pub use packlm::TokenKind;
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// FNV-1a over `bytes`, the checksum of the state bytes (the same function packlm's snapshots
+/// use; written here because the facade uses packlm's public API only).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 /// An open model and the facts the llama.cpp API asks for.
 pub struct Engine {
     model: Model,
@@ -32,6 +38,14 @@ impl Engine {
     }
     pub fn n_layer(&self) -> usize {
         self.info.n_layers
+    }
+    /// Query heads of the first layer (llama.cpp's `n_head()`, which is layer 0's).
+    pub fn n_head(&self) -> usize {
+        self.info.n_heads.first().copied().unwrap_or(0)
+    }
+    /// KV heads of the first layer (llama.cpp's `n_head_kv()`).
+    pub fn n_head_kv(&self) -> usize {
+        self.info.n_kv_heads.first().copied().unwrap_or(0)
     }
     pub fn metadata(&self) -> &[(String, String)] {
         self.model.metadata()
@@ -63,6 +77,9 @@ impl Engine {
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.model.token_text(id)
     }
+    /// Text longer than packlm's tokenize limit (`packlm::DEFAULT_MAX_TOKENIZE_BYTES`, 1 MiB)
+    /// gives `ErrLimitExceeded`, as packlm_tokenize: tokenizing N bytes peaks at up to about
+    /// 300 x N bytes, and 16 MiB took 35 s and 2.6 GB without it.
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         self.model.tokenize(text, add_special, parse_special)
     }
@@ -85,6 +102,16 @@ pub enum Rows {
 /// Whether a failure is a full context (llama.cpp's "no KV slot", 1) or bad input (-1).
 pub fn is_context_full(e: &Error) -> bool {
     e.status == packlm::Status::ErrContextOverflow
+}
+
+/// Whether a pass was stopped by the abort flag (llama.cpp's 2).
+pub fn is_aborted(e: &Error) -> bool {
+    e.status == packlm::Status::ErrAborted
+}
+
+/// Whether a pass computed a non-finite logit (llama.cpp's "compute failed", -3).
+pub fn is_non_finite(e: &Error) -> bool {
+    e.status == packlm::Status::ErrNonFinite
 }
 
 /// One sequence over an [`Engine`].
@@ -119,6 +146,11 @@ impl Sequence {
     }
     pub fn snapshot_len(&self) -> usize {
         self.session.snapshot_len()
+    }
+    /// What `snapshot_len` is when the session holds `positions` positions; None when that
+    /// overflows.
+    pub fn snapshot_len_at(&self, positions: usize) -> Option<usize> {
+        self.session.snapshot_len_at(positions)
     }
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.session.restore(bytes)

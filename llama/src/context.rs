@@ -1,28 +1,42 @@
 //! Contexts: one sequence (seq_id 0) over a model; `llama_decode`, logits, the memory calls
 //! (rollback) and state bytes. A `llama_memory_t` is its context's pointer.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
+use std::ops::{Deref, DerefMut};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId};
+use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId, Token, TokenData};
 use crate::adapter::{self, Rows, Sequence};
 use crate::log::{error, guard};
 use crate::model::{model_ref, LlamaModel};
 
-/// `struct llama_context`.
+/// `struct llama_context`. Safe to move to another thread; used by one thread at a time:
+/// every call that reads or writes its sequence or logits takes its in-use flag (`hold`), so a
+/// second, concurrent call fails (a log line and its failure value) instead of racing, as
+/// packlm's sessions do.
 pub struct LlamaContext {
     model: *const LlamaModel,
-    seq: Sequence,
-    n_vocab: usize,
+    n_ctx: u32,
     n_batch: u32,
     n_ubatch: u32,
+    in_use: AtomicBool,
+    /// Reached only through `Held`, which holds `in_use`.
+    state: UnsafeCell<State>,
+}
+
+/// What a context's calls change: its sequence and the last decode's logits.
+pub struct State {
+    n_vocab: usize,
+    seq: Sequence,
     /// Logits of the last decode's output rows (rows x n_vocab), in batch order.
     outputs: Vec<f32>,
     /// For each index of the last decoded batch, its row in `outputs`, or -1.
     output_of: Vec<i32>,
 }
 
-impl LlamaContext {
+impl State {
     fn n_outputs(&self) -> usize {
         self.outputs.len() / self.n_vocab.max(1)
     }
@@ -50,6 +64,34 @@ impl LlamaContext {
     }
 }
 
+/// A context's state, held exclusively until dropped (the flag is lowered on drop, also when a
+/// panic unwinds through the call).
+pub struct Held<'a> {
+    ctx: &'a LlamaContext,
+}
+
+impl Deref for Held<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        // SAFETY: this guard holds the in-use flag, so no other reference to the state exists.
+        unsafe { &*self.ctx.state.get() }
+    }
+}
+
+impl DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        // SAFETY: as deref; `&mut self` makes this the only reference made through the guard.
+        unsafe { &mut *self.ctx.state.get() }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.ctx.in_use.store(false, Ordering::Release);
+    }
+}
+
+/// The facts of a context that never change after it is made (no flag needed).
 pub unsafe fn ctx_ref<'a>(f: &str, p: *const LlamaContext) -> Option<&'a LlamaContext> {
     if p.is_null() {
         error(f, "context is NULL");
@@ -58,12 +100,15 @@ pub unsafe fn ctx_ref<'a>(f: &str, p: *const LlamaContext) -> Option<&'a LlamaCo
     Some(&*p)
 }
 
-pub unsafe fn ctx_mut<'a>(f: &str, p: *mut LlamaContext) -> Option<&'a mut LlamaContext> {
-    if p.is_null() {
-        error(f, "context is NULL");
+/// Takes the context's in-use flag; None (and a log line) for NULL, or when a call on another
+/// thread holds it: nothing is done then.
+pub unsafe fn hold<'a>(f: &str, p: *const LlamaContext) -> Option<Held<'a>> {
+    let ctx = ctx_ref(f, p)?;
+    if ctx.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        error(f, "the context is in use by a call on another thread (a context is used by one thread at a time); nothing was done");
         return None;
     }
-    Some(&mut *p)
+    Some(Held { ctx })
 }
 
 #[no_mangle]
@@ -138,15 +183,16 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
             Ok(s) => s,
             Err(e) => return refuse(e.to_string()),
         };
-        let n_batch = if params.n_batch == 0 { seq.n_ctx() as u32 } else { params.n_batch };
+        let n_ctx = seq.n_ctx() as u32;
+        let n_batch = if params.n_batch == 0 { n_ctx } else { params.n_batch };
+        let n_vocab = m.engine.n_vocab();
         Box::into_raw(Box::new(LlamaContext {
             model,
-            n_vocab: m.engine.n_vocab(),
-            seq,
+            n_ctx,
             n_batch,
             n_ubatch: params.n_ubatch.min(n_batch).max(1),
-            outputs: Vec::new(),
-            output_of: Vec::new(),
+            in_use: AtomicBool::new(false),
+            state: UnsafeCell::new(State { n_vocab, seq, outputs: Vec::new(), output_of: Vec::new() }),
         }))
     })
 }
@@ -178,7 +224,7 @@ macro_rules! ctx_fact {
     };
 }
 
-ctx_fact!(llama_n_ctx, u32, 0, |c| c.seq.n_ctx() as u32);
+ctx_fact!(llama_n_ctx, u32, 0, |c| c.n_ctx);
 ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
 ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
 ctx_fact!(llama_n_seq_max, u32, 0, |_c| 1);
@@ -201,8 +247,15 @@ pub extern "C" fn llama_perf_context_reset(_ctx: *mut LlamaContext) {}
 #[no_mangle]
 pub extern "C" fn llama_perf_context_print(_ctx: *const LlamaContext) {}
 
+/// Most bytes `llama_batch_init` allocates (its arrays and the sequence-id rows): 1 GiB, room
+/// for a batch of over 16 million tokens, far beyond any context. Past it the batch is refused
+/// instead of allocated: llama.cpp's own allocation of an absurd size aborts the process.
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
+
 /// A batch of up to `n_tokens` tokens, each in up to `n_seq_max` sequences. `embd` inputs are
 /// not supported: a batch made for them has no token array, and `llama_decode` refuses it.
+/// Sizes whose arrays would pass `MAX_BATCH_BYTES`, or an allocation that fails, give the empty
+/// batch (every pointer NULL, which `llama_batch_free` accepts) and a log line.
 #[no_mangle]
 pub extern "C" fn llama_batch_init(n_tokens: i32, embd: i32, n_seq_max: i32) -> Batch {
     const F: &str = "llama_batch_init";
@@ -224,20 +277,84 @@ pub extern "C" fn llama_batch_init(n_tokens: i32, embd: i32, n_seq_max: i32) -> 
             error(F, "embedding inputs are not supported");
             return empty;
         }
+        let seqs = seqs.max(1);
+        match batch_bytes(n, seqs) {
+            Some(bytes) if bytes <= MAX_BATCH_BYTES => {}
+            _ => {
+                error(F, &format!("n_tokens {n_tokens} x n_seq_max {n_seq_max} is more than the {MAX_BATCH_BYTES} bytes a batch may take"));
+                return empty;
+            }
+        }
+        match BatchArrays::new(n, seqs) {
+            Some(arrays) => arrays.into_batch(),
+            None => {
+                error(F, &format!("could not allocate a batch of {n_tokens} tokens x {n_seq_max} sequences"));
+                empty
+            }
+        }
+    })
+}
+
+/// Bytes of a batch's arrays: token, pos, n_seq_id (4 each), logits (1), seq_id (a pointer per
+/// token and the NULL after them), and each token's row of `seqs` ids with its length slot.
+fn batch_bytes(n: usize, seqs: usize) -> Option<usize> {
+    let row = seqs.checked_add(1)?.checked_mul(std::mem::size_of::<SeqId>())?;
+    let per_token = (3 * 4 + 1 + std::mem::size_of::<*mut SeqId>()).checked_add(row)?;
+    n.checked_mul(per_token)?.checked_add(std::mem::size_of::<*mut SeqId>())
+}
+
+/// A vector of `n` copies of `value`, or None when the allocation fails.
+fn try_filled<T: Clone>(n: usize, value: T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, value);
+    Some(v)
+}
+
+/// A batch's arrays while they are made: dropped whole if any allocation fails.
+struct BatchArrays {
+    token: Vec<i32>,
+    pos: Vec<i32>,
+    n_seq_id: Vec<i32>,
+    logits: Vec<i8>,
+    /// One row per token; each is `seqs + 1` ids, the first holding `seqs` (see `free_seq_row`).
+    rows: Vec<Box<[SeqId]>>,
+}
+
+impl BatchArrays {
+    fn new(n: usize, seqs: usize) -> Option<BatchArrays> {
+        let mut rows = Vec::new();
+        rows.try_reserve_exact(n).ok()?;
+        for _ in 0..n {
+            let mut row = try_filled(seqs + 1, 0 as SeqId)?;
+            row[0] = seqs as SeqId;
+            rows.push(row.into_boxed_slice());
+        }
+        Some(BatchArrays { token: try_filled(n, 0)?, pos: try_filled(n, 0)?, n_seq_id: try_filled(n, 0)?, logits: try_filled(n, 0)?, rows })
+    }
+
+    fn into_batch(self) -> Batch {
         let leak = |v: Vec<i32>| Box::into_raw(v.into_boxed_slice()) as *mut i32;
-        // seq_id has one more entry, NULL, as llama.cpp's (llama_batch_free walks to it).
-        let mut seq_id: Vec<*mut SeqId> = (0..n).map(|_| seq_row(seqs.max(1))).collect();
+        // seq_id has one more entry, NULL, as llama.cpp's (llama_batch_free walks to it). Each
+        // row's pointer is past its length slot, so that `llama_batch_free` (which gets only
+        // the struct) frees exactly what was made.
+        let mut seq_id: Vec<*mut SeqId> = Vec::with_capacity(self.rows.len() + 1);
+        for row in self.rows {
+            let base = Box::into_raw(row) as *mut SeqId;
+            // SAFETY: the row has seqs + 1 >= 2 elements.
+            seq_id.push(unsafe { base.add(1) });
+        }
         seq_id.push(ptr::null_mut());
         Batch {
             n_tokens: 0,
-            token: leak(vec![0; n]),
+            token: leak(self.token),
             embd: ptr::null_mut(),
-            pos: leak(vec![0; n]),
-            n_seq_id: leak(vec![0; n]),
+            pos: leak(self.pos),
+            n_seq_id: leak(self.n_seq_id),
             seq_id: Box::into_raw(seq_id.into_boxed_slice()) as *mut *mut SeqId,
-            logits: Box::into_raw(vec![0i8; n].into_boxed_slice()) as *mut i8,
+            logits: Box::into_raw(self.logits.into_boxed_slice()) as *mut i8,
         }
-    })
+    }
 }
 
 /// Frees a batch from `llama_batch_init`. The capacity is recovered from the NULL that ends
@@ -270,16 +387,6 @@ pub unsafe extern "C" fn llama_batch_free(batch: Batch) {
     })
 }
 
-/// A row of `len` sequence ids; its length is kept in the slot before it, so that
-/// `llama_batch_free` (which gets only the struct) frees exactly what was made.
-fn seq_row(len: usize) -> *mut SeqId {
-    let mut v = vec![0 as SeqId; len + 1];
-    v[0] = len as SeqId;
-    let base = Box::into_raw(v.into_boxed_slice()) as *mut SeqId;
-    // SAFETY: the slice has len + 1 >= 2 elements.
-    unsafe { base.add(1) }
-}
-
 unsafe fn free_seq_row(row: *mut SeqId) {
     if row.is_null() {
         return;
@@ -292,13 +399,20 @@ unsafe fn free_seq_row(row: *mut SeqId) {
 /// Runs a batch for sequence 0 at positions n_past, n_past + 1, ... (what a client of one
 /// sequence sends). Returns 0; 1 when the context is full; 2 when aborted; -1 for a batch
 /// this context cannot run (another sequence, other positions, embeddings, a token outside
-/// the vocabulary, more than n_batch tokens). On any failure the context is unchanged.
+/// the vocabulary, more than n_batch tokens); -2 when a call on another thread is using the
+/// context; -3 when the pass computed a non-finite logit (packlm's PACKLM_ERR_NON_FINITE: the
+/// log line names the first layer whose output was not finite). On any failure the context is
+/// unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i32 {
     const F: &str = "llama_decode";
     guard(F, -3, || {
-        let Some(c) = ctx_mut(F, ctx) else { return -1 };
-        let plan = match plan_batch(c, &batch) {
+        if ctx.is_null() {
+            error(F, "context is NULL");
+            return -1;
+        }
+        let Some(mut c) = hold(F, ctx) else { return -2 };
+        let plan = match plan_batch(&c, (*ctx).n_batch, &batch) {
             Ok(p) => p,
             Err(why) => {
                 error(F, &why);
@@ -307,21 +421,22 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
         };
         match c.seq.step(&plan.tokens, plan.rows) {
             Ok(logits) => {
+                let v = c.n_vocab;
                 c.outputs = match plan.rows {
-                    Rows::All => plan.wanted.iter().flat_map(|&i| logits[i * c.n_vocab..(i + 1) * c.n_vocab].iter().copied()).collect(),
+                    Rows::All => plan.wanted.iter().flat_map(|&i| logits[i * v..(i + 1) * v].iter().copied()).collect(),
                     _ => logits,
                 };
                 c.output_of = plan.output_of;
                 0
             }
-            Err(e) if adapter::is_context_full(&e) => {
-                error(F, &e.to_string());
-                1
-            }
             Err(e) => {
                 error(F, &e.to_string());
-                if e.status == packlm::Status::ErrAborted {
+                if adapter::is_context_full(&e) {
+                    1
+                } else if adapter::is_aborted(&e) {
                     2
+                } else if adapter::is_non_finite(&e) {
+                    -3
                 } else {
                     -1
                 }
@@ -338,13 +453,13 @@ struct Plan {
     output_of: Vec<i32>,
 }
 
-unsafe fn plan_batch(c: &LlamaContext, b: &Batch) -> Result<Plan, String> {
+unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch) -> Result<Plan, String> {
     let n = usize::try_from(b.n_tokens).ok().filter(|&n| n > 0).ok_or(format!("n_tokens is {}", b.n_tokens))?;
     if b.token.is_null() {
         return Err("the batch has no tokens (embedding inputs are not supported)".into());
     }
-    if n > c.n_batch as usize {
-        return Err(format!("n_tokens {n} exceeds n_batch {}", c.n_batch));
+    if n > n_batch as usize {
+        return Err(format!("n_tokens {n} exceeds n_batch {n_batch}"));
     }
     let n_past = c.seq.n_past();
     let mut tokens = Vec::with_capacity(n);
@@ -391,7 +506,7 @@ pub extern "C" fn llama_encode(_ctx: *mut LlamaContext, _batch: Batch) -> i32 {
 pub unsafe extern "C" fn llama_get_logits(ctx: *mut LlamaContext) -> *mut f32 {
     const F: &str = "llama_get_logits";
     guard(F, ptr::null_mut(), || {
-        let Some(c) = ctx_mut(F, ctx) else { return ptr::null_mut() };
+        let Some(mut c) = hold(F, ctx) else { return ptr::null_mut() };
         if c.outputs.is_empty() {
             error(F, "the last batch asked for no logits");
             return ptr::null_mut();
@@ -406,7 +521,7 @@ pub unsafe extern "C" fn llama_get_logits(ctx: *mut LlamaContext) -> *mut f32 {
 pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut LlamaContext, i: i32) -> *mut f32 {
     const F: &str = "llama_get_logits_ith";
     guard(F, ptr::null_mut(), || {
-        let Some(c) = ctx_ref(F, ctx) else { return ptr::null_mut() };
+        let Some(c) = hold(F, ctx) else { return ptr::null_mut() };
         c.logits_ith(F, i).map(|r| r.as_ptr() as *mut f32).unwrap_or(ptr::null_mut())
     })
 }
@@ -416,7 +531,7 @@ pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut LlamaContext, i: i32) ->
 pub unsafe extern "C" fn llama_memory_clear(mem: *mut c_void, _data: bool) {
     const F: &str = "llama_memory_clear";
     guard(F, (), || {
-        let Some(c) = ctx_mut(F, mem as *mut LlamaContext) else { return };
+        let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
         if let Err(e) = c.seq.truncate(0) {
             error(F, &e.to_string());
         }
@@ -430,7 +545,7 @@ pub unsafe extern "C" fn llama_memory_clear(mem: *mut c_void, _data: bool) {
 pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0: Pos, p1: Pos) -> bool {
     const F: &str = "llama_memory_seq_rm";
     guard(F, false, || {
-        let Some(c) = ctx_mut(F, mem as *mut LlamaContext) else { return false };
+        let Some(mut c) = hold(F, mem as *const LlamaContext) else { return false };
         if seq_id > 0 {
             error(F, &format!("seq_id {seq_id}: one sequence (0) per context is supported"));
             return false;
@@ -463,7 +578,7 @@ pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0
 pub unsafe extern "C" fn llama_memory_seq_pos_max(mem: *mut c_void, seq_id: SeqId) -> Pos {
     const F: &str = "llama_memory_seq_pos_max";
     guard(F, -1, || {
-        let Some(c) = ctx_ref(F, mem as *const LlamaContext) else { return -1 };
+        let Some(c) = hold(F, mem as *const LlamaContext) else { return -1 };
         if seq_id != 0 {
             return -1;
         }
@@ -476,7 +591,7 @@ pub unsafe extern "C" fn llama_memory_seq_pos_max(mem: *mut c_void, seq_id: SeqI
 pub unsafe extern "C" fn llama_memory_seq_pos_min(mem: *mut c_void, seq_id: SeqId) -> Pos {
     const F: &str = "llama_memory_seq_pos_min";
     guard(F, -1, || {
-        let Some(c) = ctx_ref(F, mem as *const LlamaContext) else { return -1 };
+        let Some(c) = hold(F, mem as *const LlamaContext) else { return -1 };
         if seq_id != 0 || c.seq.n_past() == 0 {
             return -1;
         }
@@ -489,32 +604,71 @@ pub extern "C" fn llama_memory_can_shift(_mem: *mut c_void) -> bool {
     false
 }
 
-/// State bytes: "PLMS", format version (u32 LE), the number of floats of kept logits (u64 LE:
-/// 0 or n_vocab), those logits (f32 LE, the last output row, so that sampling right after a
-/// restore works), then packlm's session snapshot (validated by packlm on restore).
+/// State bytes, little-endian:
+///
+/// ```text
+/// header    "PLMS" | format version u32 | the number of floats of kept logits u64 (0 or n_vocab)
+/// logits    f32 each: the last output row, so that sampling right after a restore works
+/// snapshot  packlm's session snapshot, ending in its own FNV-1a 64 trailer
+/// trailer   FNV-1a 64 of the header, the logits and the snapshot's trailer
+/// ```
+///
+/// Every byte is under a checksum: the snapshot's bytes under its own (packlm checks it on
+/// restore), the rest, and that checksum, under this trailer, so that neither part can be
+/// changed or swapped for another state's. Hashing the snapshot's trailer instead of its bytes
+/// keeps saving and restoring to one pass over the planes. Version 1 had no trailer and is
+/// refused. Restore also refuses logits that are not finite (a pass never hands those out:
+/// packlm refuses such a pass with PACKLM_ERR_NON_FINITE).
 const STATE_MAGIC: &[u8; 4] = b"PLMS";
-const STATE_VERSION: u32 = 1;
+const STATE_VERSION: u32 = 2;
+const STATE_HEADER: usize = 16;
+const STATE_TRAILER: usize = 8;
+/// The snapshot's own trailer (packlm's src/kv/snapshot.rs).
+const SNAPSHOT_TRAILER: usize = 8;
 
-fn state_bytes(c: &LlamaContext) -> Vec<u8> {
-    let last: &[f32] = if c.n_outputs() > 0 { &c.outputs[c.outputs.len() - c.n_vocab..] } else { &[] };
-    let mut out = Vec::with_capacity(16 + last.len() * 4 + c.seq.snapshot_len());
+/// The checksum of a state: header and logits (`head`), then the snapshot's trailer.
+fn state_checksum(head: &[u8], snapshot: &[u8]) -> u64 {
+    let mut bytes = Vec::with_capacity(head.len() + SNAPSHOT_TRAILER);
+    bytes.extend_from_slice(head);
+    bytes.extend_from_slice(&snapshot[snapshot.len().saturating_sub(SNAPSHOT_TRAILER)..]);
+    adapter::fnv1a64(&bytes)
+}
+
+/// The last output row, or nothing when the last decode asked for none.
+fn kept_logits(c: &State) -> &[f32] {
+    if c.n_outputs() > 0 {
+        &c.outputs[c.outputs.len() - c.n_vocab..]
+    } else {
+        &[]
+    }
+}
+
+fn state_bytes(c: &State) -> Vec<u8> {
+    let last = kept_logits(c);
+    let snapshot = c.seq.snapshot();
+    let mut out = Vec::with_capacity(STATE_HEADER + last.len() * 4 + snapshot.len() + STATE_TRAILER);
     out.extend_from_slice(STATE_MAGIC);
     out.extend_from_slice(&STATE_VERSION.to_le_bytes());
     out.extend_from_slice(&(last.len() as u64).to_le_bytes());
     for x in last {
         out.extend_from_slice(&x.to_le_bytes());
     }
-    out.extend_from_slice(&c.seq.snapshot());
+    let sum = state_checksum(&out, &snapshot);
+    out.extend_from_slice(&snapshot);
+    out.extend_from_slice(&sum.to_le_bytes());
     out
+}
+
+fn state_len(c: &State) -> usize {
+    STATE_HEADER + kept_logits(c).len() * 4 + c.seq.snapshot_len() + STATE_TRAILER
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
     const F: &str = "llama_state_get_size";
-    guard(F, 0, || {
-        let Some(c) = ctx_ref(F, ctx) else { return 0 };
-        let n_logits = if c.n_outputs() > 0 { c.n_vocab } else { 0 };
-        16 + n_logits * 4 + c.seq.snapshot_len()
+    guard(F, 0, || match hold(F, ctx) {
+        Some(c) => state_len(&c),
+        None => 0,
     })
 }
 
@@ -524,8 +678,8 @@ pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
 pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut u8, size: usize) -> usize {
     const F: &str = "llama_state_get_data";
     guard(F, 0, || {
-        let Some(c) = ctx_ref(F, ctx) else { return 0 };
-        let bytes = state_bytes(c);
+        let Some(c) = hold(F, ctx) else { return 0 };
+        let bytes = state_bytes(&c);
         if dst.is_null() || bytes.len() > size {
             error(F, &format!("the state is {} bytes; the buffer holds {size}", bytes.len()));
             return 0;
@@ -537,18 +691,19 @@ pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut 
 
 /// Replaces the state with `size` bytes from `llama_state_get_data` (of a context of the same
 /// model). Returns the bytes read, or 0 (logged, the context unchanged) when they are not a
-/// valid state of this model.
+/// valid state of this model: another format or model, cut short, any byte changed, or
+/// logits that are not finite.
 #[no_mangle]
 pub unsafe extern "C" fn llama_state_set_data(ctx: *mut LlamaContext, src: *const u8, size: usize) -> usize {
     const F: &str = "llama_state_set_data";
     guard(F, 0, || {
-        let Some(c) = ctx_mut(F, ctx) else { return 0 };
+        let Some(mut c) = hold(F, ctx) else { return 0 };
         if src.is_null() {
             error(F, "src is NULL");
             return 0;
         }
         let bytes = std::slice::from_raw_parts(src, size);
-        match restore_state(c, bytes) {
+        match restore_state(&mut c, bytes) {
             Ok(()) => size,
             Err(why) => {
                 error(F, &why);
@@ -558,8 +713,9 @@ pub unsafe extern "C" fn llama_state_set_data(ctx: *mut LlamaContext, src: *cons
     })
 }
 
-fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
-    if bytes.len() < 16 || &bytes[..4] != STATE_MAGIC {
+/// The number of kept logits a state's header states, checked against the model.
+fn state_header(c: &State, bytes: &[u8]) -> Result<usize, String> {
+    if bytes.len() < STATE_HEADER || &bytes[..4] != STATE_MAGIC {
         return Err(format!("not a state of this library ({} bytes, no \"PLMS\" header)", bytes.len()));
     }
     let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -572,21 +728,93 @@ fn restore_state(c: &mut LlamaContext, bytes: &[u8]) -> Result<(), String> {
     if n_logits != 0 && n_logits != c.n_vocab as u64 {
         return Err(format!("the state keeps {n_logits} logits; this model's vocabulary has {}", c.n_vocab));
     }
-    let end = 16 + n_logits as usize * 4;
-    if bytes.len() < end {
+    Ok(n_logits as usize)
+}
+
+fn restore_state(c: &mut State, bytes: &[u8]) -> Result<(), String> {
+    let n_logits = state_header(c, bytes)?;
+    let end = STATE_HEADER + n_logits * 4;
+    if bytes.len() < end + SNAPSHOT_TRAILER + STATE_TRAILER {
         return Err(format!("the state is cut short: {} bytes, its logits end at {end}", bytes.len()));
     }
-    let logits: Vec<f32> = bytes[16..end].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    c.seq.restore(&bytes[end..]).map_err(|e| e.to_string())?;
+    let (body, trailer) = bytes.split_at(bytes.len() - STATE_TRAILER);
+    let mut t8 = [0u8; 8];
+    t8.copy_from_slice(trailer);
+    if u64::from_le_bytes(t8) != state_checksum(&body[..end], &body[end..]) {
+        return Err("the state's checksum does not match: the bytes were changed, cut or joined".into());
+    }
+    let logits: Vec<f32> = body[STATE_HEADER..end].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if let Some((i, x)) = logits.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(format!("the state's logit {i} is {x}: kept logits must be finite"));
+    }
+    c.seq.restore(&body[end..]).map_err(|e| e.to_string())?;
     c.outputs = logits;
     c.output_of.clear();
     Ok(())
 }
 
-/// For the sampler: the logits row `idx` of `ctx`.
-pub unsafe fn logits_for_sampling<'a>(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<&'a [f32]> {
-    let c = ctx_ref(f, ctx)?;
-    c.logits_ith(f, idx)
+/// The length of the state at `src` from its header, for `llama_set_state_data`, which is given
+/// no size: the header, the logits, the snapshot of the positions its header states (at most
+/// this context's), the trailer. Reads the headers only.
+unsafe fn state_len_at(c: &State, n_ctx: u32, src: *const u8) -> Result<usize, String> {
+    let n_logits = state_header(c, std::slice::from_raw_parts(src, STATE_HEADER))?;
+    // The snapshot's header: magic (8), format version (4), fingerprint (8), positions (8).
+    let at = STATE_HEADER + n_logits * 4;
+    let head = std::slice::from_raw_parts(src.add(at), 28);
+    let mut p8 = [0u8; 8];
+    p8.copy_from_slice(&head[20..28]);
+    let positions = u64::from_le_bytes(p8);
+    if positions > u64::from(n_ctx) {
+        return Err(format!("the state holds {positions} positions; this context holds at most {n_ctx}"));
+    }
+    let snapshot = c.seq.snapshot_len_at(positions as usize).ok_or("the state's size overflows")?;
+    Ok(at + snapshot + STATE_TRAILER)
+}
+
+/// `llama_state_get_size` (its deprecated name).
+#[no_mangle]
+pub unsafe extern "C" fn llama_get_state_size(ctx: *mut LlamaContext) -> usize {
+    llama_state_get_size(ctx)
+}
+
+/// `llama_state_get_data` into a buffer the caller made `llama_state_get_size` bytes long (the
+/// deprecated form, given no size).
+#[no_mangle]
+pub unsafe extern "C" fn llama_copy_state_data(ctx: *mut LlamaContext, dst: *mut u8) -> usize {
+    llama_state_get_data(ctx, dst, usize::MAX)
+}
+
+/// `llama_state_set_data` of a state from `llama_state_get_data` (the deprecated form, given no
+/// size): its length is read from its headers, then it is validated whole as
+/// `llama_state_set_data` does. Returns the bytes read, or 0 (logged).
+#[no_mangle]
+pub unsafe extern "C" fn llama_set_state_data(ctx: *mut LlamaContext, src: *const u8) -> usize {
+    const F: &str = "llama_set_state_data";
+    guard(F, 0, || {
+        let len = {
+            let Some(c) = hold(F, ctx) else { return 0 };
+            if src.is_null() {
+                error(F, "src is NULL");
+                return 0;
+            }
+            match state_len_at(&c, (*ctx).n_ctx, src) {
+                Ok(len) => len,
+                Err(why) => {
+                    error(F, &why);
+                    return 0;
+                }
+            }
+        };
+        llama_state_set_data(ctx, src, len)
+    })
+}
+
+/// For the sampler: the candidates (id, logit) of the logits row `idx` of `ctx`, copied while
+/// the context is held, so that samplers (which may be the client's code) run without it.
+pub unsafe fn candidates_for_sampling(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<Vec<TokenData>> {
+    let c = hold(f, ctx)?;
+    let logits = c.logits_ith(f, idx)?;
+    Some(logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect())
 }
 
 /// A batch over the caller's `tokens` (not copied): positions from the context's length,

@@ -211,6 +211,9 @@ macro_rules! model_fact {
 model_fact!(llama_model_n_ctx_train, i32, -1, |m| m.engine.n_ctx_train() as i32);
 model_fact!(llama_model_n_embd, i32, -1, |m| m.engine.n_embd() as i32);
 model_fact!(llama_model_n_layer, i32, -1, |m| m.engine.n_layer() as i32);
+// Layer 0's head counts, as llama.cpp's hparams.n_head() and n_head_kv() give.
+model_fact!(llama_model_n_head, i32, -1, |m| m.engine.n_head() as i32);
+model_fact!(llama_model_n_head_kv, i32, -1, |m| m.engine.n_head_kv() as i32);
 model_fact!(llama_model_meta_count, i32, -1, |m| m.meta.len() as i32);
 model_fact!(llama_model_is_recurrent, bool, false, |_m| false);
 model_fact!(llama_model_is_hybrid, bool, false, |_m| false);
@@ -309,3 +312,20 @@ pub unsafe extern "C" fn llama_model_chat_template(model: *const LlamaModel, nam
 pub extern "C" fn llama_version() -> *const c_char {
     c"packlm-llama 0.1.0".as_ptr()
 }
+
+/// A deprecated name of llama.h that calls its replacement (llama.h names each one).
+macro_rules! deprecated_name {
+    ($old:ident => $new:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+        #[doc = concat!("Deprecated: `", stringify!($new), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $old($($arg: $ty),*) -> $ret {
+            $new($($arg),*)
+        }
+    };
+}
+pub(crate) use deprecated_name;
+
+deprecated_name!(llama_n_ctx_train => llama_model_n_ctx_train(model: *const LlamaModel) -> i32);
+deprecated_name!(llama_n_embd => llama_model_n_embd(model: *const LlamaModel) -> i32);
+deprecated_name!(llama_n_layer => llama_model_n_layer(model: *const LlamaModel) -> i32);
+deprecated_name!(llama_n_head => llama_model_n_head(model: *const LlamaModel) -> i32);

@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
-use crate::context::{logits_for_sampling, LlamaContext};
+use crate::context::{candidates_for_sampling, LlamaContext};
 use crate::log::{error, guard, unsupported};
 
 /// `LLAMA_DEFAULT_SEED`: draw a seed.
@@ -163,6 +163,27 @@ unsafe extern "C" fn builtin_free(s: *mut Sampler) {
     }
 }
 
+/// Why a chain holding a sampler that could not be built does not sample.
+const BROKEN: &str = "the chain holds a sampler that could not be built (NULL: unsupported, or its arguments were refused); refusing to sample without it";
+
+/// Whether `s` is a chain that holds `x` at any depth.
+unsafe fn holds(s: *const Sampler, x: *const Sampler) -> bool {
+    match kind(s) {
+        Some(Kind::Chain { samplers, .. }) => samplers.iter().any(|&y| ptr::eq(y, x) || holds(y, x)),
+        _ => false,
+    }
+}
+
+/// Whether `s` is a chain that holds, at any depth, a sampler that could not be built.
+unsafe fn is_broken(s: *const Sampler) -> bool {
+    match kind(s) {
+        Some(Kind::Chain { samplers, broken }) => *broken || samplers.iter().any(|&x| is_broken(x)),
+        _ => false,
+    }
+}
+
+/// A broken chain (`is_broken`), nested or not, changes nothing and selects nothing: the
+/// candidates are left as they were with `selected` -1, and a log line says why.
 unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
     let Some(k) = kind(s) else { return };
     if cur.is_null() {
@@ -170,6 +191,11 @@ unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
     }
     let cur = &mut *cur;
     if let Kind::Chain { samplers, .. } = k {
+        if is_broken(s) {
+            error("llama_sampler_apply", BROKEN);
+            cur.selected = -1;
+            return;
+        }
         for &x in samplers.iter() {
             llama_sampler_apply(x, cur);
         }
@@ -392,6 +418,10 @@ pub unsafe extern "C" fn llama_sampler_chain_add(chain: *mut Sampler, s: *mut Sa
             if s.is_null() {
                 error(F, "the sampler added is NULL (it could not be built); this chain will refuse to sample");
                 *broken = true;
+            } else if ptr::eq(s, chain) || holds(s, chain) {
+                // A chain inside itself would apply, and free, itself without end.
+                error(F, "a chain cannot be added to itself; this chain will refuse to sample");
+                *broken = true;
             } else {
                 samplers.push(s);
             }
@@ -485,11 +515,13 @@ pub extern "C" fn llama_sampler_init_temp(t: f32) -> *mut Sampler {
     new_sampler(Kind::Temp(t))
 }
 
-/// `n_vocab` is unused (llama.cpp ignores it too); `penalty_last_n` < 0 is taken as 0.
+/// `n_vocab` is unused (llama.cpp ignores it too); `penalty_last_n` < 0 is taken as 0. The
+/// history grows with the tokens accepted, up to `penalty_last_n`: nothing is allocated from
+/// `penalty_last_n` itself (llama.cpp allocates all of it at once, and INT32_MAX aborted).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_penalties(_n_vocab: i32, penalty_last_n: i32, penalty_repeat: f32, penalty_freq: f32, penalty_present: f32) -> *mut Sampler {
     let last_n = usize::try_from(penalty_last_n).unwrap_or(0);
-    new_sampler(Kind::Penalties { last_n, repeat: penalty_repeat, freq: penalty_freq, present: penalty_present, history: VecDeque::with_capacity(last_n) })
+    new_sampler(Kind::Penalties { last_n, repeat: penalty_repeat, freq: penalty_freq, present: penalty_present, history: VecDeque::new() })
 }
 
 #[no_mangle]
@@ -556,6 +588,9 @@ pub unsafe extern "C" fn llama_sampler_apply(s: *mut Sampler, cur: *mut TokenDat
     guard("llama_sampler_apply", (), || {
         if s.is_null() || (*s).iface.is_null() {
             error("llama_sampler_apply", "sampler is NULL");
+            if !cur.is_null() {
+                (*cur).selected = -1;
+            }
             return;
         }
         if let Some(f) = (*(*s).iface).apply {
@@ -639,12 +674,11 @@ pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaCo
             error(F, "sampler is NULL");
             return -1;
         }
-        if let Some(Kind::Chain { broken: true, .. }) = kind(s) {
-            error(F, "the chain holds a sampler that could not be built; refusing to sample without it");
+        if is_broken(s) {
+            error(F, BROKEN);
             return -1;
         }
-        let Some(logits) = logits_for_sampling(F, ctx, idx) else { return -1 };
-        let mut data: Vec<TokenData> = logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+        let Some(mut data) = candidates_for_sampling(F, ctx, idx) else { return -1 };
         let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
         llama_sampler_apply(s, &mut cur);
         let token = match usize::try_from(cur.selected).ok().filter(|&i| i < cur.size.min(data.len())) {

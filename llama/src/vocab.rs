@@ -7,7 +7,7 @@ use std::ptr;
 use crate::abi::Token;
 use crate::adapter::TokenKind;
 use crate::log::{error, guard};
-use crate::model::{model_ref, LlamaModel};
+use crate::model::{deprecated_name, model_ref, LlamaModel};
 
 /// `LLAMA_TOKEN_NULL`.
 const NULL_TOKEN: Token = -1;
@@ -98,6 +98,32 @@ token_fact!(llama_vocab_get_attr, i32, 0, |m, t| match m.engine.token_kind(t) {
     Some(TokenKind::Byte) => 1 << 5,
     None => 0,
 });
+
+// The deprecated names (llama.h: "use llama_vocab_... instead"): an old client's generation
+// loop stops on llama_token_is_eog, so these must give what their replacements give.
+deprecated_name!(llama_n_vocab => llama_vocab_n_tokens(vocab: *const LlamaModel) -> i32);
+deprecated_name!(llama_token_get_text => llama_vocab_get_text(vocab: *const LlamaModel, token: Token) -> *const c_char);
+deprecated_name!(llama_token_get_score => llama_vocab_get_score(vocab: *const LlamaModel, token: Token) -> f32);
+deprecated_name!(llama_token_get_attr => llama_vocab_get_attr(vocab: *const LlamaModel, token: Token) -> i32);
+deprecated_name!(llama_token_is_eog => llama_vocab_is_eog(vocab: *const LlamaModel, token: Token) -> bool);
+deprecated_name!(llama_token_is_control => llama_vocab_is_control(vocab: *const LlamaModel, token: Token) -> bool);
+deprecated_name!(llama_token_bos => llama_vocab_bos(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_eos => llama_vocab_eos(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_eot => llama_vocab_eot(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_cls => llama_vocab_cls(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_sep => llama_vocab_sep(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_nl => llama_vocab_nl(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_pad => llama_vocab_pad(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_add_bos_token => llama_vocab_get_add_bos(vocab: *const LlamaModel) -> bool);
+deprecated_name!(llama_add_eos_token => llama_vocab_get_add_eos(vocab: *const LlamaModel) -> bool);
+deprecated_name!(llama_token_fim_pre => llama_vocab_fim_pre(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_fim_suf => llama_vocab_fim_suf(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_fim_mid => llama_vocab_fim_mid(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_fim_pad => llama_vocab_fim_pad(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_fim_rep => llama_vocab_fim_rep(vocab: *const LlamaModel) -> Token);
+deprecated_name!(llama_token_fim_sep => llama_vocab_fim_sep(vocab: *const LlamaModel) -> Token);
+// llama.h: "CLS is equivalent to BOS" (llama.cpp's llama_vocab_cls returns the BOS).
+deprecated_name!(llama_vocab_cls => llama_vocab_bos(vocab: *const LlamaModel) -> Token);
 
 /// Tokenizes `text_len` bytes of UTF-8. Returns the count, or minus the count needed when
 /// `n_tokens_max` is too small (nothing written then); i32::MIN on a failure (logged).

@@ -146,6 +146,10 @@ pub struct ModelInfo {
     /// Each layer's KV row width (n_kv_heads x head_dim), or None for a layer that reads
     /// another layer's keys and values.
     pub kv_widths: Vec<Option<usize>>,
+    /// Each layer's query heads.
+    pub n_heads: Vec<usize>,
+    /// Each layer's key/value heads.
+    pub n_kv_heads: Vec<usize>,
 }
 
 /// An open model: weights (memory-mapped), tokenizer, chat template and layer table.
@@ -226,6 +230,8 @@ impl Model {
                     KvSource::SharedWith { .. } => None,
                 })
                 .collect(),
+            n_heads: s.layers.iter().map(|l| l.n_heads).collect(),
+            n_kv_heads: s.layers.iter().map(|l| l.n_kv_heads).collect(),
         }
     }
 

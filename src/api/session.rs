@@ -109,6 +109,13 @@ impl Session {
         self.inner.snapshot_len()
     }
 
+    /// The length a snapshot of this session would have holding `positions` positions (None
+    /// when that overflows): a reader of several snapshots in one stream can tell where one
+    /// ends from the count in its header.
+    pub fn snapshot_len_at(&self, positions: usize) -> Option<usize> {
+        self.inner.snapshot_len_at(positions)
+    }
+
     /// Replaces the session's state with a snapshot's. Everything is validated before the
     /// session is touched: bytes from another model, of another format, corrupted, or holding
     /// non-finite values give [`crate::Status::ErrSnapshot`] and change nothing.

@@ -319,6 +319,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn argmax(&self, t: &Tensor, start: usize, row: &mut [f32]) -> (u32, bool) {
         (self.kernels.argmax(&data(t)[start..start + row.len()]), false)
     }
+    fn all_finite(&self, t: &Tensor, start: usize, len: usize) -> bool {
+        crate::backend::all_finite(&data(t)[start..start + len])
+    }
     fn upload(&self, src: &[f32], t: &mut Tensor) {
         data_mut(t)[..src.len()].copy_from_slice(src);
     }

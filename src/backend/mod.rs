@@ -217,6 +217,22 @@ pub struct DeviceCounters {
 /// refused with `ErrLimitExceeded`, not clamped.
 pub const MAX_THREADS: usize = 256;
 
+/// Whether every value is finite (no NaN, no infinity): one pass, in 16 lanes of the largest
+/// magnitude bits, which vectorizes (a value's exponent bits all set is NaN or infinity).
+pub fn all_finite(values: &[f32]) -> bool {
+    const EXPONENT: u32 = 0x7f80_0000;
+    let mut lanes = [0u32; 16];
+    let chunks = values.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = (*m).max(v.to_bits() & 0x7fff_ffff);
+        }
+    }
+    let largest = tail.iter().map(|v| v.to_bits() & 0x7fff_ffff).chain(lanes).max().unwrap_or(0);
+    largest < EXPONENT
+}
+
 /// The op set the forward engine is written against. Row counts are explicit; `len`s count f32
 /// elements; a buffer may be longer than what an op uses (scratch is sized for the widest layer).
 pub trait Backend: Send + Sync {
@@ -304,6 +320,22 @@ pub trait Backend: Send + Sync {
     fn argmax(&self, t: &Tensor, start: usize, row: &mut [f32]) -> (u32, bool) {
         self.read_into(t, start, row);
         (crate::sample::argmax(row), true)
+    }
+    /// Whether the `len` elements of `t` from `start` are all finite (no NaN, no infinity): a
+    /// greedy verify checks the rows `argmax` judged where they lie. The provided form reads
+    /// them back a block at a time; a host-memory backend checks them in place.
+    fn all_finite(&self, t: &Tensor, start: usize, len: usize) -> bool {
+        let mut block = [0.0f32; 1024];
+        let mut at = start;
+        while at < start + len {
+            let n = block.len().min(start + len - at);
+            self.read_into(t, at, &mut block[..n]);
+            if !all_finite(&block[..n]) {
+                return false;
+            }
+            at += n;
+        }
+        true
     }
     /// Writes `data` into the first `data.len()` elements of `t` (tests feed ops this way; the
     /// engine's inputs are token ids).

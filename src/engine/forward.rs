@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{pass, AttentionShape, Backend, Tensor};
+use crate::backend::{all_finite, pass, AttentionShape, Backend, Tensor};
 use crate::engine::weights::LayerWeights;
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
@@ -29,6 +29,10 @@ pub enum Want {
 ///
 /// A pass longer than the backend's `max_pass_rows` runs as consecutive passes of at most that
 /// many rows (a row's bits do not depend on the pass it is in), rolled back together on failure.
+///
+/// Logits handed back are finite: a NaN or infinite one (weights that hold such values, or an
+/// overflow) fails the pass with `ErrNonFinite`, naming the first layer whose output was not
+/// finite (`non_finite_error`), and the cache is as before. One pass over the returned values.
 pub fn forward(
     model: &Model,
     kv: &mut dyn KvStore,
@@ -49,8 +53,73 @@ pub fn forward(
         };
         logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort)?);
     }
+    if !all_finite(&logits) {
+        let vocab = model.spec.vocab_size;
+        let bad = logits.iter().position(|x| !x.is_finite()).unwrap_or(0);
+        let row = match want {
+            Want::All => bad / vocab,
+            _ => tokens.len() - 1,
+        };
+        pass.kv.truncate(pass.start);
+        return Err(non_finite_error(model, &mut *pass.kv, bufs, tokens, row, bad % vocab, logits[bad], abort));
+    }
     pass.done = true;
     Ok(logits)
+}
+
+/// The failure of a pass over `tokens` (at the cache's positions) whose logit `column` of row
+/// `row` was `value`, not finite: the pass runs again, in the parts `forward` used, reading
+/// the residual stream back after the embedding and after each layer, and the message names
+/// the first of them that held a value that is not finite (or the output projection, when
+/// none did). The cache is as before when it returns. Only a failing pass pays for this.
+#[allow(clippy::too_many_arguments)]
+pub fn non_finite_error(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], row: usize, column: usize, value: f32, abort: &Arc<AtomicBool>) -> Error {
+    let start = kv.positions();
+    let at = match first_non_finite_stage(model, kv, bufs, tokens, abort) {
+        Ok(Some(Stage::Embedding)) => "the token embedding is the first output that is not finite".to_string(),
+        Ok(Some(Stage::Layer(il))) => format!("layer {il} (of {}) is the first whose output is not finite", model.spec.layers.len()),
+        Ok(None) => "every layer's output is finite: the output projection (final norm, lm_head) made it".to_string(),
+        Err(e) => return e,
+    };
+    Error::new(
+        Status::ErrNonFinite,
+        format!(
+            "logit {column} of position {} (token {}) is {value}: {at}; the pack's weights may hold NaN or infinity",
+            start + row,
+            tokens.get(row).copied().unwrap_or_default()
+        ),
+    )
+}
+
+/// Where a pass first held a value that is not finite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Embedding,
+    Layer(usize),
+}
+
+/// The diagnostic pass of `non_finite_error`: None when the residual stream stayed finite.
+fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Option<Stage>> {
+    let cap = model.backend.max_pass_rows(&model.spec).max(1);
+    let pass = Rollback { start: kv.positions(), kv, done: false };
+    let hidden = model.spec.hidden_size;
+    for part in tokens.chunks(cap) {
+        let m = part.len();
+        let mut found = None;
+        let mut check = |stage: Stage, x: &Tensor| {
+            if found.is_none() && !all_finite(&model.backend.read(x, m * hidden)) {
+                found = Some(stage);
+            }
+            found.is_none()
+        };
+        let x = layers_checked(model, &mut *pass.kv, bufs, part, abort, Some(&mut check))?;
+        drop(x);
+        if found.is_some() {
+            return Ok(found);
+        }
+        pass.kv.advance(m);
+    }
+    Ok(None)
 }
 
 /// One part of `forward` (at most `max_pass_rows` rows): its logits, its rows counted as held.
@@ -208,6 +277,13 @@ impl OutputTile {
         let vocab = model.spec.vocab_size;
         model.backend.read_into(&self.logits, j * vocab, &mut out[..vocab]);
     }
+
+    /// Whether row `j` of the last `compute` is all finite, checked where it lies
+    /// (`Backend::all_finite`), for a row an argmax judged without reading it back.
+    pub fn row_is_finite(&self, model: &Model, j: usize) -> bool {
+        let vocab = model.spec.vocab_size;
+        model.backend.all_finite(&self.logits, j * vocab, vocab)
+    }
 }
 
 /// Until `done`, dropping it truncates the cache back to `start`: on `Err` and on unwind alike.
@@ -238,6 +314,15 @@ thread_local! {
 /// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
 /// freed before it returns, so the output projection runs beside x alone.
 fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+    layers_checked(model, kv, bufs, tokens, abort, None)
+}
+
+/// A check `layers` may run on the residual stream after the embedding and after each layer;
+/// it returns false to stop the pass there (the pass then returns what it has).
+type StageCheck<'a> = &'a mut dyn FnMut(Stage, &Tensor) -> bool;
+
+/// `layers`, with `check` (the diagnostic pass of `non_finite_error`; None on every other pass).
+fn layers_checked(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>, check: Option<StageCheck>) -> Result<Tensor> {
     let _pass = pass::enter(abort);
     let spec = &model.spec;
     let be = model.backend.as_ref();
@@ -249,7 +334,7 @@ fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &
         Some((rows, x)) if rows >= m => x,
         _ => be.tensor(m * hidden),
     };
-    let x_out = layers_into(model, kv, tokens, abort, &mut s, &mut x);
+    let x_out = layers_into(model, kv, tokens, abort, &mut s, &mut x, check);
     if m <= KEPT_ROWS {
         bufs.scratch = Some(s);
     }
@@ -258,12 +343,17 @@ fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &
 
 /// The layers of `layers`, over buffers it provides (`x`: (m, hidden), written by the
 /// embedding first).
-fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>, s: &mut Scratch, x: &mut Tensor) -> Result<()> {
+fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>, s: &mut Scratch, x: &mut Tensor, mut check: Option<StageCheck>) -> Result<()> {
     let spec = &model.spec;
     let m = tokens.len();
     let start = kv.positions();
     let be = model.backend.as_ref();
     be.embed(&model.weights.embed, tokens, spec.embed_scale, x);
+    if let Some(check) = check.as_mut() {
+        if !check(Stage::Embedding, x) {
+            return Ok(());
+        }
+    }
     let ple = per_layer_inputs(model, tokens, x);
     for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
         check_abort(abort, || format!("before layer {il}"))?;
@@ -274,6 +364,11 @@ fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<
         }
         mlp_block(model, il, ls, lw, x, m, ple.as_ref(), s);
         be.layer_done();
+        if let Some(check) = check.as_mut() {
+            if !check(Stage::Layer(il), x) {
+                return Ok(());
+            }
+        }
     }
     // A kernel of the last layer may have stopped early.
     check_abort(abort, || "after the last layer".into())

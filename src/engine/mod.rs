@@ -374,6 +374,11 @@ impl Session {
         crate::kv::snapshot::encoded_len(self.kv.as_ref())
     }
 
+    /// The length of a snapshot of this session holding `positions` positions (None on overflow).
+    pub fn snapshot_len_at(&self, positions: usize) -> Option<usize> {
+        crate::kv::snapshot::encoded_len_at(&self.plane_widths(), positions)
+    }
+
     /// Replaces the state with a snapshot's; everything is validated first, so on failure the
     /// session is unchanged. `last_logits` becomes empty, as after truncate.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {

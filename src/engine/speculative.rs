@@ -10,6 +10,7 @@
 //! tokens had been stepped one by one.
 
 use crate::engine::draft::Drafter;
+use crate::backend::all_finite;
 use crate::engine::forward::{self, OUTPUT_TILE_ROWS};
 use crate::engine::{Session, Want};
 use crate::error::{Error, Result, Status};
@@ -40,8 +41,9 @@ thread_local! {
 }
 
 impl Session {
-    /// The speculative step; see the module comment. On failure the session is unchanged, also
-    /// when it panics (after its pass, while judging the drafts, say): the positions the pass
+    /// The speculative step; see the module comment. A row it judges that holds a logit that
+    /// is not finite fails it with `ErrNonFinite` (as `forward::forward`). On failure the
+    /// session is unchanged, also when it panics (after its pass, while judging the drafts, say): the positions the pass
     /// added and the previous last logits are restored before the panic goes on.
     pub fn verify(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
         let base = self.n_past();
@@ -130,18 +132,30 @@ impl Session {
                 panic!("injected panic while judging the drafts");
             }
             for (j, &i) in ids.iter().enumerate() {
-                let best = match acc {
+                let (best, finite) = match acc {
                     Acceptance::Greedy => {
                         let (best, read) = tile.argmax_row(&model, j, &mut row);
                         unread = (!read).then_some(j);
-                        best
+                        (best, if read { all_finite(&row) } else { tile.row_is_finite(&model, j) })
                     }
                     Acceptance::Sampled { .. } => {
                         tile.read_row(&model, j, &mut row);
                         unread = None;
-                        0 // (a sampled row is judged on its logits, not by an argmax)
+                        (0, all_finite(&row)) // (a sampled row is judged on its logits, not by an argmax)
                     }
                 };
+                if !finite {
+                    // A row judged must be finite, as the logits a step hands back are
+                    // (forward::forward): the pass is run again to name the layer.
+                    if unread.is_some() {
+                        tile.read_row(&model, j, &mut row);
+                    }
+                    let column = row.iter().position(|x| !x.is_finite()).unwrap_or(0);
+                    let value = row[column];
+                    self.kv.truncate(base);
+                    self.tokens.truncate(base);
+                    return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, &rows, i, column, value, &self.abort));
+                }
                 let row = &row[..];
                 let recent = &self.tokens[..base + 1 + i];
                 let Some(&d) = draft.get(i) else {

@@ -120,8 +120,9 @@ pub unsafe extern "C" fn packlm_session_n_past(session: *const packlm_session, n
 
 /// Feeds one token; when `logits_out` is not NULL it receives n_vocab floats (the buffer's size
 /// is implied: see packlm_step_into for a call that takes a capacity), the logits of
-/// this position. On failure (token out of range, context full, and PACKLM_ERR_PANIC from a
-/// panic inside the pass) the session is unchanged: it is rolled back, never left poisoned.
+/// this position. On failure (token out of range, context full, PACKLM_ERR_NON_FINITE for a
+/// logit that is not finite, and PACKLM_ERR_PANIC from a panic inside the pass) the session is
+/// unchanged: it is rolled back, never left poisoned.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_step(session: *mut packlm_session, token: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step", {
@@ -138,8 +139,9 @@ pub unsafe extern "C" fn packlm_step(session: *mut packlm_session, token: u32, l
 /// packlm_step. `want`: PACKLM_WANT_LAST (n_vocab floats written), PACKLM_WANT_ALL
 /// (m x n_vocab, row-major) or PACKLM_WANT_NONE; `logits_out` may be NULL to skip them. The
 /// buffer's size is implied by `want`, `m` and n_vocab: see packlm_step_batch_into for a call
-/// that takes a capacity. On failure the session is unchanged, PACKLM_ERR_PANIC included (the
-/// pass is rolled back).
+/// that takes a capacity. The logits handed back are checked to be finite
+/// (PACKLM_ERR_NON_FINITE otherwise; PACKLM_WANT_NONE checks none). On failure the session is
+/// unchanged, PACKLM_ERR_PANIC included (the pass is rolled back).
 #[no_mangle]
 pub unsafe extern "C" fn packlm_step_batch(session: *mut packlm_session, tokens: *const u32, m: usize, want: u32, logits_out: *mut f32) -> Status {
     ffi_boundary!("packlm_step_batch", {

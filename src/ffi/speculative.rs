@@ -226,9 +226,10 @@ unsafe impl AbiStruct for packlm_verify_result {
 /// of `*result` are written. k + 1 rows that do not fit the session's context return
 /// PACKLM_ERR_CONTEXT_OVERFLOW before `draft` or `draft_probs` is read. Logits are computed 16
 /// rows at a time, not all k + 1 at once, so the memory a call needs beyond a step_batch of
-/// k + 1 rows does not grow with k. On failure (bad token, context full, a buffer too small,
-/// PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and `*result` is not written,
-/// except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
+/// k + 1 rows does not grow with k. Every row judged is checked to be finite
+/// (PACKLM_ERR_NON_FINITE otherwise). On failure (bad token, context full, a buffer too small,
+/// PACKLM_ERR_NON_FINITE, PACKLM_ERR_ABORTED, PACKLM_ERR_PANIC) the session is unchanged and
+/// `*result` is not written, except `n_logits` with PACKLM_ERR_BUFFER_TOO_SMALL for `logits_out`.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {

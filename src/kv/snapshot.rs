@@ -36,8 +36,23 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 
 /// Size in bytes of the snapshot of `kv` (outside a pass).
 pub fn encoded_len(kv: &dyn KvStore) -> usize {
-    let planes: usize = (0..kv.n_layers()).map(|l| 1 + 4 + kv.plane_width(l).map_or(0, |w| 2 * kv.positions() * w * 4)).sum();
-    HEADER_BYTES + kv.positions() * 4 + planes + 8
+    let widths: Vec<Option<usize>> = (0..kv.n_layers()).map(|l| kv.plane_width(l)).collect();
+    // A store that holds its positions has a length that fits.
+    encoded_len_at(&widths, kv.positions()).unwrap_or(usize::MAX)
+}
+
+/// Size in bytes of a snapshot holding `positions` positions over planes of `widths` (None
+/// for a layer without its own plane); None when it overflows.
+pub fn encoded_len_at(widths: &[Option<usize>], positions: usize) -> Option<usize> {
+    let mut len = positions.checked_mul(4)?.checked_add(HEADER_BYTES + 8)?;
+    for w in widths {
+        let plane = match w {
+            Some(w) => positions.checked_mul(*w)?.checked_mul(2 * 4)?,
+            None => 0,
+        };
+        len = len.checked_add(1 + 4)?.checked_add(plane)?;
+    }
+    Some(len)
 }
 
 /// The snapshot of `kv` and its token history (`tokens.len() == kv.positions()`).

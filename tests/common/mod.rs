@@ -221,3 +221,30 @@ pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc
 pub fn layer_like(base: &packlm::semantics::LayerSpec, n_heads: usize, n_kv_heads: usize, head_dim: usize, kv_source: packlm::semantics::KvSource) -> packlm::semantics::LayerSpec {
     packlm::semantics::LayerSpec { n_heads, n_kv_heads, head_dim, kv_source, ..base.clone() }
 }
+
+/// A copy of the tiny fixture `base` in a temp folder (named by `tag` and the process), with
+/// elements of its f32 tensors replaced: each edit is (tensor name, element index, value). The
+/// caller removes the folder.
+pub fn tiny_with_values(base: &str, tag: &str, edits: &[(&str, usize, f32)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("packlm-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(tiny(base)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    // safetensors: u64 LE header length, the JSON header, then the data its offsets index.
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    for &(name, index, value) in edits {
+        let t = &header[name];
+        assert_eq!(t["dtype"], "F32", "{name}: an f32 tensor");
+        let at = 8 + n + t["data_offsets"][0].as_u64().unwrap() as usize + 4 * index;
+        assert!(at + 4 <= 8 + n + t["data_offsets"][1].as_u64().unwrap() as usize, "{name}: element {index} out of range");
+        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    dir
+}

@@ -347,9 +347,14 @@ impl Backend for GpuBackend {
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some(Some(pl)) = gpu_kv(kv).planes.get(plane) else { return };
+        // A window that reaches back past position 0 for every row of the pass is full
+        // attention; clamped to the positions held after the pass (as the host's attention
+        // does), so that a config's window beyond u32 (sliding_window: 2^40) still fits the
+        // shader's word.
+        let window = shape.window.map_or(0, |w| u(w.min(start + rows)));
         let p = params(
             [u(shape.n_heads), u(shape.n_kv_heads), u(shape.head_dim), 0],
-            [u(start), shape.window.map_or(0, u), u(pl.width), 0],
+            [u(start), window, u(pl.width), 0],
             [bits(shape.scale), shape.softcap.map_or(0, bits), 0, 0],
         );
         let binds = [(1, Bind::Buffer(buf(q))), (2, Bind::Buffer(&pl.k)), (3, Bind::Buffer(&pl.v)), (4, Bind::Buffer(buf(out)))];

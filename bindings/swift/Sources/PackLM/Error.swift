@@ -27,6 +27,7 @@ public struct Status: RawRepresentable, Equatable, Hashable, CustomStringConvert
     public static let sessionPoisoned = Status(PACKLM_ERR_SESSION_POISONED)
     public static let unsupportedPrecision = Status(PACKLM_ERR_UNSUPPORTED_PRECISION)
     public static let outOfMemory = Status(PACKLM_ERR_OUT_OF_MEMORY)
+    public static let nonFinite = Status(PACKLM_ERR_NON_FINITE)
 
     /// The library's fixed text for the status (packlm_status_str).
     public var description: String {

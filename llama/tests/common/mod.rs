@@ -1,0 +1,100 @@
+//! Shared helpers of the facade's integration tests: the tiny llama fixture as a model and
+//! context, a log sink that keeps every line, and running a test in a child process under an
+//! address-space limit.
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::process::Command;
+use std::sync::{Mutex, Once};
+
+use llama::abi::{ContextParams, Token};
+use llama::context::{llama_context_default_params, llama_init_from_model, LlamaContext};
+use llama::model::{llama_model_default_params, llama_model_load_from_file, LlamaModel};
+
+/// The tiny llama fixture (tests/fixtures/tiny/llama): 2 layers, 4 heads, 2 KV heads, hidden
+/// 64, vocabulary 300, context 128, BOS 0, EOS 1 (its config.json).
+pub fn fixture() -> CString {
+    CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap()
+}
+
+pub fn model() -> *mut LlamaModel {
+    let m = unsafe { llama_model_load_from_file(fixture().as_ptr(), llama_model_default_params()) };
+    assert!(!m.is_null(), "the fixture opens");
+    m
+}
+
+/// A context of the fixture's own 128 positions.
+pub fn context(m: *mut LlamaModel) -> *mut LlamaContext {
+    let params = ContextParams { n_ctx: 0, ..llama_context_default_params() };
+    let c = unsafe { llama_init_from_model(m, params) };
+    assert!(!c.is_null(), "the context is made");
+    c
+}
+
+/// Decodes `tokens` (logits of the last) with `llama_batch_get_one`.
+pub fn decode(c: *mut LlamaContext, tokens: &[Token]) -> i32 {
+    let mut t = tokens.to_vec();
+    unsafe { llama::context::llama_decode(c, llama::context::llama_batch_get_one(t.as_mut_ptr(), t.len() as i32)) }
+}
+
+static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static INSTALL: Once = Once::new();
+
+type Hook = fn(&str);
+static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
+
+unsafe extern "C" fn keep(_level: i32, text: *const c_char, _user: *mut c_void) {
+    let line = CStr::from_ptr(text).to_string_lossy().into_owned();
+    let hook = *HOOK.lock().unwrap();
+    if let Some(h) = hook {
+        h(&line);
+    }
+    LINES.lock().unwrap().push(line);
+}
+
+/// Sends the library's log lines to this test process's list (once per process).
+pub fn capture_log() {
+    INSTALL.call_once(|| llama::model::llama_log_set(Some(keep), std::ptr::null_mut()));
+}
+
+/// Whether a line logged so far contains every one of `parts`.
+pub fn logged(parts: &[&str]) -> bool {
+    LINES.lock().unwrap().iter().any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
+/// A function every log line is passed to, on the thread that logs it (None: none).
+pub fn set_log_hook(hook: Option<Hook>) {
+    *HOOK.lock().unwrap() = hook;
+}
+
+const CHILD: &str = "LLAMA_TEST_IN_CHILD";
+/// The address-space limit of `in_child` (KiB for `ulimit -v`): 1 GiB.
+pub const LIMIT_KIB: u64 = 1 << 20;
+
+/// Whether this process is the child `in_child` started.
+pub fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Runs the test `name` of this test binary alone in a child process limited to `LIMIT_KIB` of
+/// address space, and asserts that it passed: an allocation the library sizes from an absurd
+/// argument fails there (and aborted the process) instead of succeeding on paper.
+pub fn in_child(name: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {LIMIT_KIB} && exec \"$@\""))
+        .arg("sh")
+        .arg(&exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} under a {LIMIT_KIB} KiB address-space limit: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
