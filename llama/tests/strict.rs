@@ -94,7 +94,7 @@ fn tokenize_has_packlm_s_input_limit() {
     let mut out = vec![0 as Token; 16];
     let n = unsafe { llama_tokenize(m, text.as_ptr().cast(), text.len() as i32, out.as_mut_ptr(), 16, false, false) };
     assert_eq!(n, i32::MIN, "text over the limit");
-    assert!(logged(&["llama_tokenize", &format!("text of {} bytes is over the tokenize limit of {limit} bytes", text.len())]));
+    assert!(logged(&["llama_tokenize", &format!("text of {} bytes is over this model's tokenize limit of {limit} bytes", text.len())]));
     // Text within it tokenizes (a size query, then the fill).
     let short = "ab ab ab";
     let need = unsafe { llama_tokenize(m, short.as_ptr().cast(), short.len() as i32, out.as_mut_ptr(), 0, false, false) };
