@@ -20,6 +20,15 @@ mod dequant;
 
 pub use dequant::dequantize_row;
 
+use crate::backend::host::int8::{self, FastKernels};
+use crate::backend::host::packed::GroupFormat;
+use crate::backend::host::portable;
+use crate::backend::host::row_dot::ExactKernels;
+#[cfg(target_arch = "aarch64")]
+use crate::backend::host::neon_int8;
+#[cfg(target_arch = "x86_64")]
+use crate::backend::host::{avx2, avx2_int8, avx2_k};
+
 /// Element type of a weight tensor: a float type, or a GGML block-quantized format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
@@ -186,9 +195,79 @@ pub struct Format {
     pub has_min: bool,
     /// One row of `dst.len()` elements from exactly `row_bytes(dst.len())` bytes (dequant.rs).
     pub dequantize: fn(&[u8], &mut [f32]),
+    /// The `exact` precision's kernels (f32 activations) on each instruction set.
+    pub exact: ExactKernels,
+    /// The `fast` precision's kernels (8-bit activations) on each instruction set.
+    pub fast: FastKernels,
     /// The GPU backend's loader.
     pub gpu: Kernel<GpuLoader>,
 }
+
+impl Format {
+    /// The row's kernel columns by name, each with None where the type has a kernel of its own
+    /// there (in this build or in one for the column's architecture) and the reason where it has
+    /// none: what tests/quant_table.rs walks to list the gaps.
+    pub fn columns(&self) -> [(&'static str, Option<&'static str>); 10] {
+        let (e, f) = (&self.exact, &self.fast);
+        [
+            ("exact portable", None),
+            ("exact AVX2", e.avx2.absent()),
+            ("exact AVX-512 one row", e.avx512_one_row.absent()),
+            ("exact AVX-512 rows", e.avx512_rows.absent()),
+            ("fast portable", f.portable.absent()),
+            ("fast AVX2", f.avx2.absent()),
+            ("fast AVX-512 VNNI", f.vnni.absent()),
+            ("fast NEON", f.neon.absent()),
+            ("fast groups (packed/)", f.groups.absent()),
+            ("GPU", self.gpu.absent()),
+        ]
+    }
+}
+
+/// `Kernel::Own(f)` in an x86_64 build, `Kernel::OtherArch` in others (where `f` is not
+/// compiled).
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86 {
+    ($f:expr) => {
+        Kernel::Own($f)
+    };
+}
+#[cfg(not(target_arch = "x86_64"))]
+macro_rules! x86 {
+    ($f:expr) => {
+        Kernel::OtherArch
+    };
+}
+
+/// `Kernel::Own(f)` in an aarch64 build, `Kernel::OtherArch` in others (where `f` is not
+/// compiled).
+#[cfg(target_arch = "aarch64")]
+macro_rules! arm {
+    ($f:expr) => {
+        Kernel::Own($f)
+    };
+}
+#[cfg(not(target_arch = "aarch64"))]
+macro_rules! arm {
+    ($f:expr) => {
+        Kernel::OtherArch
+    };
+}
+
+// Why a row has no kernel of its own in a column, where several rows share the reason.
+const FLOAT_FAST: &str = "a float weight has nothing to quantize against: at `fast` its matrices take the `exact` f32 \
+     kernels";
+const GROUPS_ON_VNNI: &str = "on VNNI the group kernels (packed/) take these matrices; the rows they leave (after a \
+     matrix's last group, or while its side table is built) take the AVX2 kernel";
+const NO_GROUPS_FOR_LANE_SUMS: &str = "the group kernels keep one weight row per i32 lane, which the block-sum \
+     arithmetic allows; the lane sums of the super-block formats keep 8 lanes per row";
+const FLOAT_REGISTERS: &str = "the float formats gain nothing from more registers: their AVX2 kernel takes one activation \
+     row at a time, converting being cheap (avx2_k.rs's `float`)";
+const ONE_ROW_BLOCKS32: &str = "the 16-lane one-row form (avx2.rs's `one_row_512`) is for the 32-element formats without a min";
+const ONE_ROW_NO_MIN: &str = "the 16-lane one-row form (avx2.rs's `one_row_512`) has no min chain";
+const Q8_0_ONE_ROW: &str = "measured slower: the AVX2 kernel, which widens its bytes straight from memory, was about a \
+     tenth faster than the 16-lane one-row form (perf, Gemma3's output matrix)";
+const Q4_0_ONE_ROW: &str = "not measured: the 16-lane one-row form was timed on Q5_0 (faster) and Q8_0 (slower) only";
 
 /// One row per type, in the order of [`WeightType`]'s variants.
 pub static FORMATS: [Format; ROWS.len()] = ROWS;
@@ -205,6 +284,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 4,
         has_min: false,
         dequantize: dequant::row_f32,
+        exact: ExactKernels {
+            portable: portable::f32,
+            avx2: x86!(avx2_k::f32),
+            avx512_one_row: Kernel::Absent(FLOAT_REGISTERS),
+            avx512_rows: Kernel::Absent(FLOAT_REGISTERS),
+        },
+        fast: FastKernels {
+            portable: Kernel::Absent(FLOAT_FAST),
+            avx2: Kernel::Absent(FLOAT_FAST),
+            vnni: Kernel::Absent(FLOAT_FAST),
+            neon: Kernel::Absent(FLOAT_FAST),
+            groups: Kernel::Absent(FLOAT_FAST),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_f32", moved_scale: None }),
     },
     Format {
@@ -216,6 +308,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 2,
         has_min: false,
         dequantize: dequant::row_f16,
+        exact: ExactKernels {
+            portable: portable::f16,
+            avx2: x86!(avx2_k::f16),
+            avx512_one_row: Kernel::Absent(FLOAT_REGISTERS),
+            avx512_rows: Kernel::Absent(FLOAT_REGISTERS),
+        },
+        fast: FastKernels {
+            portable: Kernel::Absent(FLOAT_FAST),
+            avx2: Kernel::Absent(FLOAT_FAST),
+            vnni: Kernel::Absent(FLOAT_FAST),
+            neon: Kernel::Absent(FLOAT_FAST),
+            groups: Kernel::Absent(FLOAT_FAST),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_f16", moved_scale: None }),
     },
     Format {
@@ -227,6 +332,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 2,
         has_min: false,
         dequantize: dequant::row_bf16,
+        exact: ExactKernels {
+            portable: portable::bf16,
+            avx2: x86!(avx2_k::bf16),
+            avx512_one_row: Kernel::Absent(FLOAT_REGISTERS),
+            avx512_rows: Kernel::Absent(FLOAT_REGISTERS),
+        },
+        fast: FastKernels {
+            portable: Kernel::Absent(FLOAT_FAST),
+            avx2: Kernel::Absent(FLOAT_FAST),
+            vnni: Kernel::Absent(FLOAT_FAST),
+            neon: Kernel::Absent(FLOAT_FAST),
+            groups: Kernel::Absent(FLOAT_FAST),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_bf16", moved_scale: None }),
     },
     Format {
@@ -239,6 +357,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 2 + QK,
         has_min: false,
         dequantize: dequant::row_q8_0,
+        exact: ExactKernels {
+            portable: portable::q8_0,
+            avx2: x86!(avx2::q8_0),
+            avx512_one_row: Kernel::Absent(Q8_0_ONE_ROW),
+            avx512_rows: x86!(avx2::q8_0_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q8_0),
+            avx2: x86!(avx2_int8::q8_0_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
+            neon: arm!(neon_int8::q8_0_neon),
+            groups: Kernel::Own(GroupFormat::Q8_0),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q8_0", moved_scale: Some(0) }),
     },
     Format {
@@ -251,6 +382,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 2 + QK / 2,
         has_min: false,
         dequantize: dequant::row_q4_0,
+        exact: ExactKernels {
+            portable: portable::q4_0,
+            avx2: x86!(avx2::q4_0),
+            avx512_one_row: Kernel::Absent(Q4_0_ONE_ROW),
+            avx512_rows: x86!(avx2::q4_0_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q4_0),
+            avx2: x86!(avx2_int8::q4_0_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
+            neon: arm!(neon_int8::q4_0_neon),
+            groups: Kernel::Own(GroupFormat::Q4_0),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q4_0", moved_scale: Some(0) }),
     },
     Format {
@@ -263,6 +407,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 4 + QK / 2,
         has_min: true,
         dequantize: dequant::row_q4_1,
+        exact: ExactKernels {
+            portable: portable::q4_1,
+            avx2: x86!(avx2::q4_1),
+            avx512_one_row: Kernel::Absent(ONE_ROW_NO_MIN),
+            avx512_rows: x86!(avx2::q4_1_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q4_1),
+            avx2: x86!(avx2_int8::q4_1_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
+            neon: arm!(neon_int8::q4_1_neon),
+            groups: Kernel::Own(GroupFormat::Q4_1),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q4_1", moved_scale: None }),
     },
     Format {
@@ -275,6 +432,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 2 + 4 + QK / 2,
         has_min: false,
         dequantize: dequant::row_q5_0,
+        exact: ExactKernels {
+            portable: portable::q5_0,
+            avx2: x86!(avx2::q5_0),
+            avx512_one_row: x86!(avx2::q5_0_one512),
+            avx512_rows: x86!(avx2::q5_0_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q5_0),
+            avx2: x86!(avx2_int8::q5_0_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
+            neon: arm!(neon_int8::q5_0_neon),
+            groups: Kernel::Own(GroupFormat::Q5_0),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q5_0", moved_scale: Some(0) }),
     },
     Format {
@@ -287,6 +457,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 4 + 4 + QK / 2,
         has_min: true,
         dequantize: dequant::row_q5_1,
+        exact: ExactKernels {
+            portable: portable::q5_1,
+            avx2: x86!(avx2::q5_1),
+            avx512_one_row: Kernel::Absent(ONE_ROW_NO_MIN),
+            avx512_rows: x86!(avx2::q5_1_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q5_1),
+            avx2: x86!(avx2_int8::q5_1_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
+            neon: arm!(neon_int8::q5_1_neon),
+            groups: Kernel::Own(GroupFormat::Q5_1),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q5_1", moved_scale: None }),
     },
     Format {
@@ -299,6 +482,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 4 + 12 + QK_K / 2,
         has_min: true,
         dequantize: dequant::row_q4_k,
+        exact: ExactKernels {
+            portable: portable::q4_k,
+            avx2: x86!(avx2_k::q4_k),
+            avx512_one_row: Kernel::Absent(ONE_ROW_BLOCKS32),
+            avx512_rows: x86!(avx2_k::q4_k_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q4_k),
+            avx2: x86!(avx2_int8::q4_k_maddubs),
+            vnni: x86!(avx2_int8::q4_k_vnni),
+            neon: arm!(neon_int8::q4_k_neon),
+            groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q4_k", moved_scale: None }),
     },
     Format {
@@ -311,6 +507,19 @@ const ROWS: [Format; 11] = [
         block_bytes: 4 + 12 + QK_K / 8 + QK_K / 2,
         has_min: true,
         dequantize: dequant::row_q5_k,
+        exact: ExactKernels {
+            portable: portable::q5_k,
+            avx2: x86!(avx2_k::q5_k),
+            avx512_one_row: Kernel::Absent(ONE_ROW_BLOCKS32),
+            avx512_rows: x86!(avx2_k::q5_k_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q5_k),
+            avx2: x86!(avx2_int8::q5_k_maddubs),
+            vnni: x86!(avx2_int8::q5_k_vnni),
+            neon: arm!(neon_int8::q5_k_neon),
+            groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q5_k", moved_scale: None }),
     },
     Format {
@@ -324,6 +533,19 @@ const ROWS: [Format; 11] = [
         has_min: false,
         dequantize: dequant::row_q6_k,
         // d is the block's last 2 bytes.
+        exact: ExactKernels {
+            portable: portable::q6_k,
+            avx2: x86!(avx2_k::q6_k),
+            avx512_one_row: Kernel::Absent(ONE_ROW_BLOCKS32),
+            avx512_rows: x86!(avx2_k::q6_k_wide),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_q6_k),
+            avx2: x86!(avx2_int8::q6_k_maddubs),
+            vnni: x86!(avx2_int8::q6_k_vnni),
+            neon: arm!(neon_int8::q6_k_neon),
+            groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
+        },
         gpu: Kernel::Own(GpuLoader { loader: "load_q6_k", moved_scale: Some(QK_K / 2 + QK_K / 4 + QK_K / 16) }),
     },
 ];
