@@ -13,7 +13,7 @@
 //!
 //! # Weights
 //!
-//! Every format is read as 32-element blocks ([`decode`]): 32 signed integers (after the
+//! Every format is read as 32-element blocks ([`Block32`], by its [`Decoder`]): 32 signed integers (after the
 //! format's offset), the weight scale of each 16-element half (equal for all formats but Q6_K,
 //! whose scales cover 16 elements), and a min coefficient (Q4_1's and Q5_1's `m`, Q4_K's and
 //! Q5_K's `-dmin * m`; 0 for the rest). A K-quant super-block is eight such blocks, each with its own scale.
@@ -254,15 +254,6 @@ pub fn has_min(ty: WeightType) -> bool {
 
 /// A format's portable decoding: block `b` (of 32 elements) of a weight row.
 pub type Decoder = fn(&[u8], usize) -> Block32;
-
-/// Block `b` (of 32 elements) of the weight row `row` of type `ty` (a block format), by the
-/// decoder of its row (quant/).
-pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
-    match ty.format().fast.portable {
-        Kernel::Own(decode) => decode(row, b),
-        Kernel::OtherArch | Kernel::Absent(_) => unreachable!("{ty} has no integer kernels: it takes the f32 ones"),
-    }
-}
 
 fn one(d: f32) -> [f32; 2] {
     [d, d]
