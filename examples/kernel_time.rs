@@ -69,13 +69,13 @@ fn main() {
         }
         println!("{line}");
         #[cfg(target_arch = "x86_64")]
-        if matches!(isa, Int8Isa::Avx512Vnni | Int8Isa::Avx2) && packlm::backend::host::int8::sums_per_block(ty) {
+        if matches!(isa, Int8Isa::Avx512Vnni | Int8Isa::Avx2) && packlm::backend::host::packed::takes(ty) {
             // The same matrix through the group kernels, as the host backend runs it on this
             // CPU: over the stored rows (from the open on), then over the interleaved copy.
             let tensor = WeightTensor::new(String::new(), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(w))).expect("whole rows");
             let lanes = if isa == Int8Isa::Avx2 { 8 } else { 16 };
             let arena = Arena::new();
-            let p = Packed::new(&tensor, lanes).expect("a block-sum format");
+            let p = Packed::new(&tensor, lanes).expect("a format the group kernels take");
             assert!(p.side_table(&arena, &|n, task| (0..n).for_each(task), true), "the side table's memory");
             for order in ["stored", "interleaved"] {
                 if order == "interleaved" {

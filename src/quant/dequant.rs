@@ -26,19 +26,7 @@ pub fn dequantize_row(ty: WeightType, src: &[u8], dst: &mut [f32]) {
         src.len(),
         dst.len()
     );
-    match ty {
-        WeightType::F32 => row_f32(src, dst),
-        WeightType::F16 => row_f16(src, dst),
-        WeightType::BF16 => row_bf16(src, dst),
-        WeightType::Q8_0 => row_q8_0(src, dst),
-        WeightType::Q4_0 => row_q4_0(src, dst),
-        WeightType::Q4_1 => row_q4_1(src, dst),
-        WeightType::Q5_0 => row_q5_0(src, dst),
-        WeightType::Q5_1 => row_q5_1(src, dst),
-        WeightType::Q4_K => row_q4_k(src, dst),
-        WeightType::Q5_K => row_q5_k(src, dst),
-        WeightType::Q6_K => row_q6_k(src, dst),
-    }
+    (ty.format().dequantize)(src, dst)
 }
 
 #[inline(always)]
@@ -46,19 +34,19 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
-fn row_f32(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_f32(src: &[u8], dst: &mut [f32]) {
     for (s, d) in src.chunks_exact(4).zip(dst.iter_mut()) {
         *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
     }
 }
 
-fn row_f16(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_f16(src: &[u8], dst: &mut [f32]) {
     for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
         *d = f16::from_bits(u16::from_le_bytes([s[0], s[1]])).to_f32();
     }
 }
 
-fn row_bf16(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_bf16(src: &[u8], dst: &mut [f32]) {
     // bf16 is the top half of an f32 (ggml-impl.h ggml_compute_bf16_to_fp32: bits << 16).
     for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
         *d = bf16::from_bits(u16::from_le_bytes([s[0], s[1]])).to_f32();
@@ -66,7 +54,7 @@ fn row_bf16(src: &[u8], dst: &mut [f32]) {
 }
 
 /// block_q8_0 { f16 d; i8 qs[32]; }: y = qs * d.
-fn row_q8_0(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q8_0(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 2 + QK;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let d = f16_at(b, 0);
@@ -79,7 +67,7 @@ fn row_q8_0(src: &[u8], dst: &mut [f32]) {
 
 /// block_q4_0 { f16 d; u8 qs[16]; }: element j is the low nibble of qs[j], element j + 16 the
 /// high nibble; y = (nibble - 8) * d.
-fn row_q4_0(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q4_0(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 2 + QK / 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let d = f16_at(b, 0);
@@ -94,7 +82,7 @@ fn row_q4_0(src: &[u8], dst: &mut [f32]) {
 }
 
 /// block_q4_1 { f16 d; f16 m; u8 qs[16]; }: y = nibble * d + m (same nibble order as q4_0).
-fn row_q4_1(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q4_1(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 4 + QK / 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let d = f16_at(b, 0);
@@ -121,7 +109,7 @@ fn fives(qh: u32, qs: &[u8], j: usize) -> (u32, u32) {
 
 /// block_q5_0 { f16 d; u8 qh[4]; u8 qs[16]; }: bit j of the little-endian u32 qh is the fifth
 /// bit of element j; y = (5-bit value - 16) * d.
-fn row_q5_0(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q5_0(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 2 + 4 + QK / 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let d = f16_at(b, 0);
@@ -137,7 +125,7 @@ fn row_q5_0(src: &[u8], dst: &mut [f32]) {
 
 /// block_q5_1 { f16 d; f16 m; u8 qh[4]; u8 qs[16]; }: the 5-bit values of q5_0 without its
 /// offset; y = value * d + m (ggml `dequantize_row_q5_1`).
-fn row_q5_1(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q5_1(src: &[u8], dst: &mut [f32]) {
     const BB: usize = 4 + 4 + QK / 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));
@@ -165,14 +153,14 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// block_q4_K { f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; }: eight sub-blocks of 32; each
 /// 64-element group takes the low nibbles of 32 bytes, then their high nibbles;
 /// y = (d * sc) * nibble - (dmin * m).
-fn row_q4_k(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q4_k(src: &[u8], dst: &mut [f32]) {
     row_k4::<{ 4 + 12 + QK_K / 2 }, 16, false>(src, dst)
 }
 
 /// block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }: Q4_K's layout with a
 /// fifth bit per element: in 64-element group g, element l (< 32) takes bit 2g of qh[l] and
 /// element 32 + l bit 2g + 1; y = (d * sc) * value - (dmin * m) (ggml `dequantize_row_q5_K`).
-fn row_q5_k(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q5_k(src: &[u8], dst: &mut [f32]) {
     row_k4::<{ 4 + 12 + QK_K / 8 + QK_K / 2 }, 48, true>(src, dst)
 }
 
@@ -203,7 +191,7 @@ fn row_k4<const BB: usize, const QS: usize, const HIGH: bool>(src: &[u8], dst: &
 /// block_q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }: two halves of 128 elements;
 /// in each, element l + 32k (k = 0..4) takes 4 low bits from ql and 2 high bits from qh;
 /// y = (d * scale) * (6-bit value - 32), one scale per 16 elements.
-fn row_q6_k(src: &[u8], dst: &mut [f32]) {
+pub(super) fn row_q6_k(src: &[u8], dst: &mut [f32]) {
     const BB: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
     for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK_K)) {
         let d = f16_at(b, BB - 2);

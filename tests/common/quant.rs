@@ -8,7 +8,7 @@ use packlm::quant::WeightType;
 
 use super::Rng;
 
-pub const ALL: [WeightType; 11] = WeightType::ALL;
+pub const ALL: [WeightType; WeightType::ALL.len()] = WeightType::ALL;
 
 pub fn put_f16(b: &mut [u8], at: usize, v: f32) {
     b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());

@@ -84,19 +84,9 @@ const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 fn source(kernel: Kernel, ty: Option<WeightType>) -> String {
     match (kernel, ty) {
         (Kernel::Matmul | Kernel::Embed, Some(ty)) => {
-            let (load, unit) = match ty {
-                WeightType::F32 => ("load_f32", 1),
-                WeightType::F16 => ("load_f16", 1),
-                WeightType::BF16 => ("load_bf16", 1),
-                WeightType::Q8_0 => ("load_q8_0", 32),
-                WeightType::Q4_0 => ("load_q4_0", 32),
-                WeightType::Q4_1 => ("load_q4_1", 32),
-                WeightType::Q5_0 => ("load_q5_0", 32),
-                WeightType::Q5_1 => ("load_q5_1", 32),
-                WeightType::Q4_K => ("load_q4_k", 32),
-                WeightType::Q5_K => ("load_q5_k", 32),
-                WeightType::Q6_K => ("load_q6_k", 32),
-            };
+            // `upload` (weights.rs) refuses a type without a loader, so none reaches here.
+            let load = ty.format().gpu.get().map_or("", |g| g.loader);
+            let unit = if ty.is_quantized() { 32 } else { 1 };
             // Only the type's own loader is kept: the others would index a unit array of
             // another size.
             let loader = FORMATS

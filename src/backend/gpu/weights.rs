@@ -2,16 +2,17 @@
 //! alignment needs, and split by rows across buffers that each fit one binding.
 //!
 //! A block whose size is a whole number of words (Q4_1: 20 bytes, Q5_1: 24, Q4_K: 144, Q5_K:
-//! 176, F32) is copied as it is. Q8_0 (34 bytes), Q4_0 (18), Q5_0 (22) and Q6_K (210) carry one 2-byte f16 scale that
-//! breaks the alignment: it is moved out of the block into a run of halves after the chunk's
-//! blocks, so the chunk holds exactly the file's bytes plus at most 6 bytes of padding. F16 and
-//! BF16 rows are copied as they are, padded at the chunk's end. The shaders dequantize
+//! 176, F32) is copied as it is. Q8_0 (34 bytes), Q4_0 (18), Q5_0 (22) and Q6_K (210) carry one
+//! 2-byte f16 scale that breaks the alignment: it is moved out of the block into a run of halves
+//! after the chunk's blocks (where it sits in the block is the type's row in quant/,
+//! `GpuLoader::moved_scale`), so the chunk holds exactly the file's bytes plus at most 6 bytes of
+//! padding. F16 and BF16 rows are copied as they are, padded at the chunk's end. The shaders dequantize
 //! (shaders/formats.wgsl); there is never an f32 copy of a quantized weight on the device.
 
 use crate::backend::gpu::device::Gpu;
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
-use crate::quant::WeightType;
+use crate::quant::{Kernel, WeightType};
 
 /// A matrix on the device: `rows x cols` in type `ty`, in chunks of whole rows.
 pub struct GpuWeight {
@@ -32,16 +33,6 @@ pub struct Chunk {
     pub scale_word: u32,
 }
 
-/// Offset in the block of the 2-byte scale moved out of it, for the types whose blocks are
-/// not a whole number of words.
-fn moved_scale(ty: WeightType) -> Option<usize> {
-    match ty {
-        WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 => Some(0),
-        WeightType::Q6_K => Some(ty.block_bytes() - 2),
-        _ => None,
-    }
-}
-
 /// Units (32 elements for block formats, 1 for float types) per row, as the shaders count them.
 pub fn units_per_row(ty: WeightType, cols: usize) -> usize {
     if ty.is_quantized() {
@@ -54,6 +45,13 @@ pub fn units_per_row(ty: WeightType, cols: usize) -> usize {
 /// Uploads `w`, split so that no chunk exceeds `max_binding` bytes.
 pub fn upload(gpu: &Gpu, w: &WeightTensor, max_binding: u64) -> Result<GpuWeight> {
     let (rows, cols, ty) = (w.rows(), w.cols(), w.ty);
+    let layout = match ty.format().gpu {
+        Kernel::Own(layout) => layout,
+        Kernel::OtherArch | Kernel::Absent(_) => {
+            let why = ty.format().gpu.absent().unwrap_or("no loader in this build");
+            return Err(Error::new(Status::ErrUnsupported, format!("tensor {}: the GPU backend cannot read {ty} weights: {why}", w.name)));
+        }
+    };
     let row_bytes = w.row_bytes();
     // Room for the padding of the scale run and of the chunk's end.
     let per_chunk = (max_binding.saturating_sub(8) / row_bytes.max(1) as u64) as usize;
@@ -70,7 +68,7 @@ pub fn upload(gpu: &Gpu, w: &WeightTensor, max_binding: u64) -> Result<GpuWeight
     while row0 < rows {
         let n = per_chunk.min(rows - row0);
         let src = &bytes[row0 * row_bytes..(row0 + n) * row_bytes];
-        let (data, scale_word) = match moved_scale(ty) {
+        let (data, scale_word) = match layout.moved_scale {
             None => (src.to_vec(), 0),
             Some(at) => {
                 let bb = ty.block_bytes();

@@ -13,7 +13,7 @@
 //!
 //! # Weights
 //!
-//! Every format is read as 32-element blocks ([`decode`]): 32 signed integers (after the
+//! Every format is read as 32-element blocks ([`Block32`], by its [`Decoder`]): 32 signed integers (after the
 //! format's offset), the weight scale of each 16-element half (equal for all formats but Q6_K,
 //! whose scales cover 16 elements), and a min coefficient (Q4_1's and Q5_1's `m`, Q4_K's and
 //! Q5_K's `-dmin * m`; 0 for the rest). A K-quant super-block is eight such blocks, each with its own scale.
@@ -57,7 +57,9 @@
 //! activations; tests/fast_precision.rs the whole `fast` model against `exact`; and
 //! scripts/perplexity_compare.py its perplexity against llama.cpp's on the same ids.
 
-use crate::quant::{WeightType, QK, QK_K};
+use crate::quant::{Kernel, Layout, WeightType, QK, QK_K};
+
+use super::packed::GroupFormat;
 
 use super::row_dot::{f16_at, reduce8, scale_min_k4, Isa, Lanes};
 
@@ -240,102 +242,123 @@ pub struct Block32 {
 }
 
 /// Whether the format takes the block-sum arithmetic (see the module notes): the formats of
-/// 32-element blocks with one scale each.
+/// 32-element blocks with one scale each (`Layout::Blocks32` in their rows, quant/).
 pub fn sums_per_block(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q4_1 | WeightType::Q5_1)
+    ty.format().layout == Layout::Blocks32
 }
 
 /// Whether the format has a min term (reads the activations' `s`).
 pub fn has_min(ty: WeightType) -> bool {
-    matches!(ty, WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K)
+    ty.format().has_min
 }
 
-/// Block `b` (of 32 elements) of the weight row `row` of type `ty` (a block format).
-pub fn decode(ty: WeightType, row: &[u8], b: usize) -> Block32 {
+/// A format's portable decoding: block `b` (of 32 elements) of a weight row.
+pub type Decoder = fn(&[u8], usize) -> Block32;
+
+fn one(d: f32) -> [f32; 2] {
+    [d, d]
+}
+
+pub(crate) fn decode_q8_0(row: &[u8], b: usize) -> Block32 {
     let mut q = [0i8; QK];
-    let one = |d: f32| [d, d];
-    match ty {
-        WeightType::Q8_0 => {
-            let blk = &row[b * 34..(b + 1) * 34];
-            for (q, &v) in q.iter_mut().zip(&blk[2..]) {
-                *q = v as i8;
-            }
-            Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
-        }
-        WeightType::Q4_0 | WeightType::Q4_1 => {
-            let (bb, off, at) = if ty == WeightType::Q4_0 { (18, 8, 2) } else { (20, 0, 4) };
-            let blk = &row[b * bb..(b + 1) * bb];
-            for j in 0..QK / 2 {
-                q[j] = ((blk[at + j] & 0x0F) as i8) - off;
-                q[j + QK / 2] = ((blk[at + j] >> 4) as i8) - off;
-            }
-            let min = if ty == WeightType::Q4_1 { f16_at(blk, 2) } else { 0.0 };
-            Block32 { q, scale: one(f16_at(blk, 0)), min }
-        }
-        WeightType::Q5_0 | WeightType::Q5_1 => {
-            // qh (4 bytes) just before the 16 nibble bytes; Q5_1 has a min, no offset.
-            let (bb, off, at) = if ty == WeightType::Q5_0 { (22, 16, 2) } else { (24, 0, 4) };
-            let blk = &row[b * bb..(b + 1) * bb];
-            let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
-            for j in 0..QK / 2 {
-                let lo = (blk[at + 4 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
-                let hi = (blk[at + 4 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
-                q[j] = lo as i8 - off;
-                q[j + QK / 2] = hi as i8 - off;
-            }
-            let min = if ty == WeightType::Q5_1 { f16_at(blk, 2) } else { 0.0 };
-            Block32 { q, scale: one(f16_at(blk, 0)), min }
-        }
-        WeightType::Q5_K => {
-            // Q4_K's sub-block k, with bit k of qh byte l as element l's fifth bit.
-            const BB: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
-            let (sb, k) = (b / 8, b % 8);
-            let blk = &row[sb * BB..(sb + 1) * BB];
-            let (sc, m) = scale_min_k4(k, &blk[4..16]);
-            let qh = &blk[16..48];
-            let qs = &blk[48 + (k / 2) * 32..48 + (k / 2) * 32 + 32];
-            for (l, (q, &v)) in q.iter_mut().zip(qs).enumerate() {
-                let lo = if k % 2 == 0 { v & 0x0F } else { v >> 4 };
-                *q = (lo | ((qh[l] >> k) & 1) << 4) as i8;
-            }
-            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
-            Block32 { q, scale: one(d * sc as f32), min: -(dmin * m as f32) }
-        }
-        WeightType::Q4_K => {
-            // Sub-block k of the super-block: 64-element group k / 2, low nibbles for even k.
-            const BB: usize = 4 + 12 + QK_K / 2;
-            let (sb, k) = (b / 8, b % 8);
-            let blk = &row[sb * BB..(sb + 1) * BB];
-            let (sc, m) = scale_min_k4(k, &blk[4..16]);
-            let qs = &blk[16 + (k / 2) * 32..16 + (k / 2) * 32 + 32];
-            for (q, &v) in q.iter_mut().zip(qs) {
-                *q = (if k % 2 == 0 { v & 0x0F } else { v >> 4 }) as i8;
-            }
-            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
-            Block32 { q, scale: one(d * sc as f32), min: -(dmin * m as f32) }
-        }
-        WeightType::Q6_K => {
-            // 32-element block k = 4n + part of the super-block: half n, ql bytes 32 (part % 2)
-            // on, the low nibble for part < 2, qh bits 2 part; scales n*8 + 2 part (+1).
-            const BB: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
-            let (sb, k) = (b / 8, b % 8);
-            let blk = &row[sb * BB..(sb + 1) * BB];
-            let (n, part) = (k / 4, k % 4);
-            let ql = &blk[n * 64 + (part % 2) * 32..n * 64 + (part % 2) * 32 + 32];
-            let qh = &blk[QK_K / 2 + n * 32..QK_K / 2 + n * 32 + 32];
-            for (l, q) in q.iter_mut().enumerate() {
-                let lo = if part < 2 { ql[l] & 0x0F } else { ql[l] >> 4 };
-                let hi = (qh[l] >> (2 * part)) & 3;
-                *q = (lo | hi << 4) as i8 - 32;
-            }
-            let d = f16_at(blk, BB - 2);
-            let sc = &blk[QK_K / 2 + QK_K / 4 + n * 8 + part * 2..];
-            Block32 { q, scale: [d * (sc[0] as i8) as f32, d * (sc[1] as i8) as f32], min: 0.0 }
-        }
-        WeightType::F32 | WeightType::F16 | WeightType::BF16 => {
-            unreachable!("float weights take the f32 kernels")
-        }
+    let blk = &row[b * 34..(b + 1) * 34];
+    for (q, &v) in q.iter_mut().zip(&blk[2..]) {
+        *q = v as i8;
     }
+    Block32 { q, scale: one(f16_at(blk, 0)), min: 0.0 }
+}
+
+/// Q4_0 and Q4_1: blocks of BB bytes, the nibbles from AT, less OFF; with MIN the f16 at 2.
+#[inline(always)]
+fn nibbles<const BB: usize, const AT: usize, const OFF: i8, const MIN: bool>(row: &[u8], b: usize) -> Block32 {
+    let mut q = [0i8; QK];
+    let blk = &row[b * BB..(b + 1) * BB];
+    for j in 0..QK / 2 {
+        q[j] = ((blk[AT + j] & 0x0F) as i8) - OFF;
+        q[j + QK / 2] = ((blk[AT + j] >> 4) as i8) - OFF;
+    }
+    let min = if MIN { f16_at(blk, 2) } else { 0.0 };
+    Block32 { q, scale: one(f16_at(blk, 0)), min }
+}
+
+pub(crate) fn decode_q4_0(row: &[u8], b: usize) -> Block32 {
+    nibbles::<18, 2, 8, false>(row, b)
+}
+
+pub(crate) fn decode_q4_1(row: &[u8], b: usize) -> Block32 {
+    nibbles::<20, 4, 0, true>(row, b)
+}
+
+/// Q5_0 and Q5_1: blocks of BB bytes, qh (4 bytes) at AT just before the 16 nibble bytes, less
+/// OFF; with MIN the f16 at 2 (Q5_1 has a min, no offset).
+#[inline(always)]
+fn fives<const BB: usize, const AT: usize, const OFF: i8, const MIN: bool>(row: &[u8], b: usize) -> Block32 {
+    let mut q = [0i8; QK];
+    let blk = &row[b * BB..(b + 1) * BB];
+    let qh = u32::from_le_bytes([blk[AT], blk[AT + 1], blk[AT + 2], blk[AT + 3]]);
+    for j in 0..QK / 2 {
+        let lo = (blk[AT + 4 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+        let hi = (blk[AT + 4 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+        q[j] = lo as i8 - OFF;
+        q[j + QK / 2] = hi as i8 - OFF;
+    }
+    let min = if MIN { f16_at(blk, 2) } else { 0.0 };
+    Block32 { q, scale: one(f16_at(blk, 0)), min }
+}
+
+pub(crate) fn decode_q5_0(row: &[u8], b: usize) -> Block32 {
+    fives::<22, 2, 16, false>(row, b)
+}
+
+pub(crate) fn decode_q5_1(row: &[u8], b: usize) -> Block32 {
+    fives::<24, 4, 0, true>(row, b)
+}
+
+/// Sub-block k of a Q4_K or Q5_K super-block (BB bytes, nibbles from QS): 64-element group
+/// k / 2, low nibbles for even k; with HIGH (Q5_K), bit k of qh byte l as element l's fifth bit.
+#[inline(always)]
+fn k4<const BB: usize, const QS: usize, const HIGH: bool>(row: &[u8], b: usize) -> Block32 {
+    let mut q = [0i8; QK];
+    let (sb, k) = (b / 8, b % 8);
+    let blk = &row[sb * BB..(sb + 1) * BB];
+    let (sc, m) = scale_min_k4(k, &blk[4..16]);
+    let qh = &blk[16..QS];
+    let qs = &blk[QS + (k / 2) * 32..QS + (k / 2) * 32 + 32];
+    for (l, (q, &v)) in q.iter_mut().zip(qs).enumerate() {
+        let lo = if k % 2 == 0 { v & 0x0F } else { v >> 4 };
+        let high = if HIGH { ((qh[l] >> k) & 1) << 4 } else { 0 };
+        *q = (lo | high) as i8;
+    }
+    let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    Block32 { q, scale: one(d * sc as f32), min: -(dmin * m as f32) }
+}
+
+pub(crate) fn decode_q4_k(row: &[u8], b: usize) -> Block32 {
+    k4::<{ 4 + 12 + QK_K / 2 }, 16, false>(row, b)
+}
+
+pub(crate) fn decode_q5_k(row: &[u8], b: usize) -> Block32 {
+    k4::<{ 4 + 12 + QK_K / 8 + QK_K / 2 }, 48, true>(row, b)
+}
+
+/// 32-element block k = 4n + part of the super-block: half n, ql bytes 32 (part % 2) on, the
+/// low nibble for part < 2, qh bits 2 part; scales n*8 + 2 part (+1).
+pub(crate) fn decode_q6_k(row: &[u8], b: usize) -> Block32 {
+    const BB: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+    let mut q = [0i8; QK];
+    let (sb, k) = (b / 8, b % 8);
+    let blk = &row[sb * BB..(sb + 1) * BB];
+    let (n, part) = (k / 4, k % 4);
+    let ql = &blk[n * 64 + (part % 2) * 32..n * 64 + (part % 2) * 32 + 32];
+    let qh = &blk[QK_K / 2 + n * 32..QK_K / 2 + n * 32 + 32];
+    for (l, q) in q.iter_mut().enumerate() {
+        let lo = if part < 2 { ql[l] & 0x0F } else { ql[l] >> 4 };
+        let hi = (qh[l] >> (2 * part)) & 3;
+        *q = (lo | hi << 4) as i8 - 32;
+    }
+    let d = f16_at(blk, BB - 2);
+    let sc = &blk[QK_K / 2 + QK_K / 4 + n * 8 + part * 2..];
+    Block32 { q, scale: [d * (sc[0] as i8) as f32, d * (sc[1] as i8) as f32], min: 0.0 }
 }
 
 /// Lane l of a block: the exact sum of `w[i] * x[i]` for i in 4l..4l+4.
@@ -354,10 +377,11 @@ pub fn lane_sums(w: &[i8; QK], x: &[i8]) -> [i32; 8] {
 /// activation row (`xq`, `xd`, `xs` as `Q8Rows::row` gives them).
 pub fn dot_row(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
     let with_min = has_min(ty);
+    let Some(decode) = ty.format().fast.portable.get() else { unreachable!("{ty} has no integer kernels: it takes the f32 ones") };
     if sums_per_block(ty) {
         let mut acc = 0.0f32;
         for (b, &dx) in xd.iter().enumerate() {
-            let blk = decode(ty, w, b);
+            let blk = decode(w, b);
             let s: i32 = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]).iter().sum();
             acc = (s as f32).mul_add(blk.scale[0] * dx, acc);
             if with_min {
@@ -369,7 +393,7 @@ pub fn dot_row(ty: WeightType, w: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f
     let mut acc: [Lanes; 2] = [[0.0; 8]; 2];
     let mut mins = 0.0f32;
     for (b, (&dx, &sx)) in xd.iter().zip(xs).enumerate() {
-        let blk = decode(ty, w, b);
+        let blk = decode(w, b);
         let p = lane_sums(&blk.q, &xq[b * QK..(b + 1) * QK]);
         let c = [blk.scale[0] * dx, blk.scale[1] * dx];
         for l in 0..8 {
@@ -469,6 +493,26 @@ impl Int8Isa {
     }
 }
 
+/// A weight type's `fast` kernels, one column per instruction set: filled by the type's row
+/// (quant/), read by `Int8Kernel::new` and packed/. Every column gives the same bits (see the
+/// module notes), so a column's stand-in changes only the speed.
+#[derive(Clone, Copy)]
+pub struct FastKernels {
+    /// Plain Rust, on every target: the type's blocks as its decoder reads them, in this file's
+    /// arithmetic. Absent (the float types): the `exact` f32 kernels run at `fast` too.
+    pub portable: Kernel<Decoder>,
+    /// `vpmaddubsw` + `vpmaddwd` (AVX2, FMA, F16C). Absent: the portable kernel.
+    pub avx2: Kernel<unsafe fn(QTile)>,
+    /// `vpdpbusd` (AVX-512 VNNI), reading the activations' `d8` and `c`. Absent: the AVX2
+    /// column.
+    pub vnni: Kernel<unsafe fn(QTile)>,
+    /// aarch64 NEON. Absent: the portable kernel.
+    pub neon: Kernel<unsafe fn(QTile)>,
+    /// The group kernels (packed/: AVX2 and VNNI), over a matrix's rows 8 or 16 at a time.
+    /// Absent: the row kernels above take the whole matrix.
+    pub groups: Kernel<GroupFormat>,
+}
+
 /// A kernel entry point; the x86 and NEON ones need the CPU features `Int8Kernel::new` checks.
 #[derive(Clone, Copy)]
 enum Entry {
@@ -488,47 +532,23 @@ pub struct Int8Kernel {
 }
 
 impl Int8Kernel {
-    /// The kernel for `ty` on `isa`, or None for a float type; an `isa` this CPU cannot run
-    /// gives the portable kernel.
+    /// The kernel for `ty` on `isa`, from the type's row (quant/, [`FastKernels`]); None where
+    /// the row has no portable integer kernel (the float types: the f32 kernels serve, as the
+    /// row says). An `isa` this CPU cannot run gives the portable kernel.
     pub fn new(ty: WeightType, isa: Int8Isa) -> Option<Int8Kernel> {
-        // The block formats; float weights stay on the f32 kernels.
-        if !ty.is_quantized() {
-            return None;
-        }
+        let k = &ty.format().fast;
+        k.portable.get()?;
         #[cfg(target_arch = "x86_64")]
         if isa != Int8Isa::Portable && isa.available() {
-            use super::avx2_int8 as k;
-            let vnni = isa == Int8Isa::Avx512Vnni;
-            let f: unsafe fn(QTile) = match (ty, vnni) {
-                (WeightType::Q8_0, _) => k::q8_0_summed_maddubs,
-                (WeightType::Q4_0, _) => k::q4_0_summed_maddubs,
-                (WeightType::Q4_1, _) => k::q4_1_summed_maddubs,
-                (WeightType::Q5_0, _) => k::q5_0_summed_maddubs,
-                (WeightType::Q5_1, _) => k::q5_1_summed_maddubs,
-                (WeightType::Q4_K, false) => k::q4_k_maddubs,
-                (WeightType::Q4_K, true) => k::q4_k_vnni,
-                (WeightType::Q5_K, false) => k::q5_k_maddubs,
-                (WeightType::Q5_K, true) => k::q5_k_vnni,
-                (WeightType::Q6_K, false) => k::q6_k_maddubs,
-                (WeightType::Q6_K, true) => k::q6_k_vnni,
-                _ => return None,
-            };
-            return Some(Int8Kernel { entry: Entry::X86(f), wide: vnni && !sums_per_block(ty) });
+            if let Some(f) = k.vnni.get().filter(|_| isa == Int8Isa::Avx512Vnni) {
+                return Some(Int8Kernel { entry: Entry::X86(f), wide: true });
+            }
+            if let Some(f) = k.avx2.get() {
+                return Some(Int8Kernel { entry: Entry::X86(f), wide: false });
+            }
         }
         #[cfg(target_arch = "aarch64")]
-        if isa == Int8Isa::Neon && isa.available() {
-            use super::neon_int8 as k;
-            let f: unsafe fn(QTile) = match ty {
-                WeightType::Q8_0 => k::q8_0_neon,
-                WeightType::Q4_0 => k::q4_0_neon,
-                WeightType::Q4_1 => k::q4_1_neon,
-                WeightType::Q5_0 => k::q5_0_neon,
-                WeightType::Q5_1 => k::q5_1_neon,
-                WeightType::Q4_K => k::q4_k_neon,
-                WeightType::Q5_K => k::q5_k_neon,
-                WeightType::Q6_K => k::q6_k_neon,
-                _ => return None,
-            };
+        if let Some(f) = k.neon.get().filter(|_| isa == Int8Isa::Neon && isa.available()) {
             return Some(Int8Kernel { entry: Entry::Neon(f), wide: false });
         }
         let _ = isa;

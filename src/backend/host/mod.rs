@@ -28,16 +28,18 @@ pub mod int8;
 pub mod row_dot;
 mod team;
 
+// The kernels, one function per weight type and instruction set; the types' rows (quant/) name
+// them.
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx2_int8;
+pub(crate) mod avx2_int8;
 #[cfg(target_arch = "x86_64")]
-mod avx2_k;
+pub(crate) mod avx2_k;
 #[cfg(target_arch = "aarch64")]
-mod neon_int8;
+pub(crate) mod neon_int8;
 pub mod packed;
-mod portable;
+pub(crate) mod portable;
 
 use parking_lot::Mutex;
 
@@ -463,7 +465,7 @@ impl Kernels for HostBackend {
     /// packed (packed/), once per tensor.
     fn prepare(&self, w: &WeightTensor) -> Result<Option<Prepared>> {
         let Some(lanes) = self.packs() else { return Ok(None) };
-        if !int8::sums_per_block(w.ty) {
+        if !packed::takes(w.ty) {
             return Ok(None);
         }
         let key = (w.bytes().as_ptr() as usize, w.bytes().len());

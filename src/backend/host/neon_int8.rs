@@ -297,7 +297,7 @@ fn bytes_at<const N: usize>(b: &[u8; N], at: usize) -> [uint8x16_t; 2] {
 
 /// Block k of a Q4_K or Q5_K super-block (BB bytes): 64-element group k / 2 of the nibbles
 /// from QS, low nibbles for even k; with HIGH (Q5_K), bit k of qh byte l (the 32 bytes at 16)
-/// as element l's fifth bit (as int8.rs's `decode`).
+/// as element l's fifth bit (as int8.rs's `k4`).
 #[target_feature(enable = "neon")]
 #[inline]
 fn k4<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize) -> Decoded {
@@ -317,7 +317,7 @@ fn k4<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize
 #[inline]
 fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
     // Block k = 4n + part: half n, ql bytes 32 (part % 2) on, the low nibble for part < 2, qh
-    // bits 2 part; scales n*8 + 2 part (+1) (as int8.rs's `decode`).
+    // bits 2 part; scales n*8 + 2 part (+1) (as int8.rs's `decode_q6_k`).
     let (n, part) = (k / 4, k % 4);
     let ql = bytes_at(b, n * 64 + (part % 2) * 32);
     let qh = bytes_at(b, QK_K / 2 + n * 32);

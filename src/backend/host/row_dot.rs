@@ -52,11 +52,7 @@
 //! gguf-py's quantizations and every matrix of the real models; the errors seen are under 3% of it.
 
 use super::dot::reduce32;
-use crate::quant::{WeightType, QK, QK_K};
-
-use super::portable;
-#[cfg(target_arch = "x86_64")]
-use super::{avx2, avx2_k};
+use crate::quant::{Kernel, WeightType, QK, QK_K};
 
 /// Eight f32 lanes, the width of one AVX2 register.
 pub(super) type Lanes = [f32; 8];
@@ -136,7 +132,7 @@ impl Isa {
 }
 
 /// One kernel call: whole weight rows against whole activation rows.
-pub(super) struct Tile<'a> {
+pub struct Tile<'a> {
     /// (weight rows, row_bytes): the stored bytes of consecutive weight rows.
     pub w: &'a [u8],
     pub row_bytes: usize,
@@ -158,6 +154,23 @@ enum KernelFn {
     Avx2(unsafe fn(Tile)),
 }
 
+/// A weight type's `exact` kernels, one column per instruction set: filled by the type's row
+/// (quant/), read by `RowKernel::new`. aarch64 runs the portable column (no f32 NEON kernels
+/// yet, for any type).
+#[derive(Clone, Copy)]
+pub struct ExactKernels {
+    /// Plain Rust, on every target: every type has one.
+    pub portable: fn(Tile),
+    /// AVX2, FMA and F16C. Absent: the portable kernel.
+    pub avx2: Kernel<unsafe fn(Tile)>,
+    /// AVX-512 F and VL, for one activation row (decode). Absent: the AVX2 column, the same
+    /// bits (AVX-512 lends the kernels registers, not another rounding).
+    pub avx512_one_row: Kernel<unsafe fn(Tile)>,
+    /// AVX-512 F and VL, for several activation rows (prefill): 32 registers let a decoded weight
+    /// row serve more of them. Absent: the AVX2 column, the same bits.
+    pub avx512_rows: Kernel<unsafe fn(Tile)>,
+}
+
 /// The kernel for one weight type on one implementation, chosen once per matmul call.
 #[derive(Clone, Copy)]
 pub struct RowKernel {
@@ -170,15 +183,19 @@ pub struct RowKernel {
 }
 
 impl RowKernel {
-    /// The kernel for `ty` on `isa`; an `isa` this CPU cannot run, and `Neon` (no f32 NEON
-    /// kernels yet), give the portable kernel.
+    /// The kernel for `ty` on `isa`, from the type's row (quant/, [`ExactKernels`]); an `isa`
+    /// this CPU cannot run, and `Neon` (no f32 NEON kernels yet), give the portable kernel.
     pub fn new(ty: WeightType, isa: Isa) -> RowKernel {
+        let k = &ty.format().exact;
+        let portable = KernelFn::Portable(k.portable);
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = k.avx2.get().map_or(portable, KernelFn::Avx2);
         let (f, many) = match (isa.available(), isa) {
             #[cfg(target_arch = "x86_64")]
-            (true, Isa::Avx2) => (avx2_kernel(ty), avx2_kernel(ty)),
+            (true, Isa::Avx2) => (avx2, avx2),
             #[cfg(target_arch = "x86_64")]
-            (true, Isa::Avx512) => (avx512_one_row(ty), avx512_kernel(ty)),
-            _ => (portable_kernel(ty), portable_kernel(ty)),
+            (true, Isa::Avx512) => (k.avx512_one_row.get().map_or(avx2, KernelFn::Avx2), k.avx512_rows.get().map_or(avx2, KernelFn::Avx2)),
+            _ => (portable, portable),
         };
         RowKernel { ty, f, many }
     }
@@ -191,7 +208,7 @@ impl RowKernel {
     /// Whether the kernel reads the activations' [`block_sums`] (the formats with a min: Q4_1,
     /// Q5_1, Q4_K, Q5_K).
     pub fn needs_block_sums(&self) -> bool {
-        matches!(self.ty, WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K)
+        self.ty.format().has_min
     }
 
     /// Dot product of the weight row `w` (`ty.row_bytes(x.len())` bytes) with `x`;
@@ -293,65 +310,4 @@ pub(super) fn finish_float(acc: &[f32; 32], tail: impl Iterator<Item = (f32, f32
         s += x * w;
     }
     s
-}
-
-fn portable_kernel(ty: WeightType) -> KernelFn {
-    KernelFn::Portable(match ty {
-        WeightType::F32 => portable::f32,
-        WeightType::F16 => portable::f16,
-        WeightType::BF16 => portable::bf16,
-        WeightType::Q8_0 => portable::q8_0,
-        WeightType::Q4_0 => portable::q4_0,
-        WeightType::Q4_1 => portable::q4_1,
-        WeightType::Q5_0 => portable::q5_0,
-        WeightType::Q5_1 => portable::q5_1,
-        WeightType::Q4_K => portable::q4_k,
-        WeightType::Q5_K => portable::q5_k,
-        WeightType::Q6_K => portable::q6_k,
-    })
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx2_kernel(ty: WeightType) -> KernelFn {
-    KernelFn::Avx2(match ty {
-        WeightType::F32 => avx2_k::f32,
-        WeightType::F16 => avx2_k::f16,
-        WeightType::BF16 => avx2_k::bf16,
-        WeightType::Q8_0 => avx2::q8_0,
-        WeightType::Q4_0 => avx2::q4_0,
-        WeightType::Q4_1 => avx2::q4_1,
-        WeightType::Q5_0 => avx2::q5_0,
-        WeightType::Q5_1 => avx2::q5_1,
-        WeightType::Q4_K => avx2_k::q4_k,
-        WeightType::Q5_K => avx2_k::q5_k,
-        WeightType::Q6_K => avx2_k::q6_k,
-    })
-}
-
-/// One activation row on AVX-512: Q5_0's 16-lane kernel (the AVX2 kernel's bits, fewer
-/// instructions), else the AVX2 kernel. Q8_0's AVX2 kernel widens its bytes straight from memory
-/// and was about a tenth faster than the 16-lane form (`perf`, Gemma3's output matrix).
-#[cfg(target_arch = "x86_64")]
-fn avx512_one_row(ty: WeightType) -> KernelFn {
-    match ty {
-        WeightType::Q5_0 => KernelFn::Avx2(avx2::q5_0_one512),
-        _ => avx2_kernel(ty),
-    }
-}
-
-/// The wide kernels where a format has one (the formats prefill spends its time on), else the
-/// AVX2 kernel: the float formats gain nothing from more registers.
-#[cfg(target_arch = "x86_64")]
-fn avx512_kernel(ty: WeightType) -> KernelFn {
-    KernelFn::Avx2(match ty {
-        WeightType::Q8_0 => avx2::q8_0_wide,
-        WeightType::Q4_0 => avx2::q4_0_wide,
-        WeightType::Q4_1 => avx2::q4_1_wide,
-        WeightType::Q5_0 => avx2::q5_0_wide,
-        WeightType::Q5_1 => avx2::q5_1_wide,
-        WeightType::Q4_K => avx2_k::q4_k_wide,
-        WeightType::Q5_K => avx2_k::q5_k_wide,
-        WeightType::Q6_K => avx2_k::q6_k_wide,
-        _ => return avx2_kernel(ty),
-    })
 }

@@ -182,12 +182,12 @@ macro_rules! rows_and_run {
         pub(in crate::backend::host::packed) unsafe fn run(p: &Packed, g0: usize, g1: usize, x: &Q8Rows, n_in: usize, m: usize, out: *mut f32, stride: usize) {
             // SAFETY: the caller's promise.
             unsafe {
-                match format(p.ty) {
-                    Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out, stride),
-                    Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out, stride),
-                    Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
-                    Q5_1 => run_format::<Q5_1>(p, g0, g1, x, n_in, m, out, stride),
-                    _ => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
+                match p.format {
+                    GroupFormat::Q8_0 => run_format::<Q8_0>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q4_0 => run_format::<Q4_0>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q5_1 => run_format::<Q5_1>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q4_1 => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
                 }
             }
         }
@@ -197,7 +197,7 @@ macro_rules! rows_and_run {
 pub(super) mod vnni {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, format, has_masks, has_min, masks_at, quants_at, stride, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, masks_at, quants_at, stride, GroupFormat, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
@@ -377,7 +377,7 @@ pub(super) mod vnni {
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, format, has_masks, has_min, masks_at, quants_at, stride, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, masks_at, quants_at, stride, GroupFormat, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;

@@ -1,4 +1,4 @@
-//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: int8.rs's `sums_per_block`) run
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: their rows' `groups` column, quant/) run
 //! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
 //! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
@@ -48,7 +48,6 @@
 //! one zeroed 4 KiB page) per 4 KiB. A region is address space until written, so its unused
 //! end costs no memory.
 
-use super::int8::sums_per_block;
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
 use crate::quant::{dequantize_row, WeightType, QK};
@@ -167,6 +166,8 @@ impl Arena {
 /// A matrix's side table for the block-sum kernels (see the module notes).
 pub struct Packed {
     pub ty: WeightType,
+    /// `ty` as the group kernels name it (its row's `groups` column).
+    pub format: GroupFormat,
     /// Rows per group: 16 (VNNI) or 8 (AVX2).
     pub lanes: usize,
     /// Whole groups: rows 0..groups * lanes.
@@ -195,12 +196,28 @@ pub struct Packed {
     writing: parking_lot::Mutex<usize>,
 }
 
+/// A format the group kernels take, as its row (quant/) names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum GroupFormat {
+    Q8_0 = 0,
+    Q4_0 = 1,
+    Q5_0 = 2,
+    Q4_1 = 3,
+    Q5_1 = 4,
+}
+
 /// The formats, as the kernels' const parameter.
-const Q8_0: u8 = 0;
-const Q4_0: u8 = 1;
-const Q5_0: u8 = 2;
-const Q4_1: u8 = 3;
-const Q5_1: u8 = 4;
+const Q8_0: u8 = GroupFormat::Q8_0 as u8;
+const Q4_0: u8 = GroupFormat::Q4_0 as u8;
+const Q5_0: u8 = GroupFormat::Q5_0 as u8;
+const Q4_1: u8 = GroupFormat::Q4_1 as u8;
+const Q5_1: u8 = GroupFormat::Q5_1 as u8;
+
+/// Whether the group kernels take matrices of type `ty` (its row's `groups` column).
+pub fn takes(ty: WeightType) -> bool {
+    ty.format().fast.groups.get().is_some()
+}
 
 /// Whether format `f` has a min per block (Q4_1, Q5_1: the side table's mins after the scales).
 const fn has_min(f: u8) -> bool {
@@ -269,31 +286,21 @@ const fn qh_at(f: u8) -> usize {
     quants_at(f) - 4
 }
 
-fn format(ty: WeightType) -> u8 {
-    match ty {
-        WeightType::Q8_0 => Q8_0,
-        WeightType::Q4_0 => Q4_0,
-        WeightType::Q5_0 => Q5_0,
-        WeightType::Q5_1 => Q5_1,
-        _ => Q4_1,
-    }
-}
-
 /// `$f::<F, L, BB, { $size(F, L) }>($args)` for the format `f` and lanes `l` (GROUP or
 /// GROUP_AVX2) at run time: the per-block copies are compiled for constant sizes.
 macro_rules! by_format {
     ($f:ident, $size:ident, $fmt:expr, $l:expr, ($($arg:expr),*)) => {
         match ($fmt, $l == GROUP) {
-            (Q8_0, true) => $f::<Q8_0, GROUP, 34, { $size(Q8_0, GROUP) }>($($arg),*),
-            (Q4_0, true) => $f::<Q4_0, GROUP, 18, { $size(Q4_0, GROUP) }>($($arg),*),
-            (Q5_0, true) => $f::<Q5_0, GROUP, 22, { $size(Q5_0, GROUP) }>($($arg),*),
-            (Q5_1, true) => $f::<Q5_1, GROUP, 24, { $size(Q5_1, GROUP) }>($($arg),*),
-            (_, true) => $f::<Q4_1, GROUP, 20, { $size(Q4_1, GROUP) }>($($arg),*),
-            (Q8_0, false) => $f::<Q8_0, GROUP_AVX2, 34, { $size(Q8_0, GROUP_AVX2) }>($($arg),*),
-            (Q4_0, false) => $f::<Q4_0, GROUP_AVX2, 18, { $size(Q4_0, GROUP_AVX2) }>($($arg),*),
-            (Q5_0, false) => $f::<Q5_0, GROUP_AVX2, 22, { $size(Q5_0, GROUP_AVX2) }>($($arg),*),
-            (Q5_1, false) => $f::<Q5_1, GROUP_AVX2, 24, { $size(Q5_1, GROUP_AVX2) }>($($arg),*),
-            (_, false) => $f::<Q4_1, GROUP_AVX2, 20, { $size(Q4_1, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q8_0, true) => $f::<Q8_0, GROUP, { block_bytes(Q8_0) }, { $size(Q8_0, GROUP) }>($($arg),*),
+            (GroupFormat::Q4_0, true) => $f::<Q4_0, GROUP, { block_bytes(Q4_0) }, { $size(Q4_0, GROUP) }>($($arg),*),
+            (GroupFormat::Q5_0, true) => $f::<Q5_0, GROUP, { block_bytes(Q5_0) }, { $size(Q5_0, GROUP) }>($($arg),*),
+            (GroupFormat::Q5_1, true) => $f::<Q5_1, GROUP, { block_bytes(Q5_1) }, { $size(Q5_1, GROUP) }>($($arg),*),
+            (GroupFormat::Q4_1, true) => $f::<Q4_1, GROUP, { block_bytes(Q4_1) }, { $size(Q4_1, GROUP) }>($($arg),*),
+            (GroupFormat::Q8_0, false) => $f::<Q8_0, GROUP_AVX2, { block_bytes(Q8_0) }, { $size(Q8_0, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q4_0, false) => $f::<Q4_0, GROUP_AVX2, { block_bytes(Q4_0) }, { $size(Q4_0, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q5_0, false) => $f::<Q5_0, GROUP_AVX2, { block_bytes(Q5_0) }, { $size(Q5_0, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q5_1, false) => $f::<Q5_1, GROUP_AVX2, { block_bytes(Q5_1) }, { $size(Q5_1, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q4_1, false) => $f::<Q4_1, GROUP_AVX2, { block_bytes(Q4_1) }, { $size(Q4_1, GROUP_AVX2) }>($($arg),*),
         }
     };
 }
@@ -353,11 +360,14 @@ impl Packed {
     pub fn new(w: &WeightTensor, lanes: usize) -> Option<Packed> {
         let ty = w.ty;
         let lanes = if lanes == GROUP { GROUP } else { GROUP_AVX2 };
-        if !sums_per_block(ty) || w.rows() < lanes || w.cols() < QK {
+        let format = ty.format().fast.groups.get()?;
+        if w.rows() < lanes || w.cols() < QK {
             return None;
         }
+        debug_assert_eq!(block_bytes(format as u8), ty.block_bytes());
         Some(Packed {
             ty,
+            format,
             lanes,
             groups: w.rows() / lanes,
             nb: w.cols() / QK,
@@ -406,8 +416,8 @@ impl Packed {
     }
 
     fn build_side(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Slab> {
-        let (f, lanes, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
-        let st = stride(f, lanes);
+        let (f, lanes, nb, rb) = (self.format, self.lanes, self.nb, self.row_bytes);
+        let st = stride(f as u8, lanes);
         let (side, ptr) = arena.slab(self.groups * nb * st)?;
         // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
         // before `side_table` stores it.
@@ -468,7 +478,7 @@ impl Packed {
         }
         let _one = self.writing.lock();
         if self.copy.get().is_none() {
-            let cs = chunk_bytes(format(self.ty), self.lanes);
+            let cs = chunk_bytes(self.format as u8, self.lanes);
             let Some((slab, _)) = arena.slab(self.groups * self.nb * cs) else { return false };
             let _ = self.copy.set(slab);
         }
@@ -492,8 +502,8 @@ impl Packed {
             }
         };
         let Some(copy) = self.copy.get() else { return false };
-        let (f, l, nb, rb) = (format(self.ty), self.lanes, self.nb, self.row_bytes);
-        let cs = chunk_bytes(f, l);
+        let (f, l, nb, rb) = (self.format, self.lanes, self.nb, self.row_bytes);
+        let cs = chunk_bytes(f as u8, l);
         // Only this thread writes groups from `ready` on while it holds `writing`.
         let g0 = self.ready.load(Ordering::Acquire);
         let g1 = (g0 + max).min(self.groups);
@@ -536,7 +546,7 @@ impl Packed {
     /// The part of the interleaved copy written so far, looked at once for a whole call.
     fn written(&self) -> Written<'_> {
         let ready = self.ready.load(std::sync::atomic::Ordering::Acquire);
-        let cs = self.nb * chunk_bytes(format(self.ty), self.lanes);
+        let cs = self.nb * chunk_bytes(self.format as u8, self.lanes);
         // Groups below `ready` are no longer written (`interleave`).
         let bytes = if ready == 0 { &[][..] } else { self.copy.get().map_or(&[][..], |c| c.range(0, ready * cs)) };
         Written { bytes, group_bytes: cs }
@@ -567,7 +577,7 @@ impl Packed {
     /// Row j's stored bytes (j < `rows()`), rebuilt from the side table and the interleaved
     /// copy into `row`; false where its group is not in the copy yet.
     fn stored_row(&self, j: usize, row: &mut Vec<u8>) -> bool {
-        let (f, l) = (format(self.ty), self.lanes);
+        let (f, l) = (self.format as u8, self.lanes);
         let (st, cs, c) = (stride(f, l), chunk_bytes(f, l), 4 * l);
         let (g, r, bb) = (j / l, j % l, block_bytes(f));
         let Some(quants) = self.copy_group(g) else { return false };
