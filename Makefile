@@ -46,25 +46,25 @@ demo: models build
 rust-test: models
 	PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
 
-c-test: build
-	./tests/c/run.sh
+c-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/c/run.sh
 
 # The C API tests again under valgrind (tiny fixtures only, so it stays short): any invalid
 # access or definite leak fails the run. The GPU part is left to c-test: under valgrind the
 # driver's JIT-compiled shaders crawl, and the driver's own allocations are not the library's.
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
-c-valgrind: build
-	PACKLM_TEST_SKIP_GPU=valgrind PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
+c-valgrind: models build
+	PACKLM_REQUIRE_MODELS=1 PACKLM_TEST_SKIP_GPU=valgrind PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
 
-cpp-test: build
-	./tests/cpp/run.sh
+cpp-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/cpp/run.sh
 
 # The binding's test, then the streaming example on the tiny fixture (any text: random weights)
-# and, when models/ has it, on SmolLM2 (it must answer Paris).
-py-test: build
+# and on SmolLM2 (it must answer Paris).
+py-test: models build
 	python3 tests/python/test_bindings.py
 	python3 examples/python/chat.py tests/fixtures/tiny/llama Hello 4 > /dev/null
-	@if [ -f $(MODEL) ]; then python3 examples/python/chat.py $(MODEL) "$(PROMPT)" 8 | grep Paris; fi
+	python3 examples/python/chat.py $(MODEL) "$(PROMPT)" 8 | grep Paris
 
 # Installs the library, headers, pkg-config file and CMake package under PREFIX.
 PREFIX ?= /usr/local
@@ -76,8 +76,8 @@ install-test: build
 	./tests/install/run.sh
 
 # One model state across the C, C++ and Python hosts (tests/hosts/README.md).
-hosts-test: build
-	./tests/hosts/run.sh
+hosts-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/run.sh
 
 # Go 1.19 (Debian's golang-go); PACKLM_SKIP_HOSTS=go opts out (and says so).
 go-test: models build
@@ -88,8 +88,8 @@ go-test: models build
 swift-test: models build
 	PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
 
-go-swift-hosts: build
-	./tests/hosts/go_swift.sh
+go-swift-hosts: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/go_swift.sh
 
 # build.rs regenerates include/packlm.h; a diff means the checked-in header is stale.
 header-check: build
