@@ -45,23 +45,23 @@ demo: models build
 rust-test: models
 	PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
 
-c-test: build
-	./tests/c/run.sh
+c-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/c/run.sh
 
 # The C API tests again under valgrind (tiny fixtures only, so it stays short): any invalid
 # access or definite leak fails the run. The GPU part is left to c-test: under valgrind the
 # driver's JIT-compiled shaders crawl, and the driver's own allocations are not the library's.
 VALGRIND := valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
-c-valgrind: build
-	PACKLM_TEST_SKIP_GPU=valgrind PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
+c-valgrind: models build
+	PACKLM_REQUIRE_MODELS=1 PACKLM_TEST_SKIP_GPU=valgrind PACKLM_TEST_RUNNER="$(VALGRIND)" ./tests/c/run.sh
 
-cpp-test: build
-	./tests/cpp/run.sh
+cpp-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/cpp/run.sh
 
 # The wheel of bindings/python installed in a fresh venv: the binding's test, then the streaming
-# example on the tiny fixture and, when models/ has it, on SmolLM2 (it must answer Paris).
-py-test: build
-	./tests/python/run.sh
+# example on the tiny fixture and on SmolLM2 (it must answer Paris).
+py-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/python/run.sh
 
 # Installs the library, headers, pkg-config file and CMake package under PREFIX.
 PREFIX ?= /usr/local
@@ -73,8 +73,8 @@ install-test: build
 	./tests/install/run.sh
 
 # One model state across the C, C++ and Python hosts (tests/hosts/README.md).
-hosts-test: build
-	./tests/hosts/run.sh
+hosts-test: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/run.sh
 
 # Go 1.19 (Debian's golang-go); PACKLM_SKIP_HOSTS=go opts out (and says so).
 go-test: models build
@@ -85,8 +85,8 @@ go-test: models build
 swift-test: models build
 	PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
 
-go-swift-hosts: build
-	./tests/hosts/go_swift.sh
+go-swift-hosts: models build
+	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/go_swift.sh
 
 # Every command of README.md's user guide: its sh blocks (but the set-up ones) and the C program
 # (tests/readme/run.sh); the libllama block needs make llama.

@@ -10,7 +10,7 @@ prefix=${1:?usage: install.sh PREFIX}
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 rel="$root/target/release"
-for f in libpacklm.so libpacklm.a; do
+for f in libpacklm.so libpacklm.a libpacklm.rlib; do
   [ -f "$rel/$f" ] || { echo "install: $rel/$f is missing: make build" >&2; exit 1; }
 done
 header="$root/include/packlm.h"
@@ -18,16 +18,22 @@ abi=$(sed -n 's/^#define PACKLM_ABI_VERSION \([0-9][0-9]*\)$/\1/p' "$header")
 version=$(sed -n 's/^#define PACKLM_VERSION "\(.*\)"$/\1/p' "$header")
 [ -n "$abi" ] && [ -n "$version" ] || { echo "install: $header lacks PACKLM_ABI_VERSION or PACKLM_VERSION" >&2; exit 1; }
 
-# The system libraries a static link needs, as rustc reports them for this target; cached
-# beside the build while the static library is unchanged.
-nsl="$rel/native-static-libs.txt"
-if [ ! -s "$nsl" ] || [ "$rel/libpacklm.a" -nt "$nsl" ]; then
-  (cd "$root" && cargo rustc --release --lib --crate-type staticlib -- --print native-static-libs 2>&1) |
-    sed -n 's/.*native-static-libs: //p' | tail -n 1 > "$nsl.tmp"
-  [ -s "$nsl.tmp" ] || { echo "install: rustc printed no native-static-libs" >&2; exit 1; }
-  mv "$nsl.tmp" "$nsl"
+# The system libraries a static link needs, as rustc reports them for this target: rustc links
+# a one-line static library over the build's own libpacklm.rlib (the same compilation as
+# libpacklm.a, with the same dependencies) and prints them, in under a second; compiling
+# packlm again as a staticlib to print them took minutes.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo 'extern crate packlm;' > "$tmp/link_flags.rs"
+if ! (cd "$root" && "${RUSTC:-rustc}" --edition 2021 --crate-type staticlib --crate-name packlm_link_flags -A warnings \
+        -L dependency="$rel/deps" --extern packlm="$rel/libpacklm.rlib" --print native-static-libs \
+        --out-dir "$tmp" "$tmp/link_flags.rs" > "$tmp/rustc.log" 2>&1); then
+  cat "$tmp/rustc.log" >&2
+  echo "install: rustc could not link a static library over $rel/libpacklm.rlib" >&2; exit 1
 fi
-static_libs=$(cat "$nsl")
+static_libs=$(sed -n 's/.*native-static-libs: //p' "$tmp/rustc.log" | tail -n 1)
+[ -n "$static_libs" ] || { cat "$tmp/rustc.log" >&2; echo "install: rustc printed no native-static-libs" >&2; exit 1; }
+rm -rf "$tmp"
 
 lib="$prefix/lib"
 mkdir -p "$lib/pkgconfig" "$lib/cmake/packlm" "$prefix/include"

@@ -1,12 +1,16 @@
 //! GGUF reader: the real SmolLM2 file against values gguf-py reports, a synthetic file built
 //! here byte by byte, truncation at every offset, and hostile headers (checked not to allocate).
 
+mod common;
+
+use common::smollm2;
+
 use packlm::error::Status;
 use packlm::pack::gguf::{GgufFile, GgufValue};
 use packlm::quant::{dequantize_row, WeightType};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 // ---- allocation watch: the largest single allocation made by a thread that asked for it ----
@@ -467,16 +471,6 @@ fn unsupported_versions_and_types_are_err_unsupported() {
 }
 
 // ---- the real model ----
-
-fn smollm2() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        println!("skipped: {} is absent (run scripts/fetch_models.sh)", p.display());
-        None
-    }
-}
 
 #[test]
 fn smollm2_metadata_matches_gguf_py() {

@@ -5,30 +5,13 @@ use packlm::error::Status;
 use packlm::pack::gguf::GgufFile;
 use packlm::pack::gguf_tokenizer::{vocab_from_gguf, GgufVocab};
 use serde_json::Value;
-use std::path::PathBuf;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod common;
 
-fn smollm2() -> Option<PathBuf> {
-    let p = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        println!("skipped: {} is absent (run scripts/fetch_models.sh)", p.display());
-        None
-    }
-}
+use common::{fixtures, ids, smollm2};
 
 fn fixture(name: &str) -> Value {
-    let p = root().join("tests/fixtures/gguf").join(name);
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    common::fixture_json(&format!("gguf/{name}"))
 }
 
 /// Every case of a fixture file: ids with special parsing on and off, with the post-processor's
@@ -122,7 +105,7 @@ fn smollm2_vocab_merges_no_digits() {
 
 /// Fixtures for synthetic SentencePiece GGUFs made by make_gguf_tokenizer_vectors.py.
 fn spm_case(gguf: &str, json: &str) {
-    let path = root().join("tests/fixtures/gguf").join(gguf);
+    let path = fixtures().join("gguf").join(gguf);
     let g = GgufFile::open(&path).unwrap();
     let vocab = vocab_from_gguf(&g).unwrap();
     let fx = fixture(json);
@@ -144,7 +127,7 @@ fn spm_gemma3_ids_match_hf_transformers() {
 }
 
 fn open_fixture(name: &str) -> GgufFile {
-    GgufFile::open(&root().join("tests/fixtures/gguf").join(name)).unwrap()
+    GgufFile::open(&fixtures().join("gguf").join(name)).unwrap()
 }
 
 #[test]

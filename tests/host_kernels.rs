@@ -132,22 +132,14 @@ fn gguf_py_quantized_rows_are_within_the_bound() {
     }
 }
 
-fn model(name: &str) -> Option<GgufFile> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
-    if !p.is_file() {
-        eprintln!("note: {} absent; its rows are not checked (scripts/fetch_models.sh)", p.display());
-        return None;
-    }
-    Some(GgufFile::open(&p).unwrap())
-}
-
 /// Every matrix of the real models (SmolLM2 Q4_1/Q8_0, Gemma3 Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0):
 /// first, middle and last rows against random activations.
 #[test]
 fn real_model_rows_are_within_the_bound() {
     let mut rng = Rng(3);
-    for name in ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3-270m-Q4_K_M.gguf"] {
-        let Some(g) = model(name) else { continue };
+    for (name, path) in [("SmolLM2", common::smollm2()), ("Gemma3-270M", common::gemma3_270m())] {
+        let Some(path) = path else { continue };
+        let g = GgufFile::open(&path).unwrap();
         let mut seen = std::collections::BTreeMap::new();
         for t in g.tensors.iter().filter(|t| t.dims.len() == 2) {
             let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);

@@ -47,6 +47,62 @@ pub fn open(path: &std::path::Path) -> Arc<Model> {
     open_with(path, BackendKind::Host, 2)
 }
 
+/// The GPU backend (src/backend/gpu) on whatever adapter wgpu finds (in CI, Mesa's llvmpipe
+/// Vulkan device), or None with a note when there is no adapter and PACKLM_REQUIRE_GPU is unset;
+/// CI sets it, so a missing adapter fails there.
+#[cfg(feature = "gpu")]
+pub fn gpu() -> Option<packlm::backend::gpu::GpuBackend> {
+    match packlm::backend::gpu::GpuBackend::new() {
+        Ok(be) => Some(be),
+        Err(e) if std::env::var("PACKLM_REQUIRE_GPU").is_err() => {
+            eprintln!("note: GPU tests skipped, no adapter and PACKLM_REQUIRE_GPU unset: {e}");
+            None
+        }
+        Err(e) => panic!("PACKLM_REQUIRE_GPU is set and the GPU backend is unavailable: {e}"),
+    }
+}
+
+/// The GPU's second instance in the tests: a device whose bindings hold 4 KiB, which splits
+/// every matrix of the tiny fixtures across buffers.
+pub const SMALL_BINDING: u64 = 4 << 10;
+
+/// The GPU backends the op-level tests run on (empty when gpu() is None, or without the gpu
+/// feature): the device's own largest binding, and one that splits weights into 4 KiB chunks.
+/// The second splits the weights only: the op-level tests call ops on more rows than a 4 KiB
+/// binding holds, which the engine never does (max_pass_rows).
+pub fn gpu_backends() -> Vec<(&'static str, Box<dyn Backend>)> {
+    #[cfg(feature = "gpu")]
+    if let Some(be) = gpu() {
+        use packlm::backend::gpu::GpuBackend;
+        return vec![("gpu", Box::new(be)), ("gpu, 4 KiB weight chunks", Box::new(GpuBackend::with_chunk_limit(SMALL_BINDING).unwrap()))];
+    }
+    Vec::new()
+}
+
+/// A way to open a model on one backend.
+pub type Opener = Box<dyn Fn(&std::path::Path) -> Arc<Model>>;
+
+/// The GPU's ways to open a model (empty when gpu() is None, or without the gpu feature): with
+/// the device's bindings ("gpu"), and with bindings of SMALL_BINDING bytes ("gpu, 4 KiB
+/// bindings"), where every matrix of the tiny fixtures is split across buffers and passes are
+/// capped at 3 rows of a 300-token vocabulary (the engine splits longer ones).
+pub fn gpu_model_openers() -> Vec<(&'static str, Opener)> {
+    #[cfg(feature = "gpu")]
+    if gpu().is_some() {
+        return vec![("gpu", Box::new(|p| open_gpu(p, false))), ("gpu, 4 KiB bindings", Box::new(|p| open_gpu(p, true)))];
+    }
+    Vec::new()
+}
+
+/// A model opened on the GPU: the device's bindings, or (`small`) bindings of SMALL_BINDING
+/// bytes.
+#[cfg(feature = "gpu")]
+pub fn open_gpu(path: &std::path::Path, small: bool) -> Arc<Model> {
+    use packlm::backend::gpu::GpuBackend;
+    let be = if small { GpuBackend::with_binding_limit(SMALL_BINDING) } else { GpuBackend::new() }.unwrap();
+    Arc::new(Model::open_on(path, Box::new(be)).unwrap_or_else(|e| panic!("open {}: {e}", path.display())))
+}
+
 /// f32 weights and f32 compute on both sides: the only differences are summation order.
 pub const TOL_F32: f32 = 1e-4;
 

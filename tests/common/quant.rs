@@ -76,3 +76,17 @@ pub fn tensor(ty: WeightType, n_out: usize, n_in: usize, rng: &mut Rng) -> Weigh
     let bytes: Vec<u8> = (0..n_out).flat_map(|_| random_row(rng, ty, n_in)).collect();
     WeightTensor::new(format!("{ty}"), ty, vec![n_out, n_in], TensorBytes::Owned(Arc::new(bytes))).unwrap()
 }
+
+/// gguf-py's quantization of one type (tests/fixtures/gguf/quant_<type>.bin, written by
+/// tests/fixtures/make_quant_vectors.py): the `[rows, cols]` weight, and gguf-py's dequantized
+/// values of it. The float fixtures also hold inf and NaN rows.
+pub fn gguf_py_vectors(ty: WeightType) -> (WeightTensor, Vec<f32>) {
+    let path = super::fixtures().join(format!("gguf/quant_{}.bin", ty.name()));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    assert_eq!(WeightType::from_ggml_type(u32_at(4) as u32), Some(ty), "{}", path.display());
+    let (rows, cols) = (u32_at(8), u32_at(12));
+    let end = 16 + rows * ty.row_bytes(cols).unwrap();
+    let w = WeightTensor::new(ty.name().into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes[16..end].to_vec()))).unwrap();
+    (w, bytes[end..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+}

@@ -76,6 +76,9 @@ print(f"py-test: installed packlm {packlm.__version__} opens the tiny llama (n_v
 # The streaming example on the tiny fixture (any text: random weights) and, when models/ has it,
 # on SmolLM2 (it must answer Paris).
 "$py" "$root/examples/python/chat.py" "$root/tests/fixtures/tiny/llama" Hello 4 >/dev/null
+if [ ! -f "$model" ] && [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
+  echo "FAIL: $model is missing and PACKLM_REQUIRE_MODELS is set (make models)" >&2; exit 1
+fi
 if [ -f "$model" ]; then
   out=$("$py" "$root/examples/python/chat.py" "$model" "$prompt" 8)
   echo "examples/python/chat.py: $out"
