@@ -4,6 +4,10 @@
 # per-input timeout. A crash, a panic, an input over the limits or a leak fails the script;
 # the input that did it is left in fuzz/artifacts/<target>/.
 #
+# A target with a dictionary in fuzz/dicts/<target>.dict gets it. The chat_template target runs
+# with a 64 MiB allocation limit: its renders are bounded far below that (tests/chat_memory.rs),
+# so one allocation past it is a finding.
+#
 # Needs a nightly toolchain (cargo-fuzz builds with sanitizers); without one it says so and
 # exits 0. cargo-fuzz is installed with `cargo install cargo-fuzz` when missing.
 #
@@ -41,9 +45,13 @@ for t in "${targets[@]}"; do
   cp seeds/"$t"/* "$work/$t"/
   echo "fuzz smoke: $t for ${each}s"
   rc=0
+  extra=()
+  [ -f "dicts/$t.dict" ] && extra+=("-dict=dicts/$t.dict")
+  malloc_mb=2048
+  [ "$t" = chat_template ] && malloc_mb=64
   cargo +nightly fuzz run -a "$t" "$work/$t" -- \
-    -max_total_time="$each" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    >"$work/$t.log" 2>&1 || rc=$?
+    -max_total_time="$each" -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" -timeout=10 -print_final_stats=1 \
+    "${extra[@]}" >"$work/$t.log" 2>&1 || rc=$?
   grep -E "^stat::number_of_executed_units|^Done|panicked|^==[0-9]+==|^SUMMARY|^artifact_prefix|Test unit written" "$work/$t.log" || true
   if [ "$rc" -ne 0 ]; then
     tail -n 40 "$work/$t.log"

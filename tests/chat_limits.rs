@@ -46,3 +46,34 @@ fn real_templates_render_long_chats() {
     assert!(text.contains("<|im_start|>assistant\nmessage 1999<|im_end|>\n"), "{}", &text[text.len().saturating_sub(200)..]);
     assert_eq!(text.matches("<|im_start|>").count(), 2000 + usize::from(!text.starts_with("<|im_start|>user")));
 }
+
+/// Constructs real templates use (namespaces, macros with `caller`, slices, `loop.changed` and
+/// `loop.cycle`, filter chains, string methods, `format`, set and filter blocks, `tojson`,
+/// `indent`), each passing through the render's guards, give what Jinja2 3.1.6 gives for the same
+/// template and chat (the expected text was rendered by Jinja2, `jinja2.Environment()` defaults).
+#[test]
+fn common_constructs_render_as_jinja2_does() {
+    let template = r#"{%- set ns = namespace(first=true, count=0, sys='') -%}
+{%- macro turn(role) -%}<{{ role }}>{{ caller() }}</{{ role }}>{%- endmacro -%}
+{%- if messages[0].role == 'system' %}{% set ns.sys = messages[0].content.strip() %}{% set rest = messages[1:] %}{% else %}{% set rest = messages %}{% endif -%}
+[{{ ns.sys|upper }}]
+{% for m in rest -%}
+{%- set ns.count = ns.count + 1 -%}
+{%- if loop.changed(m.role) %}{{ loop.cycle('*', '+') }}{% endif -%}
+{% call turn(m.role) %}{{ m.content|trim|replace('  ', ' ') }}{% endcall %}
+{%- if not loop.last %} | {% endif -%}
+{% endfor %}
+{{ ns.count }} turns; users: {{ rest|selectattr('role', 'equalto', 'user')|map(attribute='content')|map('length')|join(',') }}
+{%- set words = rest[-1].content.split() %}
+last words: {{ words|length }} {{ words[0]|tojson }} {{ '%s-%d'|format(words[-1], words|length) }} {{ '{}/{}'.format(loop_free|default('none'), 2) }}
+{{ (rest|map(attribute='role')|list + ['end'])|length }} {{ ('ab' * 3)[1:4] }} {{ [1, 2] + [3] }} {{ range(4)|sum }} {{ range(5)|batch(2)|list|length }}
+{%- set block %}{% for k, v in dict(b=2).items() %}{{ k }}={{ v }}{% endfor %}{% endset %}
+{% filter upper %}block {{ block }}{% endfilter %} {{ 'x' in 'xyz' }} {{ rest[::-1][0].role }}
+{{ rest[0].content|indent(2) }}
+{% if add_generation_prompt %}{{ bos_token ~ 'go' ~ eos_token }}{% endif %}
+"#;
+    let m = |role: &str, content: &str| Message { role: role.into(), content: content.into() };
+    let chat = [m("system", "  Be brief. "), m("user", "Hi  there\nsecond line"), m("assistant", "Hello!"), m("user", "What is  2+2 ? answer now")];
+    let want = "[BE BRIEF.]\n*<user>Hi there\nsecond line</user> | +<assistant>Hello!</assistant> | *<user>What is 2+2 ? answer now</user>\n3 turns; users: 21,25\nlast words: 6 \"What\" now-6 none/2\n4 bab [1, 2, 3] 6 3\nBLOCK B=2 True user\nHi  there\n  second line\n<s>go</s>";
+    assert_eq!(render(template, &chat, true, "<s>", "</s>").unwrap(), want);
+}

@@ -3,6 +3,9 @@
 //! not copied), and the vocabulary with its special-token rules.
 
 pub mod chat;
+mod chat_calls;
+mod chat_compile;
+mod chat_guard;
 pub mod files;
 pub mod gguf;
 pub mod gguf_bpe;
