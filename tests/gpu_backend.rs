@@ -30,6 +30,10 @@ use packlm::engine::{Model, Session, Want};
 use packlm::error::Status;
 use packlm::quant::WeightType;
 
+/// Device against host, element by element: the bound tests/backend_conformance.rs holds every
+/// backend's ops to against the reference.
+const KERNEL_TOL: f32 = 1e-4;
+
 /// The GPU backends under test, or None (with a note) when there is no adapter and the GPU is
 /// not required.
 fn gpus() -> Option<Vec<(&'static str, Box<dyn Backend>)>> {
