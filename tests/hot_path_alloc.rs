@@ -39,8 +39,10 @@ static A: Counting = Counting;
 
 /// Allocations a pass may make whatever the model's size: the logits it returns, and now and
 /// then a session's own lists growing (tokens, positions). A buffer allocated per layer, per
-/// matmul or per task would be tens to hundreds.
-const PER_PASS: usize = 8;
+/// matmul or per task would be tens to hundreds. Measured: 6 or 7 on one thread, 6 to 9 on two
+/// (how the pool's helper takes tasks varies from run to run, and a helper's buffers grow when
+/// it first meets a size), so the bound leaves room above 9 while still far below one per layer.
+const PER_PASS: usize = 12;
 
 #[test]
 fn decode_steps_and_batches_allocate_only_their_results() {
@@ -61,6 +63,15 @@ fn passes_allocate_little(p: &std::path::Path) {
             for r in 0..3 {
                 s.step_batch(&prompt[16 + 9 * r..25 + 9 * r], Want::All).unwrap();
                 s.step(7).unwrap();
+            }
+            // The interleaved copies of the weights are written after the open, partly by the
+            // pool's idle helpers between passes, and that writing allocates on its own threads:
+            // the passes are counted once it is done (the counter sees every thread).
+            let t = std::time::Instant::now();
+            while !m.backend().weights_ready() {
+                s.step(7).unwrap();
+                s.truncate(s.n_past() - 1).unwrap();
+                assert!(t.elapsed().as_secs() < 300, "the interleaved copies were not written in 300 s");
             }
             let before = ALLOCS.load(Ordering::Relaxed);
             for _ in 0..4 {
