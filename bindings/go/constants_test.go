@@ -33,6 +33,7 @@ var headerConstants = map[string]uint64{
 	"PACKLM_ERR_SESSION_POISONED":      uint64(ErrSessionPoisoned),
 	"PACKLM_ERR_UNSUPPORTED_PRECISION": uint64(ErrUnsupportedPrecision),
 	"PACKLM_ERR_OUT_OF_MEMORY":         uint64(ErrOutOfMemory),
+	"PACKLM_ERR_NON_FINITE":            uint64(ErrNonFinite),
 	"PACKLM_BACKEND_HOST":              uint64(BackendHost),
 	"PACKLM_BACKEND_REFERENCE":         uint64(BackendReference),
 	"PACKLM_BACKEND_GPU":               uint64(BackendGPU),

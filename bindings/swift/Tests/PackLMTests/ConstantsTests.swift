@@ -30,6 +30,7 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_ERR_SESSION_POISONED": UInt64(Status.sessionPoisoned.rawValue),
         "PACKLM_ERR_UNSUPPORTED_PRECISION": UInt64(Status.unsupportedPrecision.rawValue),
         "PACKLM_ERR_OUT_OF_MEMORY": UInt64(Status.outOfMemory.rawValue),
+        "PACKLM_ERR_NON_FINITE": UInt64(Status.nonFinite.rawValue),
         "PACKLM_BACKEND_HOST": UInt64(Backend.host.rawValue),
         "PACKLM_BACKEND_REFERENCE": UInt64(Backend.reference.rawValue),
         "PACKLM_BACKEND_GPU": UInt64(Backend.gpu.rawValue),
