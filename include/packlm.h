@@ -151,8 +151,11 @@
 typedef struct packlm_abort packlm_abort;
 
 /**
- * A streaming detokenizer (opaque): fed one token at a time, it gives out only complete UTF-8
- * text, holding back a partial multi-byte character until a later token completes it. Every
+ * A streaming detokenizer (opaque): fed one token at a time, it gives out only text that no
+ * later token can change, holding back a partial multi-byte character until a later token
+ * completes it, and a run of byte tokens (`<0xNN>`) until a token that is not one ends it (a
+ * run that ends badly decodes to U+FFFD as a whole). A feed costs the same however long the
+ * stream is. Every
  * output of packlm_detokenizer_feed plus that of packlm_detokenizer_flush, concatenated, equals
  * packlm_detokenize of the same tokens with the same flags, byte for byte. Created by
  * packlm_detokenizer_new, freed by packlm_detokenizer_free. Safe to move to any thread; not

@@ -4,14 +4,16 @@ use crate::api::{Model, Session};
 use crate::engine;
 use crate::engine::speculative::Generation;
 use crate::error::Result;
-use crate::pack::vocab::DecodeStream;
+use crate::pack::decode_stream::DecodeStream;
 use crate::sample::SamplerParams;
 
 pub use crate::engine::draft::{Drafter, NgramDrafter};
 
-/// Turns tokens into text one at a time, handing out only complete UTF-8: a character split
-/// across byte tokens is held back until it is whole. Everything [`Detokenizer::feed`] gives,
-/// followed by [`Detokenizer::flush`], equals [`Model::detokenize`] of the same tokens.
+/// Turns tokens into text one at a time, handing out only text no later token can change: a
+/// character split across tokens is held back until it is whole, and a run of byte tokens
+/// (`<0xNN>`) until it ends. Everything [`Detokenizer::feed`] gives, followed by
+/// [`Detokenizer::flush`], equals [`Model::detokenize`] of the same tokens; a feed costs the
+/// same however long the stream is.
 pub struct Detokenizer {
     model: Model,
     stream: DecodeStream,

@@ -6,6 +6,7 @@ pub mod chat;
 mod chat_calls;
 mod chat_compile;
 mod chat_guard;
+pub mod decode_stream;
 pub mod files;
 pub mod gguf;
 pub mod gguf_bpe;
@@ -158,6 +159,15 @@ fn post_processor_adds(tokenizer: &Tokenizer, bos: Option<u32>) -> bool {
         (Some(b), Ok(enc)) => enc.get_ids().first() == Some(&b),
         _ => false,
     }
+}
+
+/// A GGUF's vocabulary alone, as a model opened from it has it: for files that hold only a
+/// tokenizer (the tests' and fuzz targets' vocabulary fixtures).
+pub fn gguf_vocab(path: &Path) -> Result<Vocab> {
+    let g = gguf::GgufFile::open(path)?;
+    let gv = gguf_tokenizer::vocab_from_gguf(&g)?;
+    let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
+    Ok(Vocab::new(tokenizer, gv.bos, gv.eos.into_iter().collect(), gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template))
 }
 
 fn open_gguf(path: &Path) -> Result<Pack> {
