@@ -110,11 +110,13 @@ impl WeightType {
     /// Bytes of a row of `n_elems` elements; None if `n_elems` is not a whole number of blocks
     /// or the size overflows `usize`.
     pub fn row_bytes(self, n_elems: usize) -> Option<usize> {
-        let block = self.block_elems();
-        if !n_elems.is_multiple_of(block) {
+        let f = self.format();
+        // Blocks hold a power of two elements (checked when the crate compiles): a mask and a
+        // shift, not a division by a value read from the row (a matmul asks for each tile).
+        if n_elems & (f.block_elems - 1) != 0 {
             return None;
         }
-        (n_elems / block).checked_mul(self.block_bytes())
+        (n_elems >> f.block_elems.trailing_zeros()).checked_mul(f.block_bytes)
     }
 }
 
@@ -558,6 +560,7 @@ const _: () = {
         let f = &ROWS[i];
         assert!(f.ty as usize == i, "FORMATS is not in the order of WeightType's variants");
         assert!((f.block_elems == 1) == matches!(f.layout, Layout::Float));
+        assert!(f.block_elems.is_power_of_two(), "row_bytes takes a block's elements as a shift");
         assert!(matches!(f.layout, Layout::Float) || f.block_elems == if matches!(f.layout, Layout::Blocks32) { QK } else { QK_K });
         i += 1;
     }
