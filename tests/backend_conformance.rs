@@ -518,6 +518,36 @@ fn only_the_wanted_logits_cross_to_the_host() {
     assert!(counters.ops.load(Ordering::SeqCst) > 0);
 }
 
+/// One pass over N sessions reads each weight matrix once, whatever N is: the matmul calls of a
+/// shared decode step of 1, 2, 4 and 8 sessions are those of one session's step (and the
+/// logits are each session's own, by the reference's bits).
+#[test]
+fn a_pass_over_many_sessions_reads_each_weight_once() {
+    let dir = tiny("gemma4");
+    let (m, counters) = open_counting(&dir);
+    let r = open_with(&dir, BackendKind::Reference, 1);
+    let mut per_pass = Vec::new();
+    for n in [1usize, 2, 4, 8] {
+        let mut ss: Vec<Session> = (0..n).map(|_| Session::new(m.clone(), 0).unwrap()).collect();
+        let mut rs: Vec<Session> = (0..n).map(|_| Session::new(r.clone(), 0).unwrap()).collect();
+        for (i, (s, rs)) in ss.iter_mut().zip(&mut rs).enumerate() {
+            let prompt: Vec<u32> = (0..=i as u32).map(|t| t * 5 + 3).collect();
+            s.step_batch(&prompt, Want::None).unwrap();
+            rs.step_batch(&prompt, Want::None).unwrap();
+        }
+        let tokens: Vec<[u32; 1]> = (0..n as u32).map(|i| [i * 11 + 1]).collect();
+        let before = counters.matmuls.load(Ordering::SeqCst);
+        let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&tokens).map(|(s, t)| (s, &t[..], Want::Last)).collect();
+        let got = Session::step_many(&mut items).unwrap();
+        per_pass.push(counters.matmuls.load(Ordering::SeqCst) - before);
+        for ((g, rs), t) in got.iter().zip(&mut rs).zip(&tokens) {
+            assert_bits_equal(g, &rs.step_batch(t, Want::Last).unwrap(), &format!("{n} sessions: counting vs reference"));
+        }
+    }
+    assert!(per_pass[0] > 0);
+    assert!(per_pass.iter().all(|&c| c == per_pass[0]), "matmul calls per pass for 1, 2, 4, 8 sessions: {per_pass:?}");
+}
+
 /// Memory of verify: k drafted rows peak at no more activation bytes than a step_batch of k + 1
 /// rows asking for the last row's logits, plus the output tile (16 rows of logits and of the
 /// two hidden-wide buffers before them), however large k is; the logits handed to the host never exceed 16 rows at a time either.
@@ -609,6 +639,8 @@ struct Counters {
     from_host: AtomicUsize,
     /// Ops run.
     ops: AtomicUsize,
+    /// Matmul calls: each reads one weight matrix once.
+    matmuls: AtomicUsize,
     /// Bytes of activation tensors alive now, and the most alive at once since the last reset.
     live: AtomicUsize,
     peak: AtomicUsize,
@@ -765,7 +797,14 @@ impl Backend for Counting {
             self.inner.copy(&s[0], &mut d[0], len)
         })
     }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize) {
+        self.with(&[id(src), id(dst)], |t| {
+            let (s, d) = t.split_at_mut(1);
+            self.inner.copy_rows(&s[0], src_row, &mut d[0], dst_row, rows, width)
+        })
+    }
     fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
+        self.counters.matmuls.fetch_add(1, Ordering::SeqCst);
         self.with(&[id(x), id(out)], |t| {
             let (x, out) = t.split_at_mut(1);
             self.inner.matmul(w.get(), &x[0], rows, &mut out[0])

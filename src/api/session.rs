@@ -21,6 +21,14 @@ pub struct Session {
     model: Model,
 }
 
+/// One session's part of [`Session::step_many`]: the tokens to feed it and which logits to
+/// return.
+pub struct StepItem<'a> {
+    pub session: &'a mut Session,
+    pub tokens: &'a [u32],
+    pub want: Want,
+}
+
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session").field("n_past", &self.n_past()).field("n_ctx", &self.n_ctx()).finish()
@@ -68,6 +76,38 @@ impl Session {
     /// returns the logits `want` asks for (none, the last row, or every row, row-major).
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.inner.step_batch(tokens, want)
+    }
+
+    /// Runs several sessions of one model in one pass over the weights: each item feeds its
+    /// tokens to its session (any count: a prefill beside decode steps), and gets the logits
+    /// its `want` asks for, bit-identical to [`Session::step_batch`] on that session alone. On
+    /// a CPU the weights dominate a decode step, so N sessions cost little more than one.
+    ///
+    /// Everything is checked before anything runs, and a failure names the item (`item i:
+    /// ...`): every session of one model, each item's tokens as `step_batch` checks them. All
+    /// or nothing: after any failure (an abort of any item's session, a logit that is not
+    /// finite) every session is as it was.
+    ///
+    /// ```
+    /// # fn main() -> packlm::Result<()> {
+    /// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny/llama");
+    /// use packlm::{Session, StepItem, Want};
+    /// let model = packlm::Model::open(path)?;
+    /// let (mut a, mut b) = (model.session()?, model.session()?);
+    /// let prompt_a = model.tokenize("Hello", true, false)?;
+    /// let prompt_b = model.tokenize("A longer prompt", true, false)?;
+    /// let logits = Session::step_many(&mut [
+    ///     StepItem { session: &mut a, tokens: &prompt_a, want: Want::Last },
+    ///     StepItem { session: &mut b, tokens: &prompt_b, want: Want::Last },
+    /// ])?;
+    /// assert_eq!(logits.len(), 2);
+    /// assert_eq!(logits[0].len(), model.n_vocab());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn step_many(items: &mut [StepItem<'_>]) -> Result<Vec<Vec<f32>>> {
+        let mut inner: Vec<(&mut engine::Session, &[u32], Want)> = items.iter_mut().map(|it| (&mut it.session.inner, it.tokens, it.want)).collect();
+        engine::Session::step_many(&mut inner)
     }
 
     /// The speculative step as one call: `pending` is the token already chosen from the last

@@ -405,6 +405,10 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
         softcap(&mut data_mut(x)[..len], cap);
     }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize) {
+        let n = rows * width;
+        data_mut(dst)[dst_row * width..][..n].copy_from_slice(&data(src)[src_row * width..][..n]);
+    }
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
         let x = data(x);
         for (o, &r) in data_mut(out).chunks_exact_mut(width).zip(rows) {

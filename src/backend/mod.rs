@@ -369,6 +369,11 @@ pub trait Backend: Send + Sync {
     fn scale(&self, x: &mut Tensor, s: f32, len: usize);
     /// `x[i] = tanh(x[i] / cap) * cap` for `i < len`.
     fn softcap(&self, x: &mut Tensor, cap: f32, len: usize);
+    /// Rows `dst_row..dst_row + rows` of `dst` = rows `src_row..src_row + rows` of `src`, each
+    /// `width` wide (a pass over several sessions moves each session's rows to and from its
+    /// attention with it).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize);
     /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);
     /// Row r of `out` (`width` wide) = columns `offset..offset + width` of row r of `src`

@@ -67,6 +67,141 @@ pub fn forward(
     Ok(logits)
 }
 
+/// One session's part of a pass over several sessions (`forward_many`).
+pub struct Item<'a> {
+    pub kv: &'a mut dyn KvStore,
+    pub tokens: &'a [u32],
+    pub want: Want,
+    pub abort: &'a Arc<AtomicBool>,
+}
+
+/// Runs several sessions' tokens as one pass over the weights: the rows of every item, in
+/// order, go through each layer's matmuls together, while rope, the KV append and attention
+/// run per item over its own cache (`attention_block`). Returns each item's logits, as
+/// `forward` would for that item alone, bit for bit: every op but those is row-wise and a row's
+/// bits do not depend on the rows beside it (the backends' exactness rule).
+///
+/// All or nothing: when the pass fails (abort, a logit that is not finite, a panic) every cache
+/// is as before. A pass longer than the backend's `max_pass_rows` runs as consecutive passes,
+/// an item's rows split across them where the boundary falls (as `forward` splits one item).
+/// The first item's flag is the kernels' pass flag; every item's flag is checked between layers.
+/// `ErrNonFinite` names the item (`item i: ...`) and, as `forward` does, its first layer whose
+/// output was not finite.
+pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -> Result<Vec<Vec<f32>>> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cap = model.backend.max_pass_rows(&model.spec).max(1);
+    let vocab = model.spec.vocab_size;
+    let aborts: Vec<Arc<AtomicBool>> = items.iter().map(|it| it.abort.clone()).collect();
+    let mut pass = ManyRollback { starts: items.iter().map(|it| it.kv.positions()).collect(), items, done: false };
+    let n = pass.items.len();
+    // Each item's first row among the pass's rows.
+    let offsets: Vec<usize> = pass.items.iter().scan(0, |acc, it| {
+        let o = *acc;
+        *acc += it.tokens.len();
+        Some(o)
+    }).collect();
+    let total: usize = pass.items.iter().map(|it| it.tokens.len()).sum();
+    let mut logits: Vec<Vec<f32>> = vec![Vec::new(); n];
+    let mut row = 0;
+    while row < total {
+        let end = (row + cap).min(total);
+        // The part's tokens, each item's rows in it (local range), and the rows wanted.
+        let mut tokens = Vec::with_capacity(end - row);
+        let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+        let mut wanted: Vec<usize> = Vec::new();
+        let mut wanted_by: Vec<(usize, usize)> = Vec::new();
+        for (i, it) in pass.items.iter().enumerate() {
+            let (lo, hi) = (row.max(offsets[i]), end.min(offsets[i] + it.tokens.len()));
+            if lo >= hi {
+                continue;
+            }
+            let (a, b) = (lo - offsets[i], hi - offsets[i]);
+            let row0 = tokens.len();
+            tokens.extend_from_slice(&it.tokens[a..b]);
+            spans.push((i, row0, b - a));
+            let rows: Vec<usize> = match it.want {
+                Want::All => (row0..row0 + (b - a)).collect(),
+                Want::Last if b == it.tokens.len() => vec![row0 + (b - a) - 1],
+                _ => Vec::new(),
+            };
+            wanted_by.push((i, rows.len()));
+            wanted.extend(rows);
+        }
+        let mut segs: Vec<Seg> = Vec::with_capacity(spans.len());
+        let mut spans_iter = spans.iter().peekable();
+        for (i, it) in pass.items.iter_mut().enumerate() {
+            if let Some(&&(j, row0, rows)) = spans_iter.peek() {
+                if j == i {
+                    let start = it.kv.positions();
+                    segs.push(Seg { kv: &mut *it.kv, row0, rows, start });
+                    spans_iter.next();
+                }
+            }
+        }
+        let x = layers_checked(model, &mut segs, bufs, &tokens, &aborts, None)?;
+        drop(segs);
+        if !wanted.is_empty() {
+            let mut out = bufs.take_output(model, wanted.len());
+            let part = out.project(model, &x, &wanted, &aborts[0]);
+            bufs.keep_output(out);
+            let part = part?;
+            let mut at = 0;
+            for &(i, k) in &wanted_by {
+                logits[i].extend_from_slice(&part[at * vocab..(at + k) * vocab]);
+                at += k;
+            }
+        }
+        bufs.keep_x(x, tokens.len());
+        for &(i, _, rows) in &spans {
+            pass.items[i].kv.advance(rows);
+        }
+        row = end;
+    }
+    for (i, l) in logits.iter().enumerate() {
+        if all_finite(l) {
+            continue;
+        }
+        let bad = l.iter().position(|x| !x.is_finite()).unwrap_or(0);
+        let it = &pass.items[i];
+        let r = match it.want {
+            Want::All => bad / vocab,
+            _ => it.tokens.len() - 1,
+        };
+        let value = l[bad];
+        pass.rollback();
+        let it = &mut pass.items[i];
+        let e = non_finite_error(model, &mut *it.kv, bufs, it.tokens, r, bad % vocab, value, it.abort);
+        return Err(Error::new(e.status, format!("item {i}: {}", e.message)));
+    }
+    pass.done = true;
+    Ok(logits)
+}
+
+/// `Rollback` over every item of `forward_many`.
+struct ManyRollback<'s, 'a> {
+    items: &'s mut [Item<'a>],
+    starts: Vec<usize>,
+    done: bool,
+}
+
+impl ManyRollback<'_, '_> {
+    fn rollback(&mut self) {
+        for (it, &start) in self.items.iter_mut().zip(&self.starts) {
+            it.kv.truncate(start);
+        }
+    }
+}
+
+impl Drop for ManyRollback<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.rollback();
+        }
+    }
+}
+
 /// The failure of a pass over `tokens` (at the cache's positions) whose logit `column` of row
 /// `row` was `value`, not finite: the pass runs again, in the parts `forward` used, reading
 /// the residual stream back after the embedding and after each layer, and the message names
@@ -112,7 +247,9 @@ fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBu
             }
             found.is_none()
         };
-        let x = layers_checked(model, &mut *pass.kv, bufs, part, abort, Some(&mut check))?;
+        let start = pass.kv.positions();
+        let seg = Seg { kv: &mut *pass.kv, row0: 0, rows: m, start };
+        let x = layers_checked(model, &mut [seg], bufs, part, std::slice::from_ref(abort), Some(&mut check))?;
         drop(x);
         if found.is_some() {
             return Ok(found);
@@ -314,7 +451,17 @@ thread_local! {
 /// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
 /// freed before it returns, so the output projection runs beside x alone.
 fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
-    layers_checked(model, kv, bufs, tokens, abort, None)
+    let start = kv.positions();
+    layers_checked(model, &mut [Seg { kv, row0: 0, rows: tokens.len(), start }], bufs, tokens, std::slice::from_ref(abort), None)
+}
+
+/// One session's rows in a pass: its KV store, where its rows lie among the pass's rows, and
+/// the position of its first row. A pass of one session has one segment over every row.
+pub(crate) struct Seg<'k> {
+    kv: &'k mut dyn KvStore,
+    row0: usize,
+    rows: usize,
+    start: usize,
 }
 
 /// A check `layers` may run on the residual stream after the embedding and after each layer;
@@ -322,19 +469,24 @@ fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &
 type StageCheck<'a> = &'a mut dyn FnMut(Stage, &Tensor) -> bool;
 
 /// `layers`, with `check` (the diagnostic pass of `non_finite_error`; None on every other pass).
-fn layers_checked(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>, check: Option<StageCheck>) -> Result<Tensor> {
-    let _pass = pass::enter(abort);
+/// `aborts`: the flags of the pass's sessions (at least one); the first is the kernels' pass flag
+/// (backend::pass), and every one is checked between layers.
+fn layers_checked(model: &Model, segs: &mut [Seg], bufs: &mut PassBuffers, tokens: &[u32], aborts: &[Arc<AtomicBool>], check: Option<StageCheck>) -> Result<Tensor> {
+    let _pass = pass::enter(&aborts[0]);
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let hidden = spec.hidden_size;
     let m = tokens.len();
     let mut s = bufs.scratch.take().filter(|s| s.rows >= m).unwrap_or_else(|| Scratch::new(be, model, m));
+    if segs.len() > 1 && s.seg.is_none() {
+        s.seg = Some(SegScratch::new(be, model, s.rows));
+    }
     // x: (m, hidden), the residual stream.
     let mut x = match bufs.x.take() {
         Some((rows, x)) if rows >= m => x,
         _ => be.tensor(m * hidden),
     };
-    let x_out = layers_into(model, kv, tokens, abort, &mut s, &mut x, check);
+    let x_out = layers_into(model, segs, tokens, aborts, &mut s, &mut x, check);
     if m <= KEPT_ROWS {
         bufs.scratch = Some(s);
     }
@@ -343,10 +495,10 @@ fn layers_checked(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, t
 
 /// The layers of `layers`, over buffers it provides (`x`: (m, hidden), written by the
 /// embedding first).
-fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<AtomicBool>, s: &mut Scratch, x: &mut Tensor, mut check: Option<StageCheck>) -> Result<()> {
+fn layers_into(model: &Model, segs: &mut [Seg], tokens: &[u32], aborts: &[Arc<AtomicBool>], s: &mut Scratch, x: &mut Tensor, mut check: Option<StageCheck>) -> Result<()> {
     let spec = &model.spec;
     let m = tokens.len();
-    let start = kv.positions();
+    debug_assert_eq!(segs.iter().map(|g| g.rows).sum::<usize>(), m);
     let be = model.backend.as_ref();
     be.embed(&model.weights.embed, tokens, spec.embed_scale, x);
     if let Some(check) = check.as_mut() {
@@ -356,8 +508,8 @@ fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<
     }
     let ple = per_layer_inputs(model, tokens, x);
     for (il, (ls, lw)) in spec.layers.iter().zip(&model.weights.layers).enumerate() {
-        check_abort(abort, || format!("before layer {il}"))?;
-        attention_block(model, kv, il, ls, lw, x, m, start, s);
+        check_aborts(aborts, || format!("before layer {il}"))?;
+        attention_block(model, segs, il, ls, lw, x, m, s);
         #[cfg(test)]
         if PANIC_AFTER_LAYER.with(|p| p.get()) == Some(il) {
             panic!("injected panic after layer {il}");
@@ -371,7 +523,15 @@ fn layers_into(model: &Model, kv: &mut dyn KvStore, tokens: &[u32], abort: &Arc<
         }
     }
     // A kernel of the last layer may have stopped early.
-    check_abort(abort, || "after the last layer".into())
+    check_aborts(aborts, || "after the last layer".into())
+}
+
+/// `check_abort` over every session of a pass.
+fn check_aborts(aborts: &[Arc<AtomicBool>], at: impl FnOnce() -> String) -> Result<()> {
+    if aborts.iter().any(|a| a.load(Ordering::Relaxed)) || pass::cut_short() {
+        return Err(Error::new(Status::ErrAborted, format!("aborted {}", at())));
+    }
+    Ok(())
 }
 
 /// `ErrAborted` when the flag is set, or when a kernel of this pass skipped work because it was
@@ -402,6 +562,28 @@ struct Scratch {
     gate: Tensor,
     /// (m, mlp_width), or (m, ple dim): the layer's per-layer input
     up: Tensor,
+    /// A pass over several sessions: each session's rows, moved out for its rope, KV and
+    /// attention (made at the first such pass).
+    seg: Option<SegScratch>,
+}
+
+/// One session's rows of a shared pass (`Seg`), in buffers of up to `rows` rows.
+struct SegScratch {
+    /// (rows, n_heads * head_dim) each
+    q: Tensor,
+    attn: Tensor,
+    /// (rows, kv_width) each
+    k: Tensor,
+    v: Tensor,
+}
+
+impl SegScratch {
+    fn new(be: &dyn Backend, model: &Model, rows: usize) -> SegScratch {
+        let spec = &model.spec;
+        let widest = |f: fn(&LayerSpec) -> usize| spec.layers.iter().map(f).max().unwrap_or(0);
+        let (qw, kvw) = (widest(LayerSpec::q_width), widest(LayerSpec::kv_width));
+        SegScratch { q: be.tensor(rows * qw), attn: be.tensor(rows * qw), k: be.tensor(rows * kvw), v: be.tensor(rows * kvw) }
+    }
 }
 
 impl Scratch {
@@ -421,6 +603,7 @@ impl Scratch {
             proj: be.tensor(m * hidden),
             gate: be.tensor(m * mlp),
             up: be.tensor(m * mlp),
+            seg: None,
         }
     }
 }
@@ -435,8 +618,13 @@ fn pre_norm(model: &Model, w: Option<&crate::backend::Vector>, x: &Tensor, m: us
 }
 
 /// x += post_norm(o(attention(rope(qk_norm(q, k)), v)) over pre_norm(x)).
+///
+/// The projections run over every row of the pass at once (one read of each weight); rope, the
+/// KV append and attention run per session (`segs`), on its own rows at its own positions. With
+/// several sessions their rows move to `Scratch::seg` and back: the same ops on the same rows,
+/// so each row's bits are those of its session's pass alone.
 #[allow(clippy::too_many_arguments)]
-fn attention_block(model: &Model, kv: &mut dyn KvStore, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut Tensor, m: usize, start: usize, s: &mut Scratch) {
+fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut Tensor, m: usize, s: &mut Scratch) {
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let (hidden, d, eps) = (spec.hidden_size, ls.head_dim, spec.norm_eps);
@@ -449,7 +637,10 @@ fn attention_block(model: &Model, kv: &mut dyn KvStore, il: usize, ls: &LayerSpe
     if let Some(w) = &lw.q_norm {
         be.head_norm(&mut s.q, Some(w), eps, m, qw, d);
     }
-    be.rope(&mut s.q, &ls.rope, m, qw, d, start);
+    let single = segs.len() == 1;
+    if single {
+        be.rope(&mut s.q, &ls.rope, m, qw, d, segs[0].start);
+    }
     let owns_plane = ls.kv_source == KvSource::Own;
     if let (true, Some(kw)) = (owns_plane, &lw.k) {
         be.matmul(kw, &s.h, m, &mut s.k);
@@ -472,8 +663,18 @@ fn attention_block(model: &Model, kv: &mut dyn KvStore, il: usize, ls: &LayerSpe
         if let Some(w) = &lw.k_norm {
             be.head_norm(&mut s.k, Some(w), eps, m, kvw, d);
         }
-        be.rope(&mut s.k, &ls.rope, m, kvw, d, start);
-        be.kv_append(kv, il, &s.k, &s.v, m);
+        if single {
+            be.rope(&mut s.k, &ls.rope, m, kvw, d, segs[0].start);
+            be.kv_append(&mut *segs[0].kv, il, &s.k, &s.v, m);
+        } else {
+            let t = s.seg.as_mut().expect("a pass over several sessions has their buffers");
+            for g in segs.iter_mut() {
+                be.copy_rows(&s.k, g.row0, &mut t.k, 0, g.rows, kvw);
+                be.copy_rows(&s.v, g.row0, &mut t.v, 0, g.rows, kvw);
+                be.rope(&mut t.k, &ls.rope, g.rows, kvw, d, g.start);
+                be.kv_append(&mut *g.kv, il, &t.k, &t.v, g.rows);
+            }
+        }
     }
     let plane = match ls.kv_source {
         KvSource::Own => il,
@@ -490,7 +691,17 @@ fn attention_block(model: &Model, kv: &mut dyn KvStore, il: usize, ls: &LayerSpe
             AttentionKind::Sliding { window } => Some(window),
         },
     };
-    be.attention(kv, plane, &shape, &s.q, m, start, &mut s.attn);
+    if single {
+        be.attention(&*segs[0].kv, plane, &shape, &s.q, m, segs[0].start, &mut s.attn);
+    } else {
+        let t = s.seg.as_mut().expect("a pass over several sessions has their buffers");
+        for g in segs.iter() {
+            be.copy_rows(&s.q, g.row0, &mut t.q, 0, g.rows, qw);
+            be.rope(&mut t.q, &ls.rope, g.rows, qw, d, g.start);
+            be.attention(&*g.kv, plane, &shape, &t.q, g.rows, g.start, &mut t.attn);
+            be.copy_rows(&t.attn, 0, &mut s.attn, g.row0, g.rows, qw);
+        }
+    }
     be.matmul(&lw.o, &s.attn, m, &mut s.proj);
     if let Some(b) = &lw.o_bias {
         be.add_bias(&mut s.proj, b, m);

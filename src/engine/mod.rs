@@ -345,6 +345,41 @@ impl Session {
         Ok(logits)
     }
 
+    /// Runs several sessions of one model in one pass over the weights: `items[i]` feeds its
+    /// tokens to its session, as `step_batch` would, and gets the same logits bit for bit.
+    /// Checked before anything runs, each failure naming the item: every session of the same
+    /// model, each item's tokens as `step_batch` checks them. All or nothing: on any failure
+    /// (abort of any item's session, a logit that is not finite, a panic) every session is
+    /// unchanged. The pass keeps the first item's activation buffers.
+    pub fn step_many(items: &mut [(&mut Session, &[u32], Want)]) -> Result<Vec<Vec<f32>>> {
+        let Some(first) = items.first() else {
+            return Err(Error::invalid("no items given"));
+        };
+        let model = first.0.model.clone();
+        for (i, (s, tokens, _)) in items.iter().enumerate() {
+            if !Arc::ptr_eq(&s.model, &model) {
+                return Err(Error::invalid(format!("item {i}: its session belongs to another model than item 0's")));
+            }
+            s.check(tokens).map_err(|e| Error::new(e.status, format!("item {i}: {}", e.message)))?;
+        }
+        let mut bufs = std::mem::take(&mut items[0].0.bufs);
+        let result = {
+            let mut fitems: Vec<forward::Item> = items
+                .iter_mut()
+                .map(|(s, tokens, want)| forward::Item { kv: s.kv.as_mut(), tokens, want: *want, abort: &s.abort })
+                .collect();
+            forward::forward_many(&model, &mut fitems, &mut bufs)
+        };
+        items[0].0.bufs = bufs;
+        let logits = result?;
+        let v = model.spec.vocab_size;
+        for ((s, tokens, _), l) in items.iter_mut().zip(&logits) {
+            s.last_logits = if l.is_empty() { Vec::new() } else { l[l.len() - v..].to_vec() };
+            s.tokens.extend_from_slice(tokens);
+        }
+        Ok(logits)
+    }
+
     /// One position.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.step_batch(&[token], Want::Last)

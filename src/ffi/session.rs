@@ -7,7 +7,9 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{Session, Want};
+use std::sync::Arc;
+
+use crate::{Session, StepItem, Want};
 use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, AbiStruct};
 use crate::ffi::model::packlm_model;
@@ -222,6 +224,103 @@ pub unsafe extern "C" fn packlm_step_batch_into(
         let logits = s.step_batch(tokens, want)?;
         out.copy_from_slice(&logits);
         *n_logits = need;
+        Ok(())
+    })
+}
+
+/// One session's part of packlm_step_sessions. Its layout is fixed (it carries no `size` and
+/// never grows: a later ABI that needs more adds a new struct and call).
+#[repr(C)]
+pub struct packlm_step_item {
+    /// The session to feed: one of the call's model, named by one item only.
+    pub session: *mut packlm_session,
+    /// `n_tokens` tokens (at least 1): a prefill or a decode step alike.
+    pub tokens: *const u32,
+    pub n_tokens: usize,
+    /// PACKLM_WANT_LAST, PACKLM_WANT_ALL or PACKLM_WANT_NONE, as in packlm_step_batch_into.
+    pub want: u32,
+    /// Receives the logits `want` asks for: `capacity` floats (NULL with capacity 0 skips them).
+    pub logits_out: *mut f32,
+    pub capacity: usize,
+    /// Written by the call: the floats written on success; with PACKLM_ERR_BUFFER_TOO_SMALL, in
+    /// the item the message names, the floats it needs.
+    pub n_logits: usize,
+}
+
+/// Most items of one packlm_step_sessions call.
+pub const PACKLM_MAX_STEP_ITEMS: usize = 4096;
+
+/// Runs several sessions of `model` in one pass over the weights: item i feeds its tokens to its
+/// session as packlm_step_batch_into would, and its logits are bit-identical to that call's on
+/// the session alone (at every precision, on every backend). On a CPU the weights dominate a
+/// decode step, so N sessions stepped together cost little more than one.
+///
+/// Everything is checked before anything runs, and the message names the item ("item 2: ..."):
+/// `model` and `items` not NULL; 1 to PACKLM_MAX_STEP_ITEMS items; every session not NULL, of
+/// `model`, not named by another item, and not in use by another call
+/// (PACKLM_ERR_SESSION_BUSY); tokens, `want` and the capacity as packlm_step_batch_into checks
+/// them. Each session's in-use flag is held for the whole call. All or nothing: on any failure
+/// (a refused item, an abort through any item's session, PACKLM_ERR_NON_FINITE in any item's
+/// logits, a panic) no session changes and no logits are written; only the named item's
+/// `n_logits` may be written (PACKLM_ERR_BUFFER_TOO_SMALL).
+#[no_mangle]
+pub unsafe extern "C" fn packlm_step_sessions(model: *const packlm_model, items: *mut packlm_step_item, n_items: usize) -> Status {
+    ffi_boundary!("packlm_step_sessions", {
+        let m = try_ref(model, "model")?;
+        if n_items == 0 {
+            return Err(Error::invalid("n_items is 0: no items given"));
+        }
+        if n_items > PACKLM_MAX_STEP_ITEMS {
+            return Err(Error::new(Status::ErrLimitExceeded, format!("n_items {n_items} is more than the {PACKLM_MAX_STEP_ITEMS} one call takes")));
+        }
+        let items = try_slice_mut(items, n_items, "items")?;
+        let item_err = |i: usize, e: Error| Error::new(e.status, format!("item {i}: {}", e.message));
+        let n_vocab = m.inner.n_vocab();
+        let mut plan: Vec<(&[u32], Want, usize)> = Vec::with_capacity(n_items);
+        // Each session's item, by address.
+        let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::with_capacity(n_items);
+        for (i, it) in items.iter_mut().enumerate() {
+            try_ref(it.session, "session").map_err(|e| item_err(i, e))?;
+            if let Some(j) = seen.insert(it.session as usize, i) {
+                return Err(Error::invalid(format!("item {i}: its session is item {j}'s too; a session may be named once per call")));
+            }
+            if it.n_tokens == 0 {
+                return Err(Error::invalid(format!("item {i}: n_tokens is 0: no tokens given")));
+            }
+            let want = read_want(it.want).map_err(|e| item_err(i, e))?;
+            let want = if it.logits_out.is_null() && it.capacity == 0 { Want::None } else { want };
+            let need = logits_len(want, it.n_tokens, n_vocab).map_err(|e| item_err(i, e))?;
+            let mut needed = 0;
+            check_capacity(need, it.capacity, &mut needed).map_err(|e| {
+                it.n_logits = needed;
+                item_err(i, e)
+            })?;
+            if need > 0 && it.logits_out.is_null() {
+                return Err(item_err(i, Error::new(Status::ErrNullArgument, "logits_out is NULL")));
+            }
+            let tokens = try_slice(it.tokens, it.n_tokens, "tokens").map_err(|e| item_err(i, e))?;
+            plan.push((tokens, want, need));
+        }
+        let mut guards = Vec::with_capacity(n_items);
+        for (i, it) in items.iter().enumerate() {
+            guards.push(session_in_use(it.session).map_err(|e| item_err(i, e))?);
+        }
+        for (i, g) in guards.iter().enumerate() {
+            if !Arc::ptr_eq(g.model().engine(), m.inner.engine()) {
+                return Err(Error::invalid(format!("item {i}: its session belongs to another model")));
+            }
+        }
+        let logits = {
+            let mut step: Vec<StepItem> =
+                guards.iter_mut().zip(&plan).map(|(g, &(tokens, want, _))| StepItem { session: &mut **g, tokens, want }).collect();
+            Session::step_many(&mut step)?
+        };
+        drop(guards);
+        for ((it, l), &(_, _, need)) in items.iter_mut().zip(&logits).zip(&plan) {
+            debug_assert_eq!(l.len(), need);
+            try_slice_mut(it.logits_out, l.len(), "logits_out")?.copy_from_slice(l);
+            it.n_logits = l.len();
+        }
         Ok(())
     })
 }

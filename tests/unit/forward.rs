@@ -96,3 +96,27 @@ fn an_abort_inside_the_output_projection_stops_the_pass() {
         assert!(next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{threads} threads: next step differs");
     }
 }
+
+/// A pass over several sessions that panics after some layers appended every session's keys and
+/// values leaves every session as it was (positions and snapshot bytes).
+#[test]
+fn a_panicking_shared_pass_leaves_every_session_as_it_was() {
+    let m = tiny("gemma4", BackendKind::Host);
+    let mut ss: Vec<Session> = (0..3).map(|_| Session::new(m.clone(), 0).unwrap()).collect();
+    for (i, s) in ss.iter_mut().enumerate() {
+        s.step_batch(&[0, 17 + i as u32, 42], Want::Last).unwrap();
+    }
+    let before: Vec<Vec<u8>> = ss.iter().map(|s| s.snapshot()).collect();
+    PANIC_AFTER_LAYER.with(|p| p.set(Some(m.spec.layers.len() / 2)));
+    let tokens = [vec![7u32], vec![8, 9, 10], vec![11, 12]];
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&tokens).map(|(s, t)| (s, t.as_slice(), Want::All)).collect();
+        Session::step_many(&mut items).map(|_| ())
+    }));
+    PANIC_AFTER_LAYER.with(|p| p.set(None));
+    assert!(r.is_err(), "the injected panic did not happen");
+    for (i, (s, b)) in ss.iter().zip(&before).enumerate() {
+        assert_eq!(s.n_past(), 3, "session {i}: positions held changed");
+        assert!(s.snapshot() == *b, "session {i}: the state changed");
+    }
+}

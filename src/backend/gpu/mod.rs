@@ -317,6 +317,10 @@ impl Backend for GpuBackend {
         let p = params([u(len), 1, bits(cap), 0], [0; 4], [0; 4]);
         self.rec().dispatch(Kernel::Scale, None, p, &[(3, Bind::Buffer(buf(x)))], groups(len), 1);
     }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize) {
+        let row_bytes = width as u64 * 4;
+        self.rec().copy(buf(src), src_row as u64 * row_bytes, buf(dst), dst_row as u64 * row_bytes, rows as u64 * row_bytes);
+    }
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
         let mut rec = self.rec();
         let idx: Vec<u8> = rows.iter().flat_map(|&r| u(r).to_le_bytes()).collect();

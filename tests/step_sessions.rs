@@ -1,0 +1,168 @@
+//! Several sessions in one pass over the weights (`Session::step_many`, `packlm_step_sessions`):
+//! every session's logits and state are those of the same session stepped alone, bit for bit,
+//! on every family fixture and both real GGUFs, on every backend at both precisions; refused
+//! calls and failed passes change nothing; one pass reads each weight once whatever N is.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use common::*;
+use packlm::backend::{BackendKind, Precision};
+use packlm::engine::{Model, Session, Want};
+use packlm::error::Status;
+
+/// The rounds each session goes through: per round, per session, the tokens it feeds (empty:
+/// it sits the round out) and the logits it wants. Sessions prefill while others decode, with
+/// different lengths, and every `want`.
+fn rounds(n_vocab: usize) -> Vec<Vec<(Vec<u32>, Want)>> {
+    let t = |seed: u32, n: usize| -> Vec<u32> { (0..n as u32).map(|i| (seed * 31 + i * 7 + 1) % n_vocab as u32).collect() };
+    vec![
+        vec![(t(1, 7), Want::All), (t(2, 3), Want::Last), (t(3, 1), Want::Last), (vec![], Want::Last)],
+        vec![(t(4, 1), Want::Last), (t(5, 5), Want::All), (t(6, 1), Want::None), (t(7, 12), Want::Last)],
+        vec![(t(8, 1), Want::Last), (t(9, 1), Want::Last), (t(10, 1), Want::Last), (t(11, 1), Want::All)],
+        vec![(vec![], Want::Last), (t(12, 2), Want::All), (t(13, 9), Want::Last), (t(14, 1), Want::Last)],
+    ]
+}
+
+/// Runs `rounds` on fresh sessions of `m`, each session alone (`step_batch`) or all of a round
+/// together (`step_many`); returns every logit handed back and each session's final snapshot.
+fn run(m: &Arc<Model>, shared: bool) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
+    let rounds = rounds(m.spec().vocab_size.min(250));
+    let mut sessions: Vec<Session> = (0..4).map(|_| Session::new(m.clone(), 0).unwrap()).collect();
+    let mut logits = Vec::new();
+    for round in &rounds {
+        if shared {
+            let mut items: Vec<(&mut Session, &[u32], Want)> =
+                sessions.iter_mut().zip(round).filter(|(_, (t, _))| !t.is_empty()).map(|(s, (t, w))| (s, t.as_slice(), *w)).collect();
+            logits.extend(Session::step_many(&mut items).unwrap());
+        } else {
+            for (s, (t, w)) in sessions.iter_mut().zip(round) {
+                if !t.is_empty() {
+                    logits.push(s.step_batch(t, *w).unwrap());
+                }
+            }
+        }
+    }
+    (logits, sessions.iter().map(|s| s.snapshot()).collect())
+}
+
+fn check_model(what: &str, m: &Arc<Model>) {
+    let (alone, alone_state) = run(m, false);
+    let (shared, shared_state) = run(m, true);
+    assert_eq!(alone.len(), shared.len());
+    for (i, (a, b)) in alone.iter().zip(&shared).enumerate() {
+        assert_bits_equal(b, a, &format!("{what}: logits {i} of a shared pass vs the session alone"));
+    }
+    assert!(alone_state == shared_state, "{what}: a session's state after shared passes differs from stepping it alone");
+}
+
+/// Every family fixture on the host backend (exact and fast), the reference backend, and the
+/// GPU when there is one (also with 4 KiB bindings, where the backend caps a pass at 3 rows and
+/// items are split across passes).
+#[test]
+fn every_family_gives_each_session_its_own_bits() {
+    let families = ["llama", "llama_llama3", "llama_yarn", "llama_linear", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide"];
+    for name in families {
+        for (backend, precision) in [(BackendKind::Host, Precision::Exact), (BackendKind::Host, Precision::Fast), (BackendKind::Reference, Precision::Exact)] {
+            let m = Arc::new(Model::open(&tiny(name), &packlm::engine::OpenOptions::new(backend, 2, precision)).unwrap());
+            check_model(&format!("{name} ({backend:?}, {precision:?})"), &m);
+        }
+        for (label, open) in gpu_model_openers() {
+            check_model(&format!("{name} ({label})"), &open(&tiny(name)));
+        }
+    }
+}
+
+/// SmolLM2 Q4_1 and Gemma3 Q4_K_M, at exact and at fast.
+#[test]
+fn real_ggufs_give_each_session_its_own_bits() {
+    for p in [smollm2(), gemma3_270m()].into_iter().flatten() {
+        for precision in [Precision::Exact, Precision::Fast] {
+            let m = Arc::new(Model::open(&p, &packlm::engine::OpenOptions::new(BackendKind::Host, 2, precision)).unwrap());
+            check_model(&format!("{} ({precision:?})", p.display()), &m);
+        }
+    }
+}
+
+/// Sessions holding a prefix each, for the refusal tests.
+fn prefilled(m: &Arc<Model>, n: usize) -> Vec<Session> {
+    (0..n)
+        .map(|i| {
+            let mut s = Session::new(m.clone(), 64).unwrap();
+            s.step_batch(&[1 + i as u32, 2, 3], Want::Last).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// A bad item refuses the whole call before anything runs, naming the item, and no session
+/// changes (snapshot bytes and last logits before == after).
+#[test]
+fn a_refused_item_changes_no_session() {
+    let m = open(&tiny("llama"));
+    let other = open(&tiny("llama"));
+    let vocab = m.spec().vocab_size as u32;
+    let cases: Vec<(&str, Vec<Vec<u32>>, Status, &str)> = vec![
+        ("a token out of range", vec![vec![5], vec![6, vocab], vec![7]], Status::ErrTokenOutOfRange, "item 1"),
+        ("too many tokens", vec![vec![5], vec![6], vec![7; 62]], Status::ErrContextOverflow, "item 2"),
+        ("no tokens", vec![vec![], vec![6], vec![7]], Status::ErrInvalidArgument, "item 0"),
+    ];
+    for (what, tokens, status, item) in cases {
+        let mut ss = prefilled(&m, 3);
+        let before: Vec<(Vec<u8>, Vec<f32>)> = ss.iter().map(|s| (s.snapshot(), s.last_logits().to_vec())).collect();
+        let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&tokens).map(|(s, t)| (s, t.as_slice(), Want::Last)).collect();
+        let e = Session::step_many(&mut items).unwrap_err();
+        assert_eq!(e.status, status, "{what}: {e}");
+        assert!(e.message.starts_with(item), "{what}: the message names {item}: {e}");
+        let after: Vec<(Vec<u8>, Vec<f32>)> = ss.iter().map(|s| (s.snapshot(), s.last_logits().to_vec())).collect();
+        assert!(before == after, "{what}: a session changed");
+    }
+    // A session of another model (the same pack opened twice is another model).
+    let mut ss = prefilled(&m, 1);
+    let mut o = prefilled(&other, 1);
+    let before = (ss[0].snapshot(), o[0].snapshot());
+    let e = Session::step_many(&mut [(&mut ss[0], &[5][..], Want::Last), (&mut o[0], &[6][..], Want::Last)]).unwrap_err();
+    assert!(e.status == Status::ErrInvalidArgument && e.message.starts_with("item 1"), "{e}");
+    assert!(before == (ss[0].snapshot(), o[0].snapshot()), "a session changed");
+    assert_eq!(Session::step_many(&mut []).unwrap_err().status, Status::ErrInvalidArgument);
+}
+
+/// An abort raised through any item's session stops the pass and no session changes; a pass
+/// whose logits are not finite (NaN in a weight) is refused naming the item, and no session
+/// changes, though every item's keys and values were appended by then.
+#[test]
+fn a_failed_pass_changes_no_session() {
+    let m = open(&tiny("llama"));
+    let mut ss = prefilled(&m, 3);
+    let before: Vec<Vec<u8>> = ss.iter().map(|s| s.snapshot()).collect();
+    ss[2].abort_flag().store(true, Ordering::Relaxed);
+    let tokens = [vec![5u32, 6], vec![7], vec![8, 9, 10]];
+    let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&tokens).map(|(s, t)| (s, t.as_slice(), Want::All)).collect();
+    let e = Session::step_many(&mut items).unwrap_err();
+    assert_eq!(e.status, Status::ErrAborted, "{e}");
+    assert!(before == ss.iter().map(|s| s.snapshot()).collect::<Vec<_>>(), "an aborted shared pass changed a session");
+
+    let nan = tiny_with_values("llama", "step-many-nan", &[("model.norm.weight", 3, f32::NAN)]);
+    let m = open(&nan);
+    let mut ss = prefilled_unchecked(&m, 3);
+    let before: Vec<Vec<u8>> = ss.iter().map(|s| s.snapshot()).collect();
+    let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&tokens).map(|(s, t)| (s, t.as_slice(), Want::Last)).collect();
+    let e = Session::step_many(&mut items).unwrap_err();
+    assert_eq!(e.status, Status::ErrNonFinite, "{e}");
+    assert!(e.message.starts_with("item 0") && e.message.contains("output projection"), "{e}");
+    assert!(before == ss.iter().map(|s| s.snapshot()).collect::<Vec<_>>(), "a refused non-finite pass changed a session");
+    let _ = std::fs::remove_dir_all(&nan);
+}
+
+/// Sessions holding a prefix fed with no logits (the NaN fixture's logits are refused).
+fn prefilled_unchecked(m: &Arc<Model>, n: usize) -> Vec<Session> {
+    (0..n)
+        .map(|i| {
+            let mut s = Session::new(m.clone(), 64).unwrap();
+            s.step_batch(&[1 + i as u32, 2, 3], Want::None).unwrap();
+            s
+        })
+        .collect()
+}
