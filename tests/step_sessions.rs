@@ -166,3 +166,119 @@ fn prefilled_unchecked(m: &Arc<Model>, n: usize) -> Vec<Session> {
         })
         .collect()
 }
+
+// ---- The C call ----
+
+mod c {
+    use std::ffi::{CStr, CString};
+    use std::path::Path;
+    use std::ptr;
+
+    use packlm::error::Status;
+    use packlm::ffi::model::{packlm_model, packlm_model_free, packlm_model_open};
+    use packlm::ffi::session::*;
+    use packlm::ffi::state::packlm_snapshot;
+    use packlm::ffi::status::packlm_last_error;
+
+    pub fn open(path: &Path) -> *mut packlm_model { unsafe {
+        let c = CString::new(path.to_str().unwrap()).unwrap();
+        let mut m = ptr::null_mut();
+        assert_eq!(packlm_model_open(c.as_ptr(), ptr::null(), &mut m), Status::Ok);
+        m
+    }}
+
+    pub fn session(m: *mut packlm_model, prompt: &[u32]) -> *mut packlm_session { unsafe {
+        let mut s = ptr::null_mut();
+        assert_eq!(packlm_session_new(m, ptr::null(), &mut s), Status::Ok);
+        assert_eq!(packlm_step_batch(s, prompt.as_ptr(), prompt.len(), PACKLM_WANT_LAST, ptr::null_mut()), Status::Ok);
+        s
+    }}
+
+    pub fn snapshot(s: *mut packlm_session) -> Vec<u8> { unsafe {
+        let mut need = 0usize;
+        packlm_snapshot(s, ptr::null_mut(), 0, &mut need);
+        let mut buf = vec![0u8; need];
+        assert_eq!(packlm_snapshot(s, buf.as_mut_ptr(), need, &mut need), Status::Ok);
+        buf
+    }}
+
+    pub fn last_error() -> String {
+        unsafe { CStr::from_ptr(packlm_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    pub fn item(s: *mut packlm_session, tokens: &[u32], want: u32, out: &mut [f32]) -> packlm_step_item {
+        packlm_step_item { session: s, tokens: tokens.as_ptr(), n_tokens: tokens.len(), want, logits_out: out.as_mut_ptr(), capacity: out.len(), n_logits: usize::MAX }
+    }
+
+    pub fn free(m: *mut packlm_model, ss: &[*mut packlm_session]) { unsafe {
+        for &s in ss {
+            packlm_session_free(s);
+        }
+        packlm_model_free(m);
+    }}
+}
+
+/// packlm_step_sessions: the logits of each item are those packlm_step_batch gives the session
+/// alone; every refusal names its item and changes no session (snapshot bytes before == after).
+#[test]
+fn the_c_call_equals_stepping_alone_and_refuses_bad_items_whole() { unsafe {
+    use packlm::ffi::session::*;
+    use std::ptr;
+    let p = tiny("llama");
+    let m = c::open(&p);
+    let v = open(&p).spec().vocab_size;
+    let (a, b, x) = (c::session(m, &[1, 2, 3]), c::session(m, &[4, 5]), c::session(m, &[6]));
+    let (ra, rb) = (c::session(m, &[1, 2, 3]), c::session(m, &[4, 5]));
+    let (ta, tb) = ([7u32], [8u32, 9, 10]);
+    let (mut la, mut lb) = (vec![0f32; v], vec![0f32; 3 * v]);
+    let mut items = [c::item(a, &ta, PACKLM_WANT_LAST, &mut la), c::item(b, &tb, PACKLM_WANT_ALL, &mut lb)];
+    assert_eq!(packlm_step_sessions(m as *const _, items.as_mut_ptr(), 2), Status::Ok, "{}", c::last_error());
+    assert_eq!((items[0].n_logits, items[1].n_logits), (v, 3 * v));
+    let (mut wa, mut wb) = (vec![0f32; v], vec![0f32; 3 * v]);
+    assert_eq!(packlm_step_batch(ra, ta.as_ptr(), 1, PACKLM_WANT_LAST, wa.as_mut_ptr()), Status::Ok);
+    assert_eq!(packlm_step_batch(rb, tb.as_ptr(), 3, PACKLM_WANT_ALL, wb.as_mut_ptr()), Status::Ok);
+    assert_bits_equal(&la, &wa, "item 0 vs alone");
+    assert_bits_equal(&lb, &wb, "item 1 vs alone");
+
+    // Refusals: each names its item, and no session changes.
+    let other = c::open(&p);
+    let y = c::session(other, &[1]);
+    let bad_token = [v as u32];
+    let mut small = vec![0f32; v - 1];
+    type Edit = Box<dyn Fn(&mut [packlm_step_item; 3])>;
+    let cases: Vec<(&str, Edit, Status, &str)> = vec![
+        ("a session named twice", Box::new(move |it| it[2].session = a), Status::ErrInvalidArgument, "item 2"),
+        ("a NULL session", Box::new(|it| it[1].session = ptr::null_mut()), Status::ErrNullArgument, "item 1"),
+        ("a session of another model", Box::new(move |it| it[2].session = y), Status::ErrInvalidArgument, "item 2"),
+        ("a token out of range", Box::new(move |it| it[1].tokens = bad_token.as_ptr()), Status::ErrTokenOutOfRange, "item 1"),
+        ("no tokens", Box::new(|it| it[0].n_tokens = 0), Status::ErrInvalidArgument, "item 0"),
+        ("a bad want", Box::new(|it| it[2].want = 9), Status::ErrInvalidArgument, "item 2"),
+        ("NULL tokens", Box::new(|it| it[1].tokens = ptr::null()), Status::ErrNullArgument, "item 1"),
+    ];
+    let t = [11u32];
+    for (what, edit, status, name) in cases {
+        let before: Vec<Vec<u8>> = [a, b, x].iter().map(|&s| c::snapshot(s)).collect();
+        let (mut o0, mut o1, mut o2) = (vec![0f32; v], vec![0f32; v], vec![0f32; v]);
+        let mut it = [c::item(a, &t, PACKLM_WANT_LAST, &mut o0), c::item(b, &t, PACKLM_WANT_LAST, &mut o1), c::item(x, &t, PACKLM_WANT_LAST, &mut o2)];
+        edit(&mut it);
+        assert_eq!(packlm_step_sessions(m as *const _, it.as_mut_ptr(), 3), status, "{what}: {}", c::last_error());
+        assert!(c::last_error().starts_with(&format!("packlm_step_sessions: {name}:")), "{what}: the message names {name}: {}", c::last_error());
+        assert!(before == [a, b, x].iter().map(|&s| c::snapshot(s)).collect::<Vec<_>>(), "{what}: a session changed");
+        assert!(o0.iter().chain(&o1).chain(&o2).all(|&f| f == 0.0), "{what}: logits were written");
+    }
+    // A buffer too small: the item's n_logits receives the floats it needs.
+    let (mut o0, mut o1) = (vec![0f32; v], vec![0f32; v]);
+    let mut it = [c::item(a, &t, PACKLM_WANT_LAST, &mut o0), c::item(b, &t, PACKLM_WANT_LAST, &mut small)];
+    let before = c::snapshot(a);
+    assert_eq!(packlm_step_sessions(m as *const _, it.as_mut_ptr(), 2), Status::ErrBufferTooSmall);
+    assert_eq!(it[1].n_logits, v);
+    assert!(c::last_error().starts_with("packlm_step_sessions: item 1:"), "{}", c::last_error());
+    assert!(before == c::snapshot(a), "item 0's session changed");
+    let _ = &mut o1;
+    assert_eq!(packlm_step_sessions(m as *const _, it.as_mut_ptr(), 0), Status::ErrInvalidArgument);
+    assert_eq!(packlm_step_sessions(ptr::null(), it.as_mut_ptr(), 1), Status::ErrNullArgument);
+    assert_eq!(packlm_step_sessions(m as *const _, ptr::null_mut(), 1), Status::ErrNullArgument);
+    assert_eq!(packlm_step_sessions(m as *const _, it.as_mut_ptr(), PACKLM_MAX_STEP_ITEMS + 1), Status::ErrLimitExceeded);
+    c::free(m, &[a, b, x, ra, rb]);
+    c::free(other, &[y]);
+}}
