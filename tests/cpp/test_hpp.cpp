@@ -93,6 +93,22 @@ int main(int argc, char **argv) {
     CHECK(all.size() == 600);
     CHECK(b.step_batch({9}, PACKLM_WANT_NONE).empty());
 
+    // Several sessions in one pass: each item's logits are the session's alone; a session named
+    // twice throws, naming the item, and changes no session.
+    {
+        packlm::Session x(model), y(model), rx(model), ry(model);
+        x.step_batch(hello);
+        rx.step_batch(hello);
+        const auto shared = packlm::step_sessions(model, {{&x, {5}, PACKLM_WANT_LAST}, {&y, {7, 8}, PACKLM_WANT_ALL}});
+        CHECK(shared.size() == 2 && shared[0] == rx.step(5) && shared[1] == ry.step_batch({7, 8}, PACKLM_WANT_ALL));
+        const std::vector<uint8_t> before = x.snapshot();
+        const std::string msg = expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] {
+            packlm::step_sessions(model, {{&x, {9}, PACKLM_WANT_LAST}, {&x, {9}, PACKLM_WANT_LAST}});
+        });
+        CHECK(msg.find("item 1") != std::string::npos);
+        CHECK(x.snapshot() == before);
+    }
+
     // Speculative: an n-gram drafter and a greedy verify.
     packlm::Drafter drafter = packlm::Drafter::ngram(3);
     const std::vector<uint32_t> draft = drafter.propose(a, packlm::argmax(next_a), 4);

@@ -74,7 +74,7 @@ for name, cls in list(structs.items()):
     if cls is None:
         check(False, f"struct {name} of include/packlm.h has no ctypes layout in packlm")
         del structs[name]
-check(len(structs) == 7, f"{len(structs)} structs checked")
+check(len(structs) == 8, f"{len(structs)} structs checked")
 lines = [f'printf("{name} %lld\\n", (long long)({name}));' for name in int_macros]
 for c_name, cls in structs.items():
     lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
@@ -153,6 +153,21 @@ batched = s.step_batch(ids, all_rows=True)
 t = m.session()
 stepped = [x for tok in ids for x in t.step(tok)]
 check(list(batched) == stepped, "step_batch(all) == steps, bit for bit")
+
+# Several sessions in one pass: each item's logits are the session's alone, bit for bit; a
+# session named twice refuses the whole call, naming the item, and changes no session.
+sa, sb, ra, rb = m.session(), m.session(), m.session(), m.session()
+sa.step_batch(ids[:3]); ra.step_batch(ids[:3])
+shared = packlm.step_sessions([(sa, [7], packlm.WANT_LAST), (sb, ids, packlm.WANT_ALL)])
+check(list(shared[0]) == list(ra.step(7)), "step_sessions: item 0 == the session alone")
+check(list(shared[1]) == list(rb.step_batch(ids, all_rows=True)), "step_sessions: item 1 == the session alone")
+snap_a = sa.snapshot()
+try:
+    packlm.step_sessions([(sa, [8], packlm.WANT_LAST), (sa, [9], packlm.WANT_LAST)])
+    check(False, "step_sessions with a session named twice was accepted")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "item 1" in str(e), f"session named twice: {e}")
+check(sa.snapshot() == snap_a, "a refused step_sessions changed the session")
 
 snap = s.snapshot()
 after = s.step(7)

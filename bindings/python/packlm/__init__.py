@@ -101,6 +101,7 @@ PRECISION_DEFAULT, PRECISION_EXACT, PRECISION_FAST = 0, 1, 2
 _PRECISION_CODES: Dict[Optional[str], int] = {None: PRECISION_DEFAULT, "exact": PRECISION_EXACT, "fast": PRECISION_FAST}
 _PRECISION_NAMES: Dict[int, str] = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
 LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
+MAX_STEP_ITEMS = 4096  # the most items of one step_sessions call
 
 
 class PacklmError(Exception):
@@ -162,10 +163,16 @@ class _ChatMessage(C.Structure):
     _fields_ = [("role", C.c_char_p), ("content", C.c_char_p)]
 
 
+class _StepItem(C.Structure):
+    _fields_ = [("session", C.c_void_p), ("tokens", C.POINTER(C.c_uint32)), ("n_tokens", C.c_size_t),
+                ("want", C.c_uint32), ("logits_out", C.POINTER(C.c_float)), ("capacity", C.c_size_t),
+                ("n_logits", C.c_size_t)]
+
+
 STRUCTS: Dict[str, Any] = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
            "packlm_session_options": _SessionOptions, "packlm_sampler_params": _SamplerParams,
            "packlm_verify_params": _VerifyParams, "packlm_verify_result": _VerifyResult,
-           "packlm_chat_message": _ChatMessage}
+           "packlm_chat_message": _ChatMessage, "packlm_step_item": _StepItem}
 
 # Every function of include/packlm.h: name -> (restype, argtypes). Handles are void pointers.
 _st, _h, _sz, _u32, _i32, _u64 = C.c_uint32, C.c_void_p, C.c_size_t, C.c_uint32, C.c_int32, C.c_uint64
@@ -197,6 +204,7 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_step_batch": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float)]),
     "packlm_step_into": (_st, [_h, _u32, _P(C.c_float), _sz, _P(_sz)]),
     "packlm_step_batch_into": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float), _sz, _P(_sz)]),
+    "packlm_step_sessions": (_st, [_h, _P(_StepItem), _sz]),
     "packlm_sample": (_st, [_P(C.c_float), _sz, _P(_SamplerParams), _P(_u64), _P(_u32)]),
     "packlm_verify": (_st, [_h, _u32, _P(_u32), _sz, _P(_VerifyParams), _P(_VerifyResult)]),
     "packlm_drafter_new_ngram": (_st, [_u32, _P(_h)]),
@@ -548,6 +556,28 @@ class Session(_Handle):
             probs = (C.c_float * len(draft_probs))(*draft_probs)
             p.draft_probs, p.n_draft_probs = C.cast(probs, C.POINTER(C.c_float)), len(draft_probs)
         return self._verify(pending, draft, p, want_logits)
+
+
+def step_sessions(items: Sequence[Tuple[Session, Sequence[int], int]]) -> List[array[float]]:
+    """Runs several sessions of one model in one pass over the weights: each item is
+    (session, tokens, want) and gets the logits Session.step_batch(tokens, want=want) would give
+    that session alone, bit for bit. All or nothing: a bad item raises PacklmError naming it
+    ("item 1: ...") and no session changes."""
+    if not items:
+        raise PacklmError(ERR_INVALID_ARGUMENT, "step_sessions: no items given")
+    model = items[0][0].model
+    arr = (_StepItem * len(items))()
+    keep: List[Any] = []  # the token and logit buffers, alive for the call
+    for slot, (session, tokens, want) in zip(arr, items):
+        ids = _u32_array(tokens)
+        rows = {WANT_LAST: 1, WANT_ALL: len(tokens)}.get(want, 0)
+        out = (C.c_float * (rows * session.model.n_vocab))()
+        keep.append((ids, out))
+        slot.session, slot.tokens, slot.n_tokens, slot.want = session._ptr, ids, len(tokens), want
+        slot.logits_out = C.cast(out, C.POINTER(C.c_float)) if rows else None
+        slot.capacity = len(out)
+    _check(_lib.packlm_step_sessions(model._ptr, arr, len(items)))
+    return [array("f", out[: slot.n_logits]) for slot, (_, out) in zip(arr, keep)]
 
 
 class Drafter(_Handle):
