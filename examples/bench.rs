@@ -16,6 +16,11 @@
 //! are over a decode step timed at the same position right before the verifies (`time_step`),
 //! not over the decode loop's steps.
 //!
+//! With `--sessions N1,N2,..` (for example 1,2,4,8,16) it measures many sessions in one pass
+//! instead, one JSON line per N: N sessions prefill N different prompts of `--prompt-tokens`
+//! in one `step_many` (aggregate prefill tok/s), then decode `--decode` greedy steps of all N
+//! in one `step_many` each (aggregate decode tok/s, and the per-session latency of a step).
+//!
 //! scripts/bench_compare.py runs this and llama.cpp (through an installed llama-cpp-python) on
 //! the same file, token ids and thread count, and prints the ratios.
 
@@ -164,6 +169,50 @@ fn time_generate(m: &Arc<Model>, prompt: &[u32], n: usize, k: usize, ngram: bool
     (best, out)
 }
 
+/// One JSON line for `--sessions`: N sessions' prefill and decode in shared passes.
+fn bench_sessions(m: &Arc<Model>, text: &str, n_prompt: usize, n_decode: usize, n: usize, threads: usize) {
+    // Different prompts of the same length: the text from a different word for each session.
+    let words: Vec<&str> = text.split(' ').collect();
+    let prompts: Vec<Vec<u32>> = (0..n)
+        .map(|i| {
+            let t = words[i * 3 % 20..].join(" ");
+            let mut p = or_fail(m.vocab().encode(&t, true, false), "tokenize the prompt");
+            p.truncate(n_prompt);
+            p
+        })
+        .collect();
+    let mut ss: Vec<Session> = (0..n).map(|_| or_fail(Session::new(m.clone(), 0), "session")).collect();
+    let t = Instant::now();
+    {
+        let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&prompts).map(|(s, p)| (s, p.as_slice(), Want::Last)).collect();
+        or_fail(Session::step_many(&mut items), "prefill");
+    }
+    let prefill_s = t.elapsed().as_secs_f64();
+    let mut next: Vec<[u32; 1]> = ss.iter().map(|s| [argmax(s.last_logits())]).collect();
+    let t = Instant::now();
+    for _ in 0..n_decode {
+        let mut items: Vec<(&mut Session, &[u32], Want)> = ss.iter_mut().zip(&next).map(|(s, t)| (s, &t[..], Want::Last)).collect();
+        let logits = or_fail(Session::step_many(&mut items), "decode");
+        next = logits.iter().map(|l| [argmax(l)]).collect();
+    }
+    let decode_s = t.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({
+            "engine": "packlm",
+            "sessions": n,
+            "threads": threads,
+            "precision": m.backend().precision().name(),
+            "prompt_tokens": n_prompt,
+            "decode_steps": n_decode,
+            "prefill_tok_s": (n * n_prompt) as f64 / prefill_s,
+            "decode_tok_s": (n * n_decode) as f64 / decode_s,
+            "step_latency_ms": decode_s / n_decode as f64 * 1e3,
+            "peak_rss_mib": peak_rss_mib(),
+        })
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(pack) = args.first() else {
@@ -204,6 +253,14 @@ fn main() {
     prompt.truncate(n_prompt);
     if prompt.is_empty() {
         fail("--prompt-tokens 0: the prefill, decode and verify timings need a prompt");
+    }
+    if let Some(i) = args.iter().position(|a| a == "--sessions") {
+        let list = args.get(i + 1).map(String::as_str).unwrap_or("");
+        let ns: Vec<usize> = list.split(',').map(|v| v.trim().parse().ok().filter(|&n| n > 0)).collect::<Option<_>>().unwrap_or_else(|| fail(&format!("--sessions {list:?}: a list of session counts such as 1,2,4,8")));
+        for n in ns {
+            bench_sessions(&m, &text, n_prompt, n_decode, n, threads);
+        }
+        return;
     }
 
     let mut best_prefill = f64::MAX;
