@@ -190,3 +190,40 @@ fn the_gpu_backend_without_an_adapter_says_why() {
     assert!(err.contains("backend unavailable") || err.contains("BACKEND_UNAVAILABLE"), "{err}");
     assert!(err.contains("GPU"), "{err}");
 }
+
+/// `generate --parallel N` answers each prompt with the tokens a lone `generate` gives it (its
+/// sessions step together), greedy and sampled with the same seed, with N below and above the
+/// number of prompts.
+#[test]
+fn generate_parallel_answers_each_prompt_as_alone() {
+    let dir = tiny("llama");
+    let d = dir.to_str().unwrap();
+    let prompts = ["Hello", "The quick brown fox", "a", "Once upon a time there"];
+    for temp in ["0", "0.9"] {
+        let alone: Vec<serde_json::Value> = prompts
+            .iter()
+            .map(|p| {
+                let o = packlm(&["generate", d, "--prompt", p, "-n", "12", "--temp", temp, "--seed", "5", "--json"]);
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].clone()
+            })
+            .collect();
+        for n in ["1", "3", "8"] {
+            let mut args = vec!["generate", d, "--parallel", n, "-n", "12", "--temp", temp, "--seed", "5", "--json"];
+            for p in &prompts {
+                args.extend(["--prompt", p]);
+            }
+            let o = packlm(&args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            assert_eq!(lines.len(), prompts.len() + 1, "a line per prompt and a summary");
+            for (i, want) in alone.iter().enumerate() {
+                assert_eq!(lines[i]["prompt"], i);
+                assert_eq!(&lines[i]["tokens"], want, "--parallel {n}, --temp {temp}: prompt {i}");
+            }
+            assert!(alone.iter().any(|t| !t.as_array().unwrap().is_empty()), "some prompt generated tokens");
+        }
+    }
+    let o = packlm(&["generate", d, "--parallel", "0", "--prompt", "x"]);
+    assert!(!o.status.success());
+}

@@ -44,6 +44,7 @@ var headerConstants = map[string]uint64{
 	"PACKLM_WANT_LAST":                 uint64(WantLast),
 	"PACKLM_WANT_ALL":                  uint64(WantAll),
 	"PACKLM_WANT_NONE":                 uint64(WantNone),
+	"PACKLM_MAX_STEP_ITEMS":            uint64(MaxStepItems),
 	"PACKLM_TOKENIZE_ADD_SPECIAL":      uint64(TokenizeAddSpecial),
 	"PACKLM_TOKENIZE_PARSE_SPECIAL":    uint64(TokenizeParseSpecial),
 	"PACKLM_DETOKENIZE_SKIP_SPECIAL":   uint64(DetokenizeSkipSpecial),

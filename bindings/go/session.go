@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"runtime"
+	"strconv"
 	"unsafe"
 )
 
@@ -141,6 +142,112 @@ func (s *Session) StepBatch(tokens []uint32, want Want) ([]float32, error) {
 		return nil, err
 	}
 	return logits[:int(n)], nil
+}
+
+// MaxStepItems is the most items one StepSessions call takes (PACKLM_MAX_STEP_ITEMS).
+const MaxStepItems = C.PACKLM_MAX_STEP_ITEMS
+
+// StepItem is one session's part of a StepSessions call: the tokens to feed it (at least one)
+// and which of their logits to return.
+type StepItem struct {
+	Session *Session // a session of the call's model, named by this item only
+	Tokens  []uint32 // the tokens to feed it, at least one
+	Want    Want     // the logits to return, as in StepBatch
+}
+
+// StepSessions feeds each item's tokens to its session, all of them sessions of model, in one
+// pass over the weights, and returns each item's logits (out[i] for items[i]): the same bits
+// StepBatch on that session alone returns. A session may be named by one item only, and 1 to
+// MaxStepItems items are taken. All or nothing: on an error, whose message names the item
+// refused ("item 1: ..."), no session has changed.
+func StepSessions(model *Model, items []StepItem) ([][]float32, error) {
+	const op = "packlm_step_sessions"
+	mptr, err := model.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(model)
+	defer runtime.KeepAlive(items)
+	sessions := make([]*C.packlm_session, len(items))
+	sizes := make([]int, len(items))
+	nTokens, nLogits := 0, 0
+	for i, it := range items {
+		ptr, err := it.Session.handle(op)
+		if err != nil {
+			return nil, usageError(op, ErrNullArgument, "item "+strconv.Itoa(i)+": the session is closed")
+		}
+		sessions[i] = ptr
+		var rows int
+		switch it.Want {
+		case WantLast:
+			rows = 1
+		case WantAll:
+			rows = len(it.Tokens)
+		case WantNone:
+			rows = 0
+		default:
+			rows = 1 // the library refuses an unknown value and names it
+		}
+		sizes[i] = rows * it.Session.nVocab
+		nTokens += len(it.Tokens)
+		nLogits += sizes[i]
+	}
+	// packlm_step_item holds pointers, so the items, their tokens and their logits live in C
+	// memory for the call.
+	var array []C.packlm_step_item
+	var cItems *C.packlm_step_item
+	if len(items) > 0 {
+		cItems = (*C.packlm_step_item)(C.calloc(C.size_t(len(items)), C.size_t(unsafe.Sizeof(C.packlm_step_item{}))))
+		if cItems == nil {
+			return nil, usageError(op, ErrOutOfMemory, "no memory for the items")
+		}
+		defer C.free(unsafe.Pointer(cItems))
+		array = unsafe.Slice(cItems, len(items))
+	}
+	var tokens []uint32
+	if nTokens > 0 {
+		p := C.malloc(C.size_t(nTokens) * C.size_t(unsafe.Sizeof(uint32(0))))
+		if p == nil {
+			return nil, usageError(op, ErrOutOfMemory, "no memory for the tokens")
+		}
+		defer C.free(p)
+		tokens = unsafe.Slice((*uint32)(p), nTokens)
+	}
+	var logits []float32
+	if nLogits > 0 {
+		p := C.malloc(C.size_t(nLogits) * C.size_t(unsafe.Sizeof(float32(0))))
+		if p == nil {
+			return nil, usageError(op, ErrOutOfMemory, "no memory for the logits")
+		}
+		defer C.free(p)
+		logits = unsafe.Slice((*float32)(p), nLogits)
+	}
+	offsets := make([]int, len(items))
+	t, l := 0, 0
+	for i, it := range items {
+		copy(tokens[t:], it.Tokens)
+		array[i].session = sessions[i]
+		array[i].tokens = tokenPtr(tokens[t : t+len(it.Tokens)])
+		array[i].n_tokens = C.size_t(len(it.Tokens))
+		array[i].want = C.uint32_t(it.Want)
+		array[i].logits_out = floatPtr(logits[l : l+sizes[i]])
+		array[i].capacity = C.size_t(sizes[i])
+		offsets[i] = l
+		t += len(it.Tokens)
+		l += sizes[i]
+	}
+	if err := call(op, func() C.packlm_status {
+		return C.packlm_step_sessions(mptr, cItems, C.size_t(len(items)))
+	}); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(items))
+	for i := range items {
+		n := int(array[i].n_logits)
+		out[i] = make([]float32, n)
+		copy(out[i], logits[offsets[i]:offsets[i]+n])
+	}
+	return out, nil
 }
 
 // Truncate keeps exactly the first n positions; step the next token to get logits again.

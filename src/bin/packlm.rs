@@ -5,6 +5,13 @@
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
 //!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
+//!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--chat | --no-special] [-n N]
+//!                   [--temp T] [--seed S] [--json]
+//!
+//! `--parallel N` answers every `--prompt` (given once per prompt), N at a time: their sessions
+//! step together, one pass over the weights for all of them (`Session::step_many`), and each
+//! reply is the one `generate` gives that prompt alone (the same tokens for the same --seed). It
+//! prints each reply once all are done, as `[i] text` lines, or one JSON line per prompt.
 //!
 //! Special-token text in a prompt ("<|im_start|>", "<start_of_turn>") is parsed into its token by
 //! `generate` as by `tokenize` (as HF's tokenizer and llama.cpp's CLI do), so a hand-rendered chat
@@ -20,7 +27,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use packlm::{Backend, ChatMessage, Drafter, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Want};
+use packlm::{Backend, ChatMessage, Drafter, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Session, StepItem, Want};
 
 struct Args {
     rest: Vec<String>,
@@ -69,6 +76,8 @@ const USAGE: &str = "usage:
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
+  packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--chat | --no-special] [-n N]
+                  [--temp T] [--seed S] [--json]
 options: --threads N  --backend host|reference|gpu  --precision exact|fast";
 
 /// Writes to stderr without panicking when stderr is closed too.
@@ -164,7 +173,104 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
 }
 
+/// A prompt's tokens: through the chat template (`chat`), else as text (special-token text
+/// parsed unless `parse_special` is false). Refuses a prompt with no tokens.
+fn prompt_tokens(m: &Model, prompt: &str, chat: bool, parse_special: bool) -> Result<Vec<u32>> {
+    let ids = if chat {
+        let text = m.chat_apply(&[ChatMessage { role: "user".into(), content: prompt.to_string() }], true)?;
+        m.tokenize(&text, true, true)?
+    } else {
+        m.tokenize(prompt, true, parse_special)?
+    };
+    if ids.is_empty() {
+        return Err(Error::invalid("the prompt has no tokens"));
+    }
+    Ok(ids)
+}
+
+/// `generate --parallel N`: every --prompt answered, N sessions stepping together.
+fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
+    if n == 0 {
+        return Err(Error::invalid("--parallel 0: at least one session"));
+    }
+    let mut prompts = Vec::new();
+    while let Some(p) = args.value(&["--prompt"])? {
+        prompts.push(p);
+    }
+    if prompts.is_empty() {
+        return Err(Error::invalid("--prompt is required (once per prompt)"));
+    }
+    let chat = args.flag("--chat");
+    let parse_special = !args.flag("--no-special");
+    if chat && !parse_special {
+        return Err(Error::invalid("--no-special applies to a plain --prompt: --chat renders the template, whose markers are special tokens"));
+    }
+    let json = args.flag("--json");
+    let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
+    let temp: f32 = args.parsed(&["--temp"], 0.0)?;
+    let seed: u64 = args.parsed(&["--seed"], 0)?;
+    let m = open(pack, args)?;
+    args.done()?;
+    let sampler = SamplerParams { temperature: temp, ..Default::default() };
+    sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
+    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| prompt_tokens(&m, p, chat, parse_special)).collect::<Result<_>>()?;
+    let t0 = Instant::now();
+    let mut replies: Vec<Vec<u32>> = vec![Vec::new(); ids.len()];
+    for (batch_ids, batch_replies) in ids.chunks(n).zip(replies.chunks_mut(n)) {
+        parallel_replies(&m, batch_ids, batch_replies, n_new, &sampler, seed)?;
+    }
+    let total_s = t0.elapsed().as_secs_f64();
+    let generated: usize = replies.iter().map(Vec::len).sum();
+    for (i, (reply, prompt)) in replies.iter().zip(&ids).enumerate() {
+        let text = m.detokenize(reply, true)?;
+        if json {
+            print_line(&serde_json::json!({ "prompt": i, "tokens": reply, "text": text, "prompt_tokens": prompt.len() }).to_string())?;
+        } else {
+            print_line(&format!("[{i}] {text}"))?;
+        }
+    }
+    if json {
+        print_line(&serde_json::json!({ "prompts": ids.len(), "parallel": n, "generated_tokens": generated, "tok_s": generated as f64 / total_s.max(1e-9) }).to_string())?;
+    }
+    Ok(())
+}
+
+/// The replies to `prompts`, their sessions stepped together: each session's token choice is
+/// `Generate`'s (the same sampler, recent tokens and random state from `seed`), so each reply
+/// is the one a lone `generate` gives.
+fn parallel_replies(m: &Model, prompts: &[Vec<u32>], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams, seed: u64) -> Result<()> {
+    let mut sessions = prompts.iter().map(|_| m.session()).collect::<Result<Vec<_>>>()?;
+    let mut rng = vec![seed; prompts.len()];
+    let mut active: Vec<usize> = (0..prompts.len()).collect();
+    let mut feed: Vec<Vec<u32>> = prompts.to_vec();
+    while !active.is_empty() {
+        let mut items: Vec<StepItem> = sessions
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| active.contains(i))
+            .map(|(i, s)| StepItem { session: s, tokens: &feed[i], want: Want::Last })
+            .collect();
+        Session::step_many(&mut items)?;
+        drop(items);
+        active.retain(|&i| {
+            let s = &sessions[i];
+            let Ok(t) = packlm::sample(s.last_logits(), sampler, s.tokens(), &mut rng[i]) else { return false };
+            if replies[i].len() >= n_new || m.is_stop(t) {
+                return false;
+            }
+            replies[i].push(t);
+            feed[i] = vec![t];
+            replies[i].len() < n_new && s.n_past() < s.n_ctx()
+        });
+    }
+    Ok(())
+}
+
 fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
+    let parallel: Option<usize> = args.value(&["--parallel"])?.map(|v| v.parse().map_err(|_| Error::invalid(format!("--parallel: cannot parse {v:?}")))).transpose()?;
+    if let Some(n) = parallel {
+        return cmd_generate_parallel(pack, args, n);
+    }
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
     let chat = args.flag("--chat");
     let parse_special = !args.flag("--no-special");
@@ -179,15 +285,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
     let m = open(pack, args)?;
     args.done()?;
-    let prompt_ids = if chat {
-        let text = m.chat_apply(&[ChatMessage { role: "user".into(), content: prompt.clone() }], true)?;
-        m.tokenize(&text, true, true)?
-    } else {
-        m.tokenize(&prompt, true, parse_special)?
-    };
-    if prompt_ids.is_empty() {
-        return Err(Error::invalid("the prompt has no tokens"));
-    }
+    let prompt_ids = prompt_tokens(&m, &prompt, chat, parse_special)?;
     let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),

@@ -70,6 +70,54 @@ public final class Session {
         return Array(logits[0..<n])
     }
 
+    /// The most items one `stepSessions` call takes (PACKLM_MAX_STEP_ITEMS).
+    public static let maxStepItems = Int(PACKLM_MAX_STEP_ITEMS)
+
+    /// Feeds each item's tokens (at least one) to its session in one pass over the weights and
+    /// returns each item's logits (result `i` for `items[i]`): the same bits `stepBatch` on that
+    /// session alone returns. Every session must be of the first item's model and named by one
+    /// item only; 1 to `maxStepItems` items are taken. All or nothing: on a throw, whose message
+    /// names the item refused ("item 1: ..."), no session has changed.
+    public static func stepSessions(_ items: [(session: Session, tokens: [UInt32], want: Want)]) throws -> [[Float]] {
+        guard let model = items.first?.session.model else {
+            throw PackLMError(operation: "packlm_step_sessions", status: .invalidArgument, message: "no items given")
+        }
+        // packlm_step_item holds pointers: each item's tokens and logits get buffers of their own
+        // for the call.
+        var tokenBuffers: [UnsafeMutableBufferPointer<UInt32>] = []
+        var logitBuffers: [UnsafeMutableBufferPointer<Float>] = []
+        defer {
+            tokenBuffers.forEach { $0.deallocate() }
+            logitBuffers.forEach { $0.deallocate() }
+        }
+        var array: [packlm_step_item] = []
+        array.reserveCapacity(items.count)
+        for item in items {
+            let rows: Int
+            switch item.want {
+            case .last: rows = 1
+            case .all: rows = item.tokens.count
+            case .none: rows = 0
+            }
+            let tokens = UnsafeMutableBufferPointer<UInt32>.allocate(capacity: item.tokens.count)
+            tokenBuffers.append(tokens)
+            _ = tokens.initialize(from: item.tokens)
+            let logits = UnsafeMutableBufferPointer<Float>.allocate(capacity: rows * item.session.model.info.vocabSize)
+            logitBuffers.append(logits)
+            logits.initialize(repeating: 0)
+            array.append(packlm_step_item(session: item.session.handle,
+                                          tokens: tokens.isEmpty ? nil : UnsafePointer(tokens.baseAddress),
+                                          n_tokens: tokens.count, want: item.want.rawValue,
+                                          logits_out: logits.isEmpty ? nil : logits.baseAddress,
+                                          capacity: logits.count, n_logits: 0))
+        }
+        let status = withExtendedLifetime(items) {
+            array.withUnsafeMutableBufferPointer { packlm_step_sessions(model.handle, $0.baseAddress, $0.count) }
+        }
+        try check("packlm_step_sessions", status)
+        return zip(array, logitBuffers).map { item, logits in Array(logits[0..<item.n_logits]) }
+    }
+
     /// Keeps exactly the first `positions` positions; step the next token to get logits again.
     public func truncate(to positions: Int) throws {
         guard positions >= 0 else {

@@ -41,6 +41,7 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_WANT_LAST": UInt64(Want.last.rawValue),
         "PACKLM_WANT_ALL": UInt64(Want.all.rawValue),
         "PACKLM_WANT_NONE": UInt64(Want.none.rawValue),
+        "PACKLM_MAX_STEP_ITEMS": UInt64(Session.maxStepItems),
         "PACKLM_TOKENIZE_ADD_SPECIAL": UInt64(TokenizeFlags.addSpecial.rawValue),
         "PACKLM_TOKENIZE_PARSE_SPECIAL": UInt64(TokenizeFlags.parseSpecial.rawValue),
         "PACKLM_DETOKENIZE_SKIP_SPECIAL": UInt64(DetokenizeFlags.skipSpecial.rawValue),
