@@ -13,49 +13,91 @@ use packlm::backend::{BackendKind, Precision};
 use packlm::engine::{Model, Session, Want};
 use packlm::error::Status;
 
-/// The rounds each session goes through: per round, per session, the tokens it feeds (empty:
-/// it sits the round out) and the logits it wants. Sessions prefill while others decode, with
-/// different lengths, and every `want`.
-fn rounds(n_vocab: usize) -> Vec<Vec<(Vec<u32>, Want)>> {
+/// One session's job in a round.
+enum J {
+    /// Sits the round out.
+    Idle,
+    Step(Vec<u32>, Want),
+    /// A verify of (pending, draft), greedy or sampled (temperature 0.8, the session's own
+    /// random state).
+    Verify(u32, Vec<u32>, bool),
+}
+
+/// The rounds each session goes through: sessions prefill while others decode, with different
+/// lengths and every `want`, and verify (greedy and sampled) beside steps.
+fn rounds(n_vocab: usize) -> Vec<Vec<J>> {
     let t = |seed: u32, n: usize| -> Vec<u32> { (0..n as u32).map(|i| (seed * 31 + i * 7 + 1) % n_vocab as u32).collect() };
+    use J::*;
     vec![
-        vec![(t(1, 7), Want::All), (t(2, 3), Want::Last), (t(3, 1), Want::Last), (vec![], Want::Last)],
-        vec![(t(4, 1), Want::Last), (t(5, 5), Want::All), (t(6, 1), Want::None), (t(7, 12), Want::Last)],
-        vec![(t(8, 1), Want::Last), (t(9, 1), Want::Last), (t(10, 1), Want::Last), (t(11, 1), Want::All)],
-        vec![(vec![], Want::Last), (t(12, 2), Want::All), (t(13, 9), Want::Last), (t(14, 1), Want::Last)],
+        vec![Step(t(1, 7), Want::All), Step(t(2, 3), Want::Last), Step(t(3, 1), Want::Last), Idle],
+        vec![Step(t(4, 1), Want::Last), Step(t(5, 5), Want::All), Step(t(6, 1), Want::None), Step(t(7, 6), Want::Last)],
+        vec![Verify(t(8, 1)[0], t(9, 4), false), Step(t(9, 1), Want::Last), Verify(t(10, 1)[0], t(11, 6), true), Step(t(11, 1), Want::All)],
+        vec![Idle, Step(t(12, 2), Want::All), Step(t(13, 4), Want::Last), Verify(t(14, 1)[0], t(1, 3), true)],
+        vec![Verify(t(2, 1)[0], vec![], false), Verify(t(3, 1)[0], t(4, 2), false), Step(t(5, 1), Want::Last), Step(t(6, 1), Want::Last)],
     ]
 }
 
-/// Runs `rounds` on fresh sessions of `m`, each session alone (`step_batch`) or all of a round
-/// together (`step_many`); returns every logit handed back and each session's final snapshot.
-fn run(m: &Arc<Model>, shared: bool) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
+/// Runs `rounds` on fresh sessions of `m`, each session alone (`step_batch`, `verify`) or all
+/// of a round together (`run_many`); returns every logit and verify outcome handed back (as
+/// text), and each session's final snapshot, last logits and random state.
+fn run(m: &Arc<Model>, shared: bool) -> (Vec<Vec<f32>>, Vec<String>, Vec<(Vec<u8>, Vec<f32>, u64)>) {
+    use packlm::engine::speculative::Acceptance;
+    use packlm::engine::{Job, JobResult};
     let rounds = rounds(m.spec().vocab_size.min(250));
+    let params = packlm::sample::SamplerParams { temperature: 0.8, ..Default::default() };
     let mut sessions: Vec<Session> = (0..4).map(|_| Session::new(m.clone(), 0).unwrap()).collect();
-    let mut logits = Vec::new();
+    let mut rngs: Vec<u64> = (0..4).map(|i| 1000 + i).collect();
+    let (mut logits, mut outcomes) = (Vec::new(), Vec::new());
     for round in &rounds {
         if shared {
-            let mut items: Vec<(&mut Session, &[u32], Want)> =
-                sessions.iter_mut().zip(round).filter(|(_, (t, _))| !t.is_empty()).map(|(s, (t, w))| (s, t.as_slice(), *w)).collect();
-            logits.extend(Session::step_many(&mut items).unwrap());
+            let mut jobs: Vec<(&mut Session, Job)> = Vec::new();
+            for ((s, j), rng) in sessions.iter_mut().zip(round).zip(rngs.iter_mut()) {
+                match j {
+                    J::Idle => {}
+                    J::Step(t, w) => jobs.push((s, Job::Step { tokens: t, want: *w })),
+                    J::Verify(p, d, sampled) => {
+                        let acceptance = if *sampled { Acceptance::Sampled { params: &params, draft_probs: None, rng } } else { Acceptance::Greedy };
+                        jobs.push((s, Job::Verify { pending: *p, draft: d, acceptance }));
+                    }
+                }
+            }
+            for r in Session::run_many(&mut jobs).unwrap() {
+                match r {
+                    JobResult::Logits(l) => logits.push(l),
+                    JobResult::Verified(o) => outcomes.push(format!("{o:?}")),
+                }
+            }
         } else {
-            for (s, (t, w)) in sessions.iter_mut().zip(round) {
-                if !t.is_empty() {
-                    logits.push(s.step_batch(t, *w).unwrap());
+            for ((s, j), rng) in sessions.iter_mut().zip(round).zip(rngs.iter_mut()) {
+                match j {
+                    J::Idle => {}
+                    J::Step(t, w) => logits.push(s.step_batch(t, *w).unwrap()),
+                    J::Verify(p, d, sampled) => {
+                        let acceptance = if *sampled { Acceptance::Sampled { params: &params, draft_probs: None, rng } } else { Acceptance::Greedy };
+                        outcomes.push(format!("{:?}", s.verify(*p, d, acceptance).unwrap()));
+                    }
                 }
             }
         }
     }
-    (logits, sessions.iter().map(|s| s.snapshot()).collect())
+    assert!(outcomes.len() == 5, "every verify ran");
+    let state = sessions.iter().zip(&rngs).map(|(s, &r)| (s.snapshot(), s.last_logits().to_vec(), r)).collect();
+    (logits, outcomes, state)
 }
 
 fn check_model(what: &str, m: &Arc<Model>) {
-    let (alone, alone_state) = run(m, false);
-    let (shared, shared_state) = run(m, true);
+    let (alone, alone_verified, alone_state) = run(m, false);
+    let (shared, shared_verified, shared_state) = run(m, true);
     assert_eq!(alone.len(), shared.len());
     for (i, (a, b)) in alone.iter().zip(&shared).enumerate() {
         assert_bits_equal(b, a, &format!("{what}: logits {i} of a shared pass vs the session alone"));
     }
-    assert!(alone_state == shared_state, "{what}: a session's state after shared passes differs from stepping it alone");
+    assert_eq!(shared_verified, alone_verified, "{what}: verify outcomes in shared passes vs alone");
+    for (i, (a, b)) in alone_state.iter().zip(&shared_state).enumerate() {
+        assert!(a.0 == b.0, "{what}: session {i}'s state after shared passes differs from stepping it alone");
+        assert_bits_equal(&b.1, &a.1, &format!("{what}: session {i}'s last logits"));
+        assert_eq!(a.2, b.2, "{what}: session {i}'s random state");
+    }
 }
 
 /// Every family fixture on the host backend (exact and fast), the reference backend, and the
@@ -153,6 +195,22 @@ fn a_failed_pass_changes_no_session() {
     assert_eq!(e.status, Status::ErrNonFinite, "{e}");
     assert!(e.message.starts_with("item 0") && e.message.contains("output projection"), "{e}");
     assert!(before == ss.iter().map(|s| s.snapshot()).collect::<Vec<_>>(), "a refused non-finite pass changed a session");
+    // Verifies only: the shared pass succeeds and the judging finds item 0's first row not
+    // finite; every session is as before, counters included.
+    use packlm::engine::speculative::Acceptance;
+    use packlm::engine::Job;
+    let counters: Vec<_> = ss.iter().map(|s| s.counters()).collect();
+    let mut jobs: Vec<(&mut Session, Job)> = Vec::new();
+    let (mut a, mut b) = ss.split_at_mut(1);
+    jobs.push((&mut a[0], Job::Verify { pending: 4, draft: &[5, 6], acceptance: Acceptance::Greedy }));
+    jobs.push((&mut b[0], Job::Verify { pending: 7, draft: &[8], acceptance: Acceptance::Greedy }));
+    let e = Session::run_many(&mut jobs).unwrap_err();
+    drop(jobs);
+    let _ = (&mut a, &mut b);
+    assert_eq!(e.status, Status::ErrNonFinite, "{e}");
+    assert!(e.message.starts_with("item 0"), "{e}");
+    assert!(before == ss.iter().map(|s| s.snapshot()).collect::<Vec<_>>(), "a refused verify pass changed a session");
+    assert!(counters == ss.iter().map(|s| s.counters()).collect::<Vec<_>>(), "a refused verify pass changed the counters");
     let _ = std::fs::remove_dir_all(&nan);
 }
 

@@ -72,7 +72,51 @@ pub struct Item<'a> {
     pub kv: &'a mut dyn KvStore,
     pub tokens: &'a [u32],
     pub want: Want,
+    /// Keep the rows' final residual stream (`Many::hidden`) for the caller to project (a
+    /// verify judges its rows itself); such an item is never split across passes.
+    pub hidden: bool,
     pub abort: &'a Arc<AtomicBool>,
+}
+
+/// What `forward_many` hands back: each item's logits (as `forward` gives them), and for an item
+/// that asked for its hidden rows, where they lie: (index into `xs`, first row).
+pub struct Many {
+    pub logits: Vec<Vec<f32>>,
+    pub hidden: Vec<Option<(usize, usize)>>,
+    pub xs: Vec<Tensor>,
+}
+
+/// The passes of `forward_many`: each a list of (item, first row, end row) of the item's tokens.
+/// A pass holds at most `cap` rows, except a `hidden` item longer than `cap`, which has a pass of
+/// its own (as a lone verify has); other items are split where the cap falls.
+fn plan_parts(items: &[Item], cap: usize) -> Vec<Vec<(usize, usize, usize)>> {
+    let mut parts: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new()];
+    let mut rows = 0;
+    for (i, it) in items.iter().enumerate() {
+        let n = it.tokens.len();
+        if it.hidden {
+            if rows > 0 && rows + n > cap {
+                parts.push(Vec::new());
+                rows = 0;
+            }
+            parts.last_mut().expect("a part").push((i, 0, n));
+            rows += n;
+            continue;
+        }
+        let mut a = 0;
+        while a < n {
+            if rows >= cap {
+                parts.push(Vec::new());
+                rows = 0;
+            }
+            let b = n.min(a + cap - rows);
+            parts.last_mut().expect("a part").push((i, a, b));
+            rows += b - a;
+            a = b;
+        }
+    }
+    parts.retain(|p| !p.is_empty());
+    parts
 }
 
 /// Runs several sessions' tokens as one pass over the weights: the rows of every item, in
@@ -82,45 +126,37 @@ pub struct Item<'a> {
 /// bits do not depend on the rows beside it (the backends' exactness rule).
 ///
 /// All or nothing: when the pass fails (abort, a logit that is not finite, a panic) every cache
-/// is as before. A pass longer than the backend's `max_pass_rows` runs as consecutive passes,
-/// an item's rows split across them where the boundary falls (as `forward` splits one item).
-/// The first item's flag is the kernels' pass flag; every item's flag is checked between layers.
-/// `ErrNonFinite` names the item (`item i: ...`) and, as `forward` does, its first layer whose
-/// output was not finite.
-pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -> Result<Vec<Vec<f32>>> {
+/// is as before. A pass longer than the backend's `max_pass_rows` runs as consecutive passes
+/// (`plan_parts`), an item's rows split across them where the boundary falls (as `forward`
+/// splits one item). The first item's flag is the kernels' pass flag; every item's flag is
+/// checked between layers. `ErrNonFinite` names the item (`item i: ...`) and, as `forward`
+/// does, its first layer whose output was not finite.
+pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -> Result<Many> {
+    let mut many = Many { logits: vec![Vec::new(); items.len()], hidden: vec![None; items.len()], xs: Vec::new() };
     if items.is_empty() {
-        return Ok(Vec::new());
+        return Ok(many);
     }
     let cap = model.backend.max_pass_rows(&model.spec).max(1);
     let vocab = model.spec.vocab_size;
     let aborts: Vec<Arc<AtomicBool>> = items.iter().map(|it| it.abort.clone()).collect();
+    let parts = plan_parts(items, cap);
     let mut pass = ManyRollback { starts: items.iter().map(|it| it.kv.positions()).collect(), items, done: false };
-    let n = pass.items.len();
-    // Each item's first row among the pass's rows.
-    let offsets: Vec<usize> = pass.items.iter().scan(0, |acc, it| {
-        let o = *acc;
-        *acc += it.tokens.len();
-        Some(o)
-    }).collect();
-    let total: usize = pass.items.iter().map(|it| it.tokens.len()).sum();
-    let mut logits: Vec<Vec<f32>> = vec![Vec::new(); n];
-    let mut row = 0;
-    while row < total {
-        let end = (row + cap).min(total);
-        // The part's tokens, each item's rows in it (local range), and the rows wanted.
-        let mut tokens = Vec::with_capacity(end - row);
-        let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+    for part in &parts {
+        // The part's tokens, each item's rows in it, and the rows whose logits are wanted.
+        let mut tokens = Vec::new();
+        let mut spans: Vec<(usize, usize, usize)> = Vec::with_capacity(part.len());
         let mut wanted: Vec<usize> = Vec::new();
         let mut wanted_by: Vec<(usize, usize)> = Vec::new();
-        for (i, it) in pass.items.iter().enumerate() {
-            let (lo, hi) = (row.max(offsets[i]), end.min(offsets[i] + it.tokens.len()));
-            if lo >= hi {
-                continue;
-            }
-            let (a, b) = (lo - offsets[i], hi - offsets[i]);
+        let mut keep = false;
+        for &(i, a, b) in part {
+            let it = &pass.items[i];
             let row0 = tokens.len();
             tokens.extend_from_slice(&it.tokens[a..b]);
             spans.push((i, row0, b - a));
+            if it.hidden {
+                many.hidden[i] = Some((many.xs.len(), row0));
+                keep = true;
+            }
             let rows: Vec<usize> = match it.want {
                 Want::All => (row0..row0 + (b - a)).collect(),
                 Want::Last if b == it.tokens.len() => vec![row0 + (b - a) - 1],
@@ -130,13 +166,13 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
             wanted.extend(rows);
         }
         let mut segs: Vec<Seg> = Vec::with_capacity(spans.len());
-        let mut spans_iter = spans.iter().peekable();
+        let mut next = spans.iter().peekable();
         for (i, it) in pass.items.iter_mut().enumerate() {
-            if let Some(&&(j, row0, rows)) = spans_iter.peek() {
+            if let Some(&&(j, row0, rows)) = next.peek() {
                 if j == i {
                     let start = it.kv.positions();
                     segs.push(Seg { kv: &mut *it.kv, row0, rows, start });
-                    spans_iter.next();
+                    next.next();
                 }
             }
         }
@@ -144,22 +180,25 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
         drop(segs);
         if !wanted.is_empty() {
             let mut out = bufs.take_output(model, wanted.len());
-            let part = out.project(model, &x, &wanted, &aborts[0]);
+            let part_logits = out.project(model, &x, &wanted, &aborts[0]);
             bufs.keep_output(out);
-            let part = part?;
+            let part_logits = part_logits?;
             let mut at = 0;
             for &(i, k) in &wanted_by {
-                logits[i].extend_from_slice(&part[at * vocab..(at + k) * vocab]);
+                many.logits[i].extend_from_slice(&part_logits[at * vocab..(at + k) * vocab]);
                 at += k;
             }
         }
-        bufs.keep_x(x, tokens.len());
+        if keep {
+            many.xs.push(x);
+        } else {
+            bufs.keep_x(x, tokens.len());
+        }
         for &(i, _, rows) in &spans {
             pass.items[i].kv.advance(rows);
         }
-        row = end;
     }
-    for (i, l) in logits.iter().enumerate() {
+    for (i, l) in many.logits.iter().enumerate() {
         if all_finite(l) {
             continue;
         }
@@ -176,7 +215,7 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
         return Err(Error::new(e.status, format!("item {i}: {}", e.message)));
     }
     pass.done = true;
-    Ok(logits)
+    Ok(many)
 }
 
 /// `Rollback` over every item of `forward_many`.

@@ -236,6 +236,21 @@ pub struct VerifyCounters {
     pub accepted: u64,
 }
 
+/// One session's part of [`Session::run_many`].
+pub enum Job<'a> {
+    /// As `step_batch`: `tokens` fed, the logits `want` asks for returned.
+    Step { tokens: &'a [u32], want: Want },
+    /// As `verify`: `[pending, draft..]` scored in the shared pass, then judged.
+    Verify { pending: u32, draft: &'a [u32], acceptance: speculative::Acceptance<'a> },
+}
+
+/// What [`Session::run_many`] gives a job.
+#[derive(Debug)]
+pub enum JobResult {
+    Logits(Vec<f32>),
+    Verified(speculative::VerifyOutcome),
+}
+
 /// One sequence: KV planes, the tokens it holds, and the logits of its last position.
 /// Used by one thread at a time.
 pub struct Session {
@@ -347,37 +362,112 @@ impl Session {
 
     /// Runs several sessions of one model in one pass over the weights: `items[i]` feeds its
     /// tokens to its session, as `step_batch` would, and gets the same logits bit for bit.
-    /// Checked before anything runs, each failure naming the item: every session of the same
-    /// model, each item's tokens as `step_batch` checks them. All or nothing: on any failure
-    /// (abort of any item's session, a logit that is not finite, a panic) every session is
-    /// unchanged. The pass keeps the first item's activation buffers.
+    /// `run_many` with step jobs only.
     pub fn step_many(items: &mut [(&mut Session, &[u32], Want)]) -> Result<Vec<Vec<f32>>> {
+        let mut jobs: Vec<(&mut Session, Job)> = items.iter_mut().map(|(s, tokens, want)| (&mut **s, Job::Step { tokens, want: *want })).collect();
+        Ok(Session::run_many(&mut jobs)?
+            .into_iter()
+            .map(|r| match r {
+                JobResult::Logits(l) => l,
+                JobResult::Verified(_) => unreachable!("step jobs only"),
+            })
+            .collect())
+    }
+
+    /// Runs several sessions of one model in one pass over the weights: a step job feeds its
+    /// tokens as `step_batch` would and gets its logits; a verify job scores `[pending, draft..]`
+    /// in the same pass and is judged as `verify` judges it. Each result, and each session's
+    /// state after, is that of the job run on its session alone, bit for bit (and the same random
+    /// draws for a sampled verify). Checked before anything runs, each failure naming the item:
+    /// every session of the same model, each job's tokens as its lone call checks them. All or
+    /// nothing: on any failure (abort of any item's session, a logit that is not finite, a
+    /// panic) every session is unchanged: positions, tokens, last logits and verify counters.
+    /// The pass keeps the first item's activation buffers.
+    pub fn run_many(items: &mut [(&mut Session, Job)]) -> Result<Vec<JobResult>> {
         let Some(first) = items.first() else {
             return Err(Error::invalid("no items given"));
         };
         let model = first.0.model.clone();
-        for (i, (s, tokens, _)) in items.iter().enumerate() {
+        let named = |i: usize, e: Error| Error::new(e.status, format!("item {i}: {}", e.message));
+        // Each verify's rows, [pending, draft..].
+        let mut verify_rows: Vec<Vec<u32>> = Vec::with_capacity(items.len());
+        for (i, (s, job)) in items.iter().enumerate() {
             if !Arc::ptr_eq(&s.model, &model) {
                 return Err(Error::invalid(format!("item {i}: its session belongs to another model than item 0's")));
             }
-            s.check(tokens).map_err(|e| Error::new(e.status, format!("item {i}: {}", e.message)))?;
+            match job {
+                Job::Step { tokens, .. } => {
+                    s.check(tokens).map_err(|e| named(i, e))?;
+                    verify_rows.push(Vec::new());
+                }
+                Job::Verify { pending, draft, acceptance } => verify_rows.push(s.verify_rows(*pending, draft, acceptance).map_err(|e| named(i, e))?),
+            }
         }
+        // What a failure restores.
+        let saved: Vec<(usize, Vec<f32>, VerifyCounters)> =
+            items.iter_mut().map(|(s, _)| (s.n_past(), std::mem::take(&mut s.last_logits), s.counters)).collect();
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Session::run_many_pass(&model, items, &verify_rows)));
+        let ok = matches!(out, Ok(Ok(_)));
+        for ((s, job), (base, last, counters)) in items.iter_mut().zip(saved) {
+            if ok {
+                if matches!(job, Job::Verify { .. }) {
+                    s.bufs.keep_row(last);
+                }
+            } else {
+                s.kv.truncate(base);
+                s.tokens.truncate(base);
+                s.last_logits = last;
+                s.counters = counters;
+            }
+        }
+        match out {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// The pass and the judging of `run_many`, its checks done; a failure leaves the restoring
+    /// to it.
+    fn run_many_pass(model: &Arc<Model>, items: &mut [(&mut Session, Job)], verify_rows: &[Vec<u32>]) -> Result<Vec<JobResult>> {
         let mut bufs = std::mem::take(&mut items[0].0.bufs);
-        let result = {
+        let many = {
             let mut fitems: Vec<forward::Item> = items
                 .iter_mut()
-                .map(|(s, tokens, want)| forward::Item { kv: s.kv.as_mut(), tokens, want: *want, abort: &s.abort })
+                .zip(verify_rows)
+                .map(|((s, job), rows)| {
+                    let (tokens, want, hidden) = match job {
+                        Job::Step { tokens, want } => (*tokens, *want, false),
+                        Job::Verify { .. } => (rows.as_slice(), Want::None, true),
+                    };
+                    forward::Item { kv: s.kv.as_mut(), tokens, want, hidden, abort: &s.abort }
+                })
                 .collect();
-            forward::forward_many(&model, &mut fitems, &mut bufs)
+            forward::forward_many(model, &mut fitems, &mut bufs)
         };
         items[0].0.bufs = bufs;
-        let logits = result?;
+        let mut many = many?;
         let v = model.spec.vocab_size;
-        for ((s, tokens, _), l) in items.iter_mut().zip(&logits) {
-            s.last_logits = if l.is_empty() { Vec::new() } else { l[l.len() - v..].to_vec() };
-            s.tokens.extend_from_slice(tokens);
+        let mut out = Vec::with_capacity(items.len());
+        for (i, ((s, job), rows)) in items.iter_mut().zip(verify_rows).enumerate() {
+            match std::mem::replace(job, Job::Step { tokens: &[], want: Want::None }) {
+                Job::Step { tokens, want } => {
+                    let l = std::mem::take(&mut many.logits[i]);
+                    s.last_logits = if l.is_empty() { Vec::new() } else { l[l.len() - v..].to_vec() };
+                    s.tokens.extend_from_slice(tokens);
+                    *job = Job::Step { tokens, want };
+                    out.push(JobResult::Logits(l));
+                }
+                Job::Verify { acceptance, .. } => {
+                    let (xi, row0) = many.hidden[i].expect("a verify's rows are kept");
+                    s.tokens.extend_from_slice(rows);
+                    let outcome = s.judge(model, &many.xs[xi], row0, rows, acceptance).map_err(|e| Error::new(e.status, format!("item {i}: {}", e.message)))?;
+                    // The job is spent; its kind stays for `run_many`'s bookkeeping.
+                    *job = Job::Verify { pending: rows[0], draft: &[], acceptance: speculative::Acceptance::Greedy };
+                    out.push(JobResult::Verified(outcome));
+                }
+            }
         }
-        Ok(logits)
+        Ok(out)
     }
 
     /// One position.

@@ -12,7 +12,9 @@
 use crate::engine::draft::Drafter;
 use crate::backend::all_finite;
 use crate::engine::forward::{self, OUTPUT_TILE_ROWS};
-use crate::engine::{Session, Want};
+use crate::backend::Tensor;
+use crate::engine::{Model, Session, Want};
+use std::sync::Arc;
 use crate::error::{Error, Result, Status};
 use crate::sample::{draw, next_f64, probabilities, sample, SamplerParams};
 
@@ -92,7 +94,16 @@ impl Session {
     /// token needs one row's logits. Row i's logits are the bits a projection of all rows at once
     /// gives (backend exactness rule), and the random draws happen in the same order, so the
     /// outcome is that of judging all rows after one full projection.
-    fn verify_pass(&mut self, pending: u32, draft: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
+    fn verify_pass(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
+        let rows = self.verify_rows(pending, draft, &acc)?;
+        let model = self.model.clone();
+        let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
+        self.tokens.extend_from_slice(&rows);
+        self.judge(&model, &x, 0, &rows, acc)
+    }
+
+    /// A verify's checks, before anything runs; returns its rows, `[pending, draft..]`.
+    pub(crate) fn verify_rows(&self, pending: u32, draft: &[u32], acc: &Acceptance) -> Result<Vec<u32>> {
         let vocab = self.model.spec.vocab_size;
         let want_probs = self.check_verify_lengths(draft.len(), matches!(acc, Acceptance::Sampled { draft_probs: Some(_), .. }))?;
         if let Acceptance::Sampled { draft_probs: Some(q), .. } = &acc {
@@ -100,15 +111,22 @@ impl Session {
                 return Err(Error::invalid(format!("draft_probs has {} values; {} drafts x {vocab} needed", q.len(), draft.len())));
             }
         }
-        let base = self.n_past();
         let mut rows = Vec::new();
         rows.try_reserve_exact(draft.len() + 1).map_err(|_| Error::new(Status::ErrLimitExceeded, format!("{} drafts cannot be held", draft.len())))?;
         rows.push(pending);
         rows.extend_from_slice(draft);
         self.check(&rows)?;
-        let model = self.model.clone();
-        let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
-        self.tokens.extend_from_slice(&rows);
+        Ok(rows)
+    }
+
+    /// Judges a verify's `rows` (`[pending, draft..]`), whose pass has run: their final residual
+    /// stream is rows `row0..` of `x`, and the session holds them (positions and tokens). Keeps
+    /// the pending token and the accepted drafts, and the logits the next token came from.
+    pub(crate) fn judge(&mut self, model: &Arc<Model>, x: &Tensor, row0: usize, rows: &[u32], mut acc: Acceptance) -> Result<VerifyOutcome> {
+        let model = model.clone();
+        let vocab = model.spec.vocab_size;
+        let draft = &rows[1..];
+        let base = self.tokens.len() - rows.len();
         let mut tile = self.bufs.take_output(&model, rows.len().min(OUTPUT_TILE_ROWS));
         // The row the new token comes from, read from the tile into a buffer the session keeps
         // (the last logits a verify replaced), and kept as the new last logits: no tile is read
@@ -126,7 +144,8 @@ impl Session {
             let size = if next_row == 0 { first_tile } else { OUTPUT_TILE_ROWS };
             let ids: Vec<usize> = (next_row..rows.len().min(next_row + size)).collect();
             next_row += ids.len();
-            tile.compute(&model, &x, &ids, &self.abort)?;
+            let at: Vec<usize> = ids.iter().map(|&i| row0 + i).collect();
+            tile.compute(&model, x, &at, &self.abort)?;
             #[cfg(test)]
             if PANIC_IN_ACCEPTANCE.with(|p| p.get()) {
                 panic!("injected panic while judging the drafts");
@@ -154,7 +173,7 @@ impl Session {
                     let value = row[column];
                     self.kv.truncate(base);
                     self.tokens.truncate(base);
-                    return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, &rows, i, column, value, &self.abort));
+                    return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, rows, i, column, value, &self.abort));
                 }
                 let row = &row[..];
                 let recent = &self.tokens[..base + 1 + i];
