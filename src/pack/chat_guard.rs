@@ -456,7 +456,12 @@ pub fn install_guards(env: &mut Environment, budget: &Arc<Budget>) {
         let v = args.first().cloned().unwrap_or_default();
         let bytes = match v.as_str() {
             Some(s) => s.len(),
-            None => v.len().unwrap_or(0).saturating_mul(ELEMENT_BYTES),
+            None => {
+                // An iterable of unknown length is counted, up to what the budget could hold.
+                let cap = b.bytes_left() / ELEMENT_BYTES + 1;
+                let n = v.len().unwrap_or_else(|| v.try_iter().map_or(0, |items| items.take(cap).count()));
+                n.saturating_mul(ELEMENT_BYTES)
+            }
         };
         b.charge(bytes, &|| "a slice".to_string())?;
         Ok(for_unpack(args.0))
