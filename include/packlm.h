@@ -953,7 +953,12 @@ packlm_status packlm_token_to_piece(const packlm_model *model, uint32_t token, c
 /**
  * Renders the pack's chat template over `n_messages` messages; with `add_generation_prompt`
  * non-zero the assistant turn is opened. Output as packlm_detokenize. A pack without a
- * template gives PACKLM_ERR_UNSUPPORTED.
+ * template gives PACKLM_ERR_UNSUPPORTED. The render runs within limits that grow with the
+ * messages (fuel, an output cap of 1 MiB + 4 x the messages' text, and an allocation budget
+ * of 8 x that cap, so its memory stays under twice the budget plus a few MiB): a template
+ * that passes one gives PACKLM_ERR_LIMIT_EXCEEDED with a message naming the step and the
+ * limit; one that nests values past 64 levels too, and one that stores a namespace inside a
+ * value, keeps a loop past its end or turns on autoescape gives PACKLM_ERR_UNSUPPORTED.
  */
 packlm_status packlm_chat_apply(const packlm_model *model, const packlm_chat_message *messages, size_t n_messages, int32_t add_generation_prompt, char *buf, size_t cap, size_t *n);
 

@@ -159,7 +159,12 @@ pub struct packlm_chat_message {
 
 /// Renders the pack's chat template over `n_messages` messages; with `add_generation_prompt`
 /// non-zero the assistant turn is opened. Output as packlm_detokenize. A pack without a
-/// template gives PACKLM_ERR_UNSUPPORTED.
+/// template gives PACKLM_ERR_UNSUPPORTED. The render runs within limits that grow with the
+/// messages (fuel, an output cap of 1 MiB + 4 x the messages' text, and an allocation budget
+/// of 8 x that cap, so its memory stays under twice the budget plus a few MiB): a template
+/// that passes one gives PACKLM_ERR_LIMIT_EXCEEDED with a message naming the step and the
+/// limit; one that nests values past 64 levels too, and one that stores a namespace inside a
+/// value, keeps a loop past its end or turns on autoescape gives PACKLM_ERR_UNSUPPORTED.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_chat_apply(model: *const packlm_model, messages: *const packlm_chat_message, n_messages: usize, add_generation_prompt: i32, buf: *mut c_char, cap: usize, n: *mut usize) -> Status {
     ffi_boundary!("packlm_chat_apply", {
