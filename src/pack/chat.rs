@@ -87,7 +87,7 @@ pub const OUTPUT_PER_CONTENT_BYTE: usize = 4;
 /// The allocation budget of a render, per byte of its output cap (see the module doc).
 pub const ALLOC_PER_OUTPUT_BYTE: usize = 8;
 /// Steps of value inspection a render may take per unit of fuel (see `chat_guard`).
-pub const WORK_PER_FUEL: u64 = 4;
+pub const WORK_PER_FUEL: u64 = 1;
 
 /// The limits of one render over `messages`.
 pub struct Limits {

@@ -20,6 +20,7 @@
 //! Small fixed-size allocations of single instructions (a loop's state, a macro object, a frame)
 //! are bounded by the fuel instead.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,8 @@ pub struct Budget {
     refusal: Mutex<Option<(Status, String)>>,
     /// How `bytes_total` was computed, for messages.
     bytes_rule: String,
+    /// Shapes of large lists and maps already walked, by address (see [`MEMO_NODES`]).
+    memo: Mutex<HashMap<usize, (Value, Shape)>>,
     /// Bytes printed so far, to the output or into a capture (a macro's call, a set block).
     printed: AtomicUsize,
     output_cap: usize,
@@ -64,6 +67,7 @@ impl Budget {
     pub fn new(bytes: usize, bytes_rule: String, output_cap: usize, work: u64) -> Budget {
         Budget {
             printed: AtomicUsize::new(0),
+            memo: Mutex::new(HashMap::new()),
             output_cap,
             bytes_total: bytes,
             bytes_left: AtomicUsize::new(bytes),
@@ -197,16 +201,25 @@ pub fn debug_len(v: &Value, cap: usize) -> Option<usize> {
     write!(m, "{v:#?}").ok().map(|_| m.len)
 }
 
-/// What a walk over a value found.
+/// What a walk over a value found (whatever level the value is placed at).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Shape {
     /// Levels of lists and maps (0 for a string or number).
     pub depth: usize,
-    /// Text bytes + [`NODE_BYTES`] per node, counted as a tree.
+    /// Text bytes + [`NODE_BYTES`] per node, counted as a tree (a list holding one value twice
+    /// counts it twice: printing it prints it twice).
     pub tree: usize,
-    /// Nodes visited.
+    /// Nodes, counted as a tree.
     pub nodes: usize,
+    /// A namespace below the value itself.
+    namespace_below: bool,
+    /// A loop, macro or other opaque object below the value itself.
+    opaque_below: bool,
 }
+
+/// A walk remembers the shape of a list or map of at least this many nodes, by its address,
+/// so that walking it again (it is held in a loop, or twice in one list) costs one step.
+const MEMO_NODES: usize = 64;
 
 /// What a walk refuses to find inside the value (at depth 1 or more; the value itself is
 /// checked by the caller).
@@ -243,68 +256,131 @@ fn is_opaque(v: &Value) -> bool {
 impl Budget {
     /// Walks `v` (the value to be placed at nesting level `level` of a new value) and checks the
     /// shape rules: depth at most [`MAX_DEPTH`], tree size within the limit, nothing `forbid`
-    /// names inside. `what` names the step for messages.
+    /// names inside (nor the value itself, when it is placed inside another). `what` names the
+    /// step for messages.
     pub fn shape(&self, v: &Value, level: usize, forbid: Forbid, what: &dyn Fn() -> String) -> Result<Shape, Error> {
-        let mut shape = Shape::default();
-        self.walk(v, level, forbid, &mut shape, what)?;
+        let shape = self.walk(v, level, what)?;
+        let (namespace, opaque) = if level > 0 {
+            (is_namespace(v) || shape.namespace_below, is_opaque(v) || shape.opaque_below)
+        } else {
+            (shape.namespace_below, shape.opaque_below)
+        };
+        self.check_found(namespace, opaque, forbid, v, what)?;
         Ok(shape)
-    }
-
-    fn walk(&self, v: &Value, level: usize, forbid: Forbid, shape: &mut Shape, what: &dyn Fn() -> String) -> Result<(), Error> {
-        self.work(1)?;
-        shape.nodes += 1;
-        shape.tree = shape.tree.saturating_add(NODE_BYTES + v.as_str().map_or(0, str::len));
-        shape.depth = shape.depth.max(level);
-        if shape.tree > self.tree_limit {
-            return Err(self.refuse(
-                Status::ErrLimitExceeded,
-                format!("{} would hold more than {} bytes counted as a tree (text + {NODE_BYTES} per element; the limit is the allocation budget)", what(), self.tree_limit),
-            ));
-        }
-        if level > MAX_DEPTH {
-            return Err(self.refuse(Status::ErrLimitExceeded, format!("{} would nest values more than {MAX_DEPTH} levels deep", what())));
-        }
-        let Some(object) = v.as_object() else { return Ok(()) };
-        if level > 0 {
-            if is_namespace(v) {
-                return Err(self.refuse(
-                    Status::ErrUnsupported,
-                    format!("{} would put a namespace inside another value (a namespace can only be a variable)", what()),
-                ));
-            }
-            if forbid == Forbid::NamespaceOrOpaque && is_opaque(v) {
-                return Err(self.refuse(
-                    Status::ErrUnsupported,
-                    format!("{} would keep a loop, macro or other object ({v:?}) inside a value that outlives it", what()),
-                ));
-            }
-        }
-        if is_opaque(v) {
-            return Ok(());
-        }
-        if let Some(pairs) = object.try_iter_pairs().filter(|_| v.kind() == ValueKind::Map) {
-            for (key, value) in pairs {
-                self.walk(&key, level + 1, forbid, shape, what)?;
-                self.walk(&value, level + 1, forbid, shape, what)?;
-            }
-        } else if matches!(v.kind(), ValueKind::Seq | ValueKind::Iterable) {
-            if let Some(items) = object.try_iter() {
-                for item in items {
-                    self.walk(&item, level + 1, forbid, shape, what)?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// [`Budget::shape`] of the items of a new list (or the keys and values of a new map), as
     /// one value one level above them.
     pub fn shape_items(&self, items: &[Value], forbid: Forbid, what: &dyn Fn() -> String) -> Result<Shape, Error> {
-        let mut shape = Shape { depth: 0, tree: NODE_BYTES, nodes: 1 };
+        let mut shape = Shape { depth: 0, tree: NODE_BYTES, nodes: 1, ..Shape::default() };
         for v in items {
-            self.walk(v, 1, forbid, &mut shape, what)?;
+            self.add_child(&mut shape, v, 1, what)?;
+        }
+        self.check_found(shape.namespace_below, shape.opaque_below, forbid, &Value::from(()), what)?;
+        Ok(shape)
+    }
+
+    fn check_found(&self, namespace: bool, opaque: bool, forbid: Forbid, v: &Value, what: &dyn Fn() -> String) -> Result<(), Error> {
+        if namespace {
+            return Err(self.refuse(
+                Status::ErrUnsupported,
+                format!("{} would put a namespace inside another value (a namespace can only be a variable)", what()),
+            ));
+        }
+        if opaque && forbid == Forbid::NamespaceOrOpaque {
+            return Err(self.refuse(
+                Status::ErrUnsupported,
+                format!("{} would keep a loop, macro or other object inside a value that outlives it ({v:?})", what()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The shape of `v`, placed at `level`: recursion stops past [`MAX_DEPTH`] levels and the
+    /// tree size past the limit; every node visited counts one step of work.
+    fn walk(&self, v: &Value, level: usize, what: &dyn Fn() -> String) -> Result<Shape, Error> {
+        if level > MAX_DEPTH {
+            return Err(self.refuse(Status::ErrLimitExceeded, format!("{} would nest values more than {MAX_DEPTH} levels deep", what())));
+        }
+        let leaf = Shape { depth: 0, tree: NODE_BYTES + v.as_str().map_or(0, str::len), nodes: 1, ..Shape::default() };
+        let Some(object) = v.as_object() else {
+            self.work(1)?;
+            return Ok(leaf);
+        };
+        if is_opaque(v) || is_namespace(v) {
+            // Not looked inside: a namespace inside a value is refused, an opaque object is a
+            // leaf (a loop's attributes would read ahead in what it iterates).
+            self.work(1)?;
+            return Ok(leaf);
+        }
+        // minijinja's own lists and maps (a map is a BTreeMap unless its preserve_order feature
+        // is on; then this finds none and the generic walk below serves).
+        let list = object.downcast_ref::<Vec<Value>>();
+        let map = object.downcast_ref::<std::collections::BTreeMap<Value, Value>>();
+        let address = list.map(|l| l as *const _ as usize).or(map.map(|m| m as *const _ as usize));
+        if let Some(address) = address {
+            if let Some(shape) = self.memo.lock().ok().and_then(|m| m.get(&address).map(|e| e.1)) {
+                if level + shape.depth > MAX_DEPTH {
+                    return Err(self.refuse(Status::ErrLimitExceeded, format!("{} would nest values more than {MAX_DEPTH} levels deep", what())));
+                }
+                self.check_tree(shape.tree, what)?;
+                return Ok(shape);
+            }
+        }
+        self.work(1)?;
+        let mut shape = leaf;
+        match (list, map) {
+            (Some(items), _) => {
+                for item in items {
+                    self.add_child(&mut shape, item, level + 1, what)?;
+                }
+            }
+            (None, Some(pairs)) => {
+                for (key, value) in pairs {
+                    self.add_child(&mut shape, key, level + 1, what)?;
+                    self.add_child(&mut shape, value, level + 1, what)?;
+                }
+            }
+            (None, None) => {
+                if v.kind() == ValueKind::Map {
+                    for (key, value) in object.try_iter_pairs().into_iter().flatten() {
+                        self.add_child(&mut shape, &key, level + 1, what)?;
+                        self.add_child(&mut shape, &value, level + 1, what)?;
+                    }
+                } else {
+                    for item in object.try_iter().into_iter().flatten() {
+                        self.add_child(&mut shape, &item, level + 1, what)?;
+                    }
+                }
+            }
+        }
+        if let (Some(address), true) = (address, shape.nodes >= MEMO_NODES) {
+            if let Ok(mut memo) = self.memo.lock() {
+                // The value is kept, so that its address is not reused while remembered.
+                memo.insert(address, (v.clone(), shape));
+            }
         }
         Ok(shape)
+    }
+
+    fn add_child(&self, shape: &mut Shape, child: &Value, level: usize, what: &dyn Fn() -> String) -> Result<(), Error> {
+        let c = self.walk(child, level, what)?;
+        shape.depth = shape.depth.max(c.depth + 1);
+        shape.tree = shape.tree.saturating_add(c.tree);
+        shape.nodes = shape.nodes.saturating_add(c.nodes);
+        shape.namespace_below |= is_namespace(child) || c.namespace_below;
+        shape.opaque_below |= is_opaque(child) || c.opaque_below;
+        self.check_tree(shape.tree, what)
+    }
+
+    fn check_tree(&self, tree: usize, what: &dyn Fn() -> String) -> Result<(), Error> {
+        if tree > self.tree_limit {
+            return Err(self.refuse(
+                Status::ErrLimitExceeded,
+                format!("{} would hold more than {} bytes counted as a tree (text + {NODE_BYTES} per element; the limit is the allocation budget)", what(), self.tree_limit),
+            ));
+        }
+        Ok(())
     }
 
     /// The items of a list-like value, collected for a step that builds a list from them:
