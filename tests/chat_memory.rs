@@ -67,6 +67,8 @@ const CORPUS: &[(&str, &str, Status, &str)] = &[
     ("folded_repeat", "{{ ('x' * 100000000 ~ 'x' * 100000000) ~ ('x' * 100000000 ~ 'x' * 100000000) }}", LIMIT, "constant expression"),
     ("folded_lazy_list", "{{ ([1] * 1000000000000) ~ '' }}", LIMIT, "constant expression"),
     ("folded_filter_input", "{{ ('x' * 100000000)|replace('x', 'yy') }}", LIMIT, "constant expression"),
+    // The operands of an operation that then fails are folded all the same.
+    ("folded_failing_op", "{{ ('x' * 100000000) - 0 }}", LIMIT, "constant expression"),
 ];
 
 fn vm_kib(key: &str) -> usize {

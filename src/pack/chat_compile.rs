@@ -37,9 +37,10 @@ pub fn compile<'s>(name: &'s str, source: &'s str, budget: &Budget) -> Result<Co
     })
 }
 
-/// Visits every expression of a template and charges each constant expression the code
-/// generator will fold, by an upper bound of the folded value's printed size computed without
-/// folding it (operands are only evaluated when their own bound is tiny: a repeat count).
+/// Visits every expression of a template and charges each operation the code generator will
+/// fold (one whose operands are constants or folded operations), by an upper bound of its
+/// value's printed size computed without folding it (operands are only evaluated when their own
+/// bound is tiny: a repeat count).
 struct Folds<'b> {
     budget: &'b Budget,
 }
@@ -138,19 +139,21 @@ impl Folds<'_> {
         })
     }
 
-    /// An expression whose parent is not folded: if it is folded itself, its value is kept
-    /// (in a constant-load instruction), so it is charged.
+    /// An expression whose parent is not folded into one value with it.
     fn root(&self, e: &Expr) -> Result<(), Error> {
-        if let Some(bytes) = self.fold(e)? {
-            if matches!(e, Expr::BinOp(_) | Expr::UnaryOp(_) | Expr::Compare(_)) {
-                self.budget.charge(bytes, &|| "a constant expression".to_string())?;
-            }
-        }
-        Ok(())
+        self.fold(e).map(|_| ())
     }
 
-    /// The bound of `e`'s folded value when the generator folds it (None when it does not);
-    /// the subexpressions that are not folded into `e` are visited as roots.
+    /// Charges an operation whose operands are all constant: the generator evaluates it (and
+    /// its operands first, even when the operation itself then fails, as `'x' * 10**8 - 0`
+    /// does), so every such operation is charged its value's bound, not only the outermost.
+    fn folded(&self, bound: usize) -> Result<Option<usize>, Error> {
+        self.budget.charge(bound, &|| "a constant expression".to_string())?;
+        Ok(Some(bound))
+    }
+
+    /// The bound of `e`'s folded value when the generator folds it (None when it does not),
+    /// every folded operation inside charged on the way.
     fn fold(&self, e: &Expr) -> Result<Option<usize>, Error> {
         Ok(match e {
             Expr::Const(c) => Some(text_len(&c.value, usize::MAX).unwrap_or(usize::MAX)),
@@ -160,7 +163,6 @@ impl Folds<'_> {
                 for item in &l.items {
                     let item_bound = self.fold(item)?;
                     if !matches!(item, Expr::Const(_)) {
-                        self.root(item)?;
                         total = None;
                     }
                     total = total.zip(item_bound).map(|(t, b)| t.saturating_add(b).saturating_add(ELEMENT_BYTES));
@@ -172,7 +174,6 @@ impl Folds<'_> {
                 for item in m.keys.iter().chain(&m.values) {
                     let item_bound = self.fold(item)?;
                     if !matches!(item, Expr::Const(_)) {
-                        self.root(item)?;
                         total = None;
                     }
                     total = total.zip(item_bound).map(|(t, b)| t.saturating_add(b).saturating_add(ELEMENT_BYTES));
@@ -182,24 +183,16 @@ impl Folds<'_> {
             Expr::UnaryOp(u) => {
                 let inner = self.fold(&u.expr)?;
                 match (inner, &u.op) {
-                    (Some(_), UnaryOpKind::Not) => Some(SCALAR_BYTES),
-                    (Some(b), UnaryOpKind::Neg) => Some(b.max(SCALAR_BYTES)),
+                    (Some(_), UnaryOpKind::Not) => self.folded(SCALAR_BYTES)?,
+                    (Some(b), UnaryOpKind::Neg) => self.folded(b.max(SCALAR_BYTES))?,
                     (None, _) => None,
                 }
             }
             Expr::BinOp(op) => {
                 let (left, right) = (self.fold(&op.left)?, self.fold(&op.right)?);
                 match (left, right) {
-                    (Some(l), Some(r)) => Some(self.binop_bound(op.op, &op.left, l, &op.right, r)),
-                    _ => {
-                        // Neither side is folded into this one: a folded side is kept alone.
-                        for (side, bound) in [(&op.left, left), (&op.right, right)] {
-                            if bound.is_some() {
-                                self.root(side)?;
-                            }
-                        }
-                        None
-                    }
+                    (Some(l), Some(r)) => self.folded(self.binop_bound(op.op, &op.left, l, &op.right, r))?,
+                    _ => None,
                 }
             }
             Expr::Compare(c) => {
@@ -207,11 +200,7 @@ impl Folds<'_> {
                 for op in &c.ops {
                     all &= self.fold(&op.expr)?.is_some();
                 }
-                if !all {
-                    self.root(&c.expr)?;
-                    c.ops.iter().try_for_each(|op| self.root(&op.expr))?;
-                }
-                all.then_some(SCALAR_BYTES)
+                if all { self.folded(SCALAR_BYTES)? } else { None }
             }
             Expr::Slice(s) => {
                 self.root(&s.expr)?;
