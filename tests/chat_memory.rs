@@ -34,6 +34,9 @@ const CORPUS: &[(&str, &str, Status, &str)] = &[
     ("format_width", "{{ '%100000000000s'|format('x') }}", LIMIT, "`format`"),
     ("format_precision", "{{ '%.100000000000f'|format(1.5) }}", LIMIT, "`format`"),
     ("str_format_width", "{{ '{:>100000000000}'.format('x') }}", LIMIT, "`.format()`"),
+    // Rust's formatting, which minijinja formats numbers with, panics past a precision of 65535.
+    ("format_precision_past_fmt", "{{ '%.100000f'|format(1.5) }}", LIMIT, "65535"),
+    ("str_format_precision_past_fmt", "{{ '{:.100000e}'.format(1.5) }}", LIMIT, "65535"),
     ("replace_longer", "{% set s = messages[0].content * 100000 %}{{ s|replace('h', 'x' * 10000) }}", LIMIT, "`replace`"),
     ("replace_method_empty", "{% set s = messages[0].content * 100000 %}{{ s.replace('', 'x' * 1000) }}", LIMIT, "`.replace()`"),
     ("join_repeated", "{% set l = range(100000)|list %}{{ (l * 100000)|join(',') }}", LIMIT, "`*`"),
@@ -48,7 +51,8 @@ const CORPUS: &[(&str, &str, Status, &str)] = &[
     ("doubling_concat", "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}", LIMIT, "`~`"),
     ("doubling_add", "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}", LIMIT, "`+`"),
     ("doubling_list", "{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}", LIMIT, "`+`"),
-    ("doubling_tree", "{% set ns = namespace(s=[1]) %}{% for i in range(60) %}{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}", LIMIT, "tree"),
+    ("doubling_repeat", "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] * 2 %}{% endfor %}{{ ns.l }}", LIMIT, "tree"),
+        ("doubling_tree", "{% set ns = namespace(s=[1]) %}{% for i in range(60) %}{% set ns.s = [ns.s, ns.s] %}{% endfor %}{{ ns.s }}", LIMIT, "tree"),
     ("doubling_macro", "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif %}{% endmacro %}{{ d('x', 40) }}", LIMIT, "`~`"),
     ("growing_list", "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l|length }}", LIMIT, "`+`"),
     // Printing or capturing without end.

@@ -96,47 +96,133 @@ fn largest_number(args: &[Value]) -> usize {
         .unwrap_or(0)
 }
 
-/// Sum of the numbers written in `spec` (widths and precisions), saturating.
-fn digits_sum(spec: &str) -> usize {
-    let mut total = 0usize;
-    let mut current: usize = 0;
+/// The numbers written in `spec` (widths and precisions), saturating.
+fn numbers(spec: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut current: Option<usize> = None;
     for c in spec.chars().chain(std::iter::once(' ')) {
         match c.to_digit(10) {
-            Some(d) => current = current.saturating_mul(10).saturating_add(d as usize),
-            None => {
-                total = total.saturating_add(current);
-                current = 0;
-            }
+            Some(d) => current = Some(current.unwrap_or(0).saturating_mul(10).saturating_add(d as usize)),
+            None => out.extend(current.take()),
         }
     }
-    total
+    out
 }
 
+/// The fields of a format string: their count, the text of their specs (where widths and
+/// precisions are written), and whether a width or precision is taken from an argument.
+struct Fields {
+    count: usize,
+    specs: String,
+    from_argument: bool,
+}
+
+/// printf fields (`%-10.3f`, `%(name)s`, `%*d`); `%%` is a literal.
+fn printf_fields(format: &str) -> Fields {
+    let mut f = Fields { count: 0, specs: String::new(), from_argument: false };
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            continue;
+        }
+        f.count += 1;
+        if chars.peek() == Some(&'(') {
+            for c in chars.by_ref() {
+                if c == ')' {
+                    break;
+                }
+            }
+        }
+        // Flags, width, precision and length, up to the conversion letter.
+        while let Some(&c) = chars.peek() {
+            if c.is_ascii_alphabetic() && !matches!(c, 'h' | 'l' | 'L') {
+                break;
+            }
+            f.from_argument |= c == '*';
+            f.specs.push(c);
+            chars.next();
+        }
+        f.specs.push(' ');
+    }
+    f
+}
+
+/// `str.format` fields (`{0:>10}`, `{:{}}`); `{{` is a literal.
+fn str_format_fields(format: &str) -> Fields {
+    let mut f = Fields { count: 0, specs: String::new(), from_argument: false };
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '{' {
+            continue;
+        }
+        if chars.peek() == Some(&'{') {
+            chars.next();
+            continue;
+        }
+        f.count += 1;
+        let (mut depth, mut in_spec) = (1usize, false);
+        for c in chars.by_ref() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    f.from_argument = true;
+                }
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                ':' if depth == 1 => in_spec = true,
+                _ if in_spec => f.specs.push(c),
+                _ => {}
+            }
+        }
+        f.specs.push(' ');
+    }
+    f
+}
+
+/// The widest width or precision Rust's formatting takes (minijinja formats with it).
+const MAX_FORMAT_NUMBER: usize = u16::MAX as usize;
+
 /// A format string's output bound: its own text, and per field the widths written in it, the
-/// largest number argument (a width taken from an argument), and the longest argument printed
-/// or in debug form (a field may repeat an argument).
-fn format_bound(b: &Budget, format: &str, fields: usize, specs: &str, args: &[Value]) -> usize {
+/// largest number argument where a width comes from one, and the longest argument printed or in
+/// debug form (a field may repeat an argument). A width or precision over 65535 is refused:
+/// Rust's formatting, which minijinja uses, does not take one.
+fn format_bound(b: &Budget, name: &str, format: &str, fields: Fields, args: &[Value]) -> Result<usize, Error> {
+    let written = numbers(&fields.specs);
+    let from_args = if fields.from_argument { largest_number(args) } else { 0 };
+    if let Some(&n) = written.iter().chain([&from_args]).find(|&&n| n > MAX_FORMAT_NUMBER) {
+        return Err(b.refuse(
+            Status::ErrLimitExceeded,
+            format!("{name}: a width or precision of {n}, over the {MAX_FORMAT_NUMBER} formatting takes"),
+        ));
+    }
     let longest = args
         .iter()
         .map(|v| text_len(v, b.bytes_left()).unwrap_or(usize::MAX).max(debug_len(v, b.bytes_left()).unwrap_or(usize::MAX)))
         .max()
         .unwrap_or(0);
-    let per_field = longest.saturating_add(largest_number(args)).saturating_add(64);
-    format.len().saturating_add(digits_sum(specs)).saturating_add(fields.saturating_mul(per_field))
+    let per_field = longest.saturating_add(from_args).saturating_add(64);
+    let written: usize = written.iter().fold(0, |t, &n| t.saturating_add(n));
+    Ok(format.len().saturating_add(written).saturating_add(fields.count.saturating_mul(per_field)))
 }
 
-/// `"%5s"|format(...)`: printf fields start at `%`.
+/// `"%5s"|format(...)`.
 fn printf_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
     let Some(format) = c.value().and_then(|v| v.as_str().map(str::to_string)) else { return Ok(text(b, c.value())) };
-    let fields = format.matches('%').count();
-    Ok(format_bound(b, &format, fields, &format, &c.all()[1..]))
+    format_bound(b, "`format`", &format, printf_fields(&format), &c.all()[1..])
 }
 
-/// `"{:5}".format(...)`: fields are in braces.
+/// `"{:5}".format(...)`.
 fn str_format_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
     let Some(format) = c.value().and_then(|v| v.as_str().map(str::to_string)) else { return Ok(0) };
-    let fields = format.matches('{').count();
-    Ok(format_bound(b, &format, fields, &format, &c.all()[1..]))
+    format_bound(b, "`.format()`", &format, str_format_fields(&format), &c.all()[1..])
 }
 
 fn indent_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
@@ -385,8 +471,13 @@ fn guarded_call(b: &Budget, name: &'static str, rule: Rule, post: Post, native: 
     let call = Call { name, args };
     let bytes = rule(b, &call)?;
     b.charge(bytes, &|| format!("`{name}`"))?;
-    let result = native.call(state, args)?;
+    let mut result = native.call(state, args)?;
     if post == Post::Shape && result.as_object().is_some() {
+        // A lazy result (`chain`) becomes a list (its size was charged), which a later walk
+        // can remember.
+        if matches!(result.kind(), ValueKind::Iterable | ValueKind::Seq) && result.as_object().and_then(|o| o.downcast_ref::<Vec<Value>>()).is_none() {
+            result = Value::from(result.try_iter()?.collect::<Vec<_>>());
+        }
         b.shape(&result, 0, Forbid::Namespace, &|| format!("`{name}`"))?;
     }
     Ok(result)

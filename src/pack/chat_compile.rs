@@ -322,8 +322,10 @@ fn expand<'s>(instr: &Instruction<'s>) -> Vec<Instruction<'s>> {
         // `~` is done by its guard (minijinja's is `format!("{a}{b}")`; the guard writes the same
         // into a string that refuses to pass the budget).
         I::StringConcat => vec![I::CallFunction(guard::G_CONCAT, Some(2))],
-        I::Add => guarded(guard::G_ADD, 2, I::Add),
-        I::Mul => guarded(guard::G_MUL, 2, I::Mul),
+        // For two lists, the guard builds the result and `G_RESULT` puts it in place of
+        // minijinja's; for anything else `G_RESULT` hands minijinja's result on.
+        I::Add => [guarded(guard::G_ADD, 2, I::Add), vec![I::CallFunction(guard::G_RESULT, Some(1))]].concat(),
+        I::Mul => [guarded(guard::G_MUL, 2, I::Mul), vec![I::CallFunction(guard::G_RESULT, Some(1))]].concat(),
         I::Slice => guarded(guard::G_SLICE, 4, I::Slice),
         I::Eq | I::Ne | I::Lt | I::Lte | I::Gt | I::Gte | I::In | I::CompareAndPreserve(_) => {
             guarded(guard::G_COMPARE, 2, instr.clone())

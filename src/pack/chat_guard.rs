@@ -52,6 +52,8 @@ pub struct Budget {
     refusal: Mutex<Option<(Status, String)>>,
     /// How `bytes_total` was computed, for messages.
     bytes_rule: String,
+    /// A list `+` or `*` built, to stand for minijinja's result of the same operation.
+    built: Mutex<Option<Value>>,
     /// Shapes of large lists and maps already walked, by address (see [`MEMO_NODES`]).
     memo: Mutex<HashMap<usize, (Value, Shape)>>,
     /// Bytes printed so far, to the output or into a capture (a macro's call, a set block).
@@ -68,6 +70,7 @@ impl Budget {
         Budget {
             printed: AtomicUsize::new(0),
             memo: Mutex::new(HashMap::new()),
+            built: Mutex::new(None),
             output_cap,
             bytes_total: bytes,
             bytes_left: AtomicUsize::new(bytes),
@@ -90,6 +93,12 @@ impl Budget {
             r.get_or_insert((status, message.clone()));
         }
         Error::new(ErrorKind::InvalidOperation, message)
+    }
+
+    fn stash(&self, v: Value) {
+        if let Ok(mut built) = self.built.lock() {
+            *built = Some(v);
+        }
     }
 
     pub fn bytes_left(&self) -> usize {
@@ -410,6 +419,7 @@ pub const G_EMIT: &str = "packlm:emit";
 pub const G_CONCAT: &str = "packlm:concat";
 pub const G_ADD: &str = "packlm:add";
 pub const G_MUL: &str = "packlm:mul";
+pub const G_RESULT: &str = "packlm:result";
 pub const G_SLICE: &str = "packlm:slice";
 pub const G_COMPARE: &str = "packlm:compare";
 pub const G_BUILD: &str = "packlm:build";
@@ -527,6 +537,10 @@ pub fn install_guards(env: &mut Environment, budget: &Arc<Budget>) {
     let b = Arc::clone(budget);
     env.add_function(G_MUL, move |a: Value, c: Value| mul(&b, a, c));
     let b = Arc::clone(budget);
+    env.add_function(G_RESULT, move |v: Value| -> Result<Value, Error> {
+        Ok(b.built.lock().ok().and_then(|mut built| built.take()).unwrap_or(v))
+    });
+    let b = Arc::clone(budget);
     env.add_function(G_SLICE, move |args: Rest<Value>| -> Result<Value, Error> {
         // A slice holds at most what it slices.
         let v = args.first().cloned().unwrap_or_default();
@@ -619,9 +633,10 @@ fn is_sequence(v: &Value) -> bool {
     matches!(v.kind(), ValueKind::Seq | ValueKind::Iterable)
 }
 
-/// `a + b`: strings are charged their joined length; two sequences are joined here, charged
-/// and shape-checked (minijinja would join them lazily, leaving a chain that grows one level
-/// per `+` in a loop); anything else is minijinja's own `+`.
+/// `a + b`: strings are charged their joined length; two sequences are joined here into a list,
+/// charged and shape-checked (minijinja would join them lazily, into an object a walk cannot
+/// remember, leaving a chain that grows one level per `+` in a loop); anything else is
+/// minijinja's own `+`.
 fn add(b: &Budget, a: Value, c: Value) -> Result<Value, Error> {
     let what = || "`+`".to_string();
     if is_sequence(&a) && is_sequence(&c) {
@@ -630,8 +645,10 @@ fn add(b: &Budget, a: Value, c: Value) -> Result<Value, Error> {
         b.charge(items.len().saturating_mul(ELEMENT_BYTES), &what)?;
         let joined = Value::from(items);
         b.shape(&joined, 0, Forbid::Namespace, &what)?;
-        // `joined + []` is minijinja's lazy join of a list and nothing: one level, not a chain.
-        return Ok(Value::from(vec![Value::from(Vec::<Value>::new()), joined]));
+        // minijinja's own `+` then runs on two empty lists, and `packlm:result` puts the list
+        // built here in place of its (lazy) result.
+        b.stash(joined);
+        return Ok(Value::from(vec![Value::from(Vec::<Value>::new()), Value::from(Vec::<Value>::new())]));
     }
     if let (Some(x), Some(y)) = (a.as_str(), c.as_str()) {
         b.charge(x.len().saturating_add(y.len()), &what)?;
@@ -654,7 +671,8 @@ fn mul(b: &Budget, a: Value, c: Value) -> Result<Value, Error> {
             }
             let repeated = Value::from(repeated);
             b.shape(&repeated, 0, Forbid::Namespace, &what)?;
-            return Ok(Value::from(vec![Value::from(1), repeated]));
+            b.stash(repeated);
+            return Ok(Value::from(vec![Value::from(0), Value::from(Vec::<Value>::new())]));
         }
     }
     let (s, n) = match (a.as_str(), c.as_str()) {
