@@ -216,13 +216,13 @@ fn format_bound(b: &Budget, name: &str, format: &str, fields: Fields, args: &[Va
 /// `"%5s"|format(...)`.
 fn printf_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
     let Some(format) = c.value().and_then(|v| v.as_str().map(str::to_string)) else { return Ok(text(b, c.value())) };
-    format_bound(b, "`format`", &format, printf_fields(&format), &c.all()[1..])
+    format_bound(b, "`format`", &format, printf_fields(&format), c.all().get(1..).unwrap_or_default())
 }
 
 /// `"{:5}".format(...)`.
 fn str_format_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
     let Some(format) = c.value().and_then(|v| v.as_str().map(str::to_string)) else { return Ok(0) };
-    format_bound(b, "`.format()`", &format, str_format_fields(&format), &c.all()[1..])
+    format_bound(b, "`.format()`", &format, str_format_fields(&format), c.all().get(1..).unwrap_or_default())
 }
 
 fn indent_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
