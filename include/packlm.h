@@ -325,36 +325,6 @@ typedef struct {
 } packlm_session_options;
 
 /**
- * One session's part of packlm_step_sessions. Its layout is fixed (it carries no `size` and
- * never grows: a later ABI that needs more adds a new struct and call).
- */
-typedef struct {
-  /**
-   * The session to feed: one of the call's model, named by one item only.
-   */
-  packlm_session *session;
-  /**
-   * `n_tokens` tokens (at least 1): a prefill or a decode step alike.
-   */
-  const uint32_t *tokens;
-  size_t n_tokens;
-  /**
-   * PACKLM_WANT_LAST, PACKLM_WANT_ALL or PACKLM_WANT_NONE, as in packlm_step_batch_into.
-   */
-  uint32_t want;
-  /**
-   * Receives the logits `want` asks for: `capacity` floats (NULL with capacity 0 skips them).
-   */
-  float *logits_out;
-  size_t capacity;
-  /**
-   * Written by the call: the floats written on success; with PACKLM_ERR_BUFFER_TOO_SMALL, in
-   * the item the message names, the floats it needs.
-   */
-  size_t n_logits;
-} packlm_step_item;
-
-/**
  * Sampler settings. `temperature <= 0` is greedy.
  */
 typedef struct {
@@ -460,6 +430,49 @@ typedef struct {
    */
   size_t n_logits;
 } packlm_verify_result;
+
+/**
+ * One session's part of packlm_step_sessions: a step (`verify` NULL) or a verify. Its layout
+ * is fixed (it carries no `size` and never grows: a later ABI that needs more adds a new struct
+ * and call).
+ */
+typedef struct {
+  /**
+   * The session to feed: one of the call's model, named by one item only.
+   */
+  packlm_session *session;
+  /**
+   * `n_tokens` tokens (at least 1): a prefill or a decode step alike. For a verify,
+   * `tokens[0]` is the pending token and `tokens[1..n_tokens]` the draft.
+   */
+  const uint32_t *tokens;
+  size_t n_tokens;
+  /**
+   * A step: PACKLM_WANT_LAST, PACKLM_WANT_ALL or PACKLM_WANT_NONE, as in
+   * packlm_step_batch_into. Unread for a verify.
+   */
+  uint32_t want;
+  /**
+   * A step's logits: `capacity` floats (NULL with capacity 0 skips them). A verify's go to
+   * `result->logits_out`; these must be NULL and 0.
+   */
+  float *logits_out;
+  size_t capacity;
+  /**
+   * Written by the call for a step: the floats written on success; with
+   * PACKLM_ERR_BUFFER_TOO_SMALL, in the item the message names, the floats it needs.
+   */
+  size_t n_logits;
+  /**
+   * NULL for a step; else the item is a verify with these parameters, as packlm_verify takes
+   * them (greedy or sampled, its random state advanced on success).
+   */
+  const packlm_verify_params *verify;
+  /**
+   * A verify's result, written as packlm_verify writes it (not NULL for a verify).
+   */
+  packlm_verify_result *result;
+} packlm_step_item;
 
 /**
  * One chat message: NUL-terminated UTF-8 role ("system", "user", "assistant") and content.
@@ -776,19 +789,22 @@ packlm_status packlm_step_into(packlm_session *session, uint32_t token, float *l
 packlm_status packlm_step_batch_into(packlm_session *session, const uint32_t *tokens, size_t m, uint32_t want, float *logits_out, size_t capacity, size_t *n_logits);
 
 /**
- * Runs several sessions of `model` in one pass over the weights: item i feeds its tokens to its
- * session as packlm_step_batch_into would, and its logits are bit-identical to that call's on
- * the session alone (at every precision, on every backend). On a CPU the weights dominate a
- * decode step, so N sessions stepped together cost little more than one.
+ * Runs several sessions of `model` in one pass over the weights: a step item feeds its tokens
+ * to its session as packlm_step_batch_into would, a verify item scores its pending token and
+ * draft as packlm_verify would, and each item's logits and outcome are bit-identical to that
+ * call's on the session alone (at every precision, on every backend; a sampled verify draws
+ * the same). On a CPU the weights dominate a decode step, so N sessions stepped together cost
+ * little more than one.
  *
  * Everything is checked before anything runs, and the message names the item ("item 2: ..."):
  * `model` and `items` not NULL; 1 to PACKLM_MAX_STEP_ITEMS items; every session not NULL, of
  * `model`, not named by another item, and not in use by another call
- * (PACKLM_ERR_SESSION_BUSY); tokens, `want` and the capacity as packlm_step_batch_into checks
- * them. Each session's in-use flag is held for the whole call. All or nothing: on any failure
- * (a refused item, an abort through any item's session, PACKLM_ERR_NON_FINITE in any item's
- * logits, a panic) no session changes and no logits are written; only the named item's
- * `n_logits` may be written (PACKLM_ERR_BUFFER_TOO_SMALL).
+ * (PACKLM_ERR_SESSION_BUSY); a step's tokens, `want` and capacity as packlm_step_batch_into
+ * checks them, a verify's as packlm_verify does. Each session's in-use flag is held for the
+ * whole call. All or nothing: on any failure (a refused item, an abort through any item's
+ * session, PACKLM_ERR_NON_FINITE in any item's logits or judged rows, a panic) no session
+ * changes and no logits or results are written, except the named item's `n_logits` (or its
+ * result's, as packlm_verify) with PACKLM_ERR_BUFFER_TOO_SMALL.
  */
 packlm_status packlm_step_sessions(const packlm_model *model, packlm_step_item *items, size_t n_items);
 

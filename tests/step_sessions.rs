@@ -265,7 +265,17 @@ mod c {
     }
 
     pub fn item(s: *mut packlm_session, tokens: &[u32], want: u32, out: &mut [f32]) -> packlm_step_item {
-        packlm_step_item { session: s, tokens: tokens.as_ptr(), n_tokens: tokens.len(), want, logits_out: out.as_mut_ptr(), capacity: out.len(), n_logits: usize::MAX }
+        packlm_step_item {
+            session: s,
+            tokens: tokens.as_ptr(),
+            n_tokens: tokens.len(),
+            want,
+            logits_out: out.as_mut_ptr(),
+            capacity: out.len(),
+            n_logits: usize::MAX,
+            verify: ptr::null(),
+            result: ptr::null_mut(),
+        }
     }
 
     pub fn free(m: *mut packlm_model, ss: &[*mut packlm_session]) { unsafe {
@@ -339,4 +349,82 @@ fn the_c_call_equals_stepping_alone_and_refuses_bad_items_whole() { unsafe {
     assert_eq!(packlm_step_sessions(m as *const _, it.as_mut_ptr(), PACKLM_MAX_STEP_ITEMS + 1), Status::ErrLimitExceeded);
     c::free(m, &[a, b, x, ra, rb]);
     c::free(other, &[y]);
+}}
+
+/// Verify items of packlm_step_sessions, greedy and sampled, beside a step item: each result
+/// (accepted count, next token, logits, counters), random state and session state equals
+/// packlm_verify's on a twin session alone.
+#[test]
+fn the_c_call_takes_verify_items() { unsafe {
+    use packlm::ffi::session::*;
+    use packlm::ffi::speculative::*;
+    use std::ptr;
+    let p = tiny("llama");
+    let m = c::open(&p);
+    let v = open(&p).spec().vocab_size;
+    let prompts: [&[u32]; 3] = [&[1, 2, 3], &[4, 5], &[6, 7, 8, 9]];
+    let shared: Vec<_> = prompts.iter().map(|t| c::session(m, t)).collect();
+    let alone: Vec<_> = prompts.iter().map(|t| c::session(m, t)).collect();
+    let sampler = packlm_sampler_params { size: std::mem::size_of::<packlm_sampler_params>(), temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, recent: ptr::null(), n_recent: 0 };
+    let params = |mode: u32, rng: *mut u64| packlm_verify_params {
+        size: std::mem::size_of::<packlm_verify_params>(),
+        mode,
+        sampler: &sampler,
+        draft_probs: ptr::null(),
+        n_draft_probs: 0,
+        rng_state: rng,
+    };
+    let result = |logits: &mut Vec<f32>| packlm_verify_result {
+        size: std::mem::size_of::<packlm_verify_result>(),
+        n_accepted: 0,
+        next_token: 0,
+        logits_out: logits.as_mut_ptr(),
+        rounds: 0,
+        drafted: 0,
+        accepted: 0,
+        logits_capacity: logits.len(),
+        n_logits: 0,
+    };
+    // Item 0: a greedy verify; item 1: a sampled one; item 2: a step.
+    let rows0 = [10u32, 11, 12, 13];
+    let rows1 = [20u32, 21, 22];
+    let step = [30u32];
+    let (mut rng_shared, mut rng_alone) = (77u64, 77u64);
+    let (mut l0, mut l1, mut l2) = (vec![0f32; v], vec![0f32; v], vec![0f32; v]);
+    let (p0, p1) = (params(PACKLM_VERIFY_GREEDY, ptr::null_mut()), params(PACKLM_VERIFY_SAMPLED, &mut rng_shared));
+    let (mut r0, mut r1) = (result(&mut l0), result(&mut l1));
+    let mut items = [
+        packlm_step_item { verify: &p0, result: &mut r0, ..c::item(shared[0], &rows0, 0, &mut []) },
+        packlm_step_item { verify: &p1, result: &mut r1, ..c::item(shared[1], &rows1, 0, &mut []) },
+        c::item(shared[2], &step, PACKLM_WANT_LAST, &mut l2),
+    ];
+    items[0].logits_out = ptr::null_mut();
+    items[1].logits_out = ptr::null_mut();
+    assert_eq!(packlm_step_sessions(m as *const _, items.as_mut_ptr(), 3), Status::Ok, "{}", c::last_error());
+
+    let (mut a0, mut a1, mut a2) = (vec![0f32; v], vec![0f32; v], vec![0f32; v]);
+    let (q0, q1) = (params(PACKLM_VERIFY_GREEDY, ptr::null_mut()), params(PACKLM_VERIFY_SAMPLED, &mut rng_alone));
+    let (mut s0, mut s1) = (result(&mut a0), result(&mut a1));
+    assert_eq!(packlm_verify(alone[0], rows0[0], rows0[1..].as_ptr(), 3, &q0, &mut s0), Status::Ok);
+    assert_eq!(packlm_verify(alone[1], rows1[0], rows1[1..].as_ptr(), 2, &q1, &mut s1), Status::Ok);
+    assert_eq!(packlm_step_batch(alone[2], step.as_ptr(), 1, PACKLM_WANT_LAST, a2.as_mut_ptr()), Status::Ok);
+    for (what, x, y) in [("greedy", &r0, &s0), ("sampled", &r1, &s1)] {
+        assert_eq!((x.n_accepted, x.next_token, x.rounds, x.drafted, x.accepted, x.n_logits), (y.n_accepted, y.next_token, y.rounds, y.drafted, y.accepted, y.n_logits), "{what} verify item vs packlm_verify");
+    }
+    assert_bits_equal(&l0, &a0, "greedy verify item's logits");
+    assert_bits_equal(&l1, &a1, "sampled verify item's logits");
+    assert_bits_equal(&l2, &a2, "step item's logits");
+    assert_eq!(rng_shared, rng_alone, "the sampled verify's random state");
+    assert_ne!(rng_shared, 77, "the sampled verify drew");
+    for (i, (&x, &y)) in shared.iter().zip(&alone).enumerate() {
+        assert!(c::snapshot(x) == c::snapshot(y), "session {i}'s state");
+    }
+    // A verify item with logits_out set is refused, naming it, and nothing changes.
+    let before: Vec<Vec<u8>> = shared.iter().map(|&s| c::snapshot(s)).collect();
+    let mut spare = vec![0f32; v];
+    let mut bad = [packlm_step_item { verify: &p0, result: &mut r0, ..c::item(shared[0], &rows0, 0, &mut spare) }];
+    assert_eq!(packlm_step_sessions(m as *const _, bad.as_mut_ptr(), 1), Status::ErrInvalidArgument);
+    assert!(c::last_error().starts_with("packlm_step_sessions: item 0:"), "{}", c::last_error());
+    assert!(before == shared.iter().map(|&s| c::snapshot(s)).collect::<Vec<_>>(), "a refused call changed a session");
+    c::free(m, &[shared, alone].concat());
 }}

@@ -7,7 +7,7 @@ mod session;
 
 pub use generate::{Detokenizer, Drafter, Generate, GenerateOptions, ModelDrafter, NgramDrafter, PrefixCache, Token};
 pub use model::{Backend, Model, ModelInfo, OpenOptions, Precision, TokenKind, DEFAULT_MAX_TOKENIZE_BYTES};
-pub use session::{AbortHandle, Acceptance, Session, StepItem, VerifyCounters, VerifyOutcome, Want};
+pub use session::{AbortHandle, Acceptance, Job, JobResult, Session, StepItem, VerifyCounters, VerifyOutcome, Want};
 
 pub use crate::pack::chat::Message as ChatMessage;
 pub use crate::sample::SamplerParams;

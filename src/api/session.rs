@@ -8,7 +8,7 @@ use crate::engine;
 use crate::error::Result;
 
 pub use crate::engine::speculative::{Acceptance, VerifyOutcome};
-pub use crate::engine::{VerifyCounters, Want};
+pub use crate::engine::{Job, JobResult, VerifyCounters, Want};
 
 /// One sequence's state: the KV planes of the positions it holds, its token history and the
 /// last logits.
@@ -108,6 +108,18 @@ impl Session {
     pub fn step_many(items: &mut [StepItem<'_>]) -> Result<Vec<Vec<f32>>> {
         let mut inner: Vec<(&mut engine::Session, &[u32], Want)> = items.iter_mut().map(|it| (&mut it.session.inner, it.tokens, it.want)).collect();
         engine::Session::step_many(&mut inner)
+    }
+
+    /// [`Session::step_many`] with speculative steps among the items: a [`Job::Verify`] scores
+    /// its pending token and drafts in the shared pass and is judged as [`Session::verify`]
+    /// judges it (the same outcome, state and random draws as alone); a [`Job::Step`] is a
+    /// `step_many` item. The same checks, item names and all-or-nothing rule; a failure also
+    /// leaves every session's last logits and verify counters as they were. The jobs are spent
+    /// by the call (each is left a step of no tokens).
+    pub fn run_many(items: &mut [(&mut Session, Job<'_>)]) -> Result<Vec<JobResult>> {
+        let mut inner: Vec<(&mut engine::Session, Job)> =
+            items.iter_mut().map(|(s, job)| (&mut s.inner, std::mem::replace(job, Job::Step { tokens: &[], want: Want::None }))).collect();
+        engine::Session::run_many(&mut inner)
     }
 
     /// The speculative step as one call: `pending` is the token already chosen from the last

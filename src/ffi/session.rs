@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::Arc;
 
-use crate::{Session, StepItem, Want};
+use crate::{Job, JobResult, Session, Want};
+use crate::ffi::speculative::{packlm_verify_params, packlm_verify_result, VerifyCall};
 use crate::error::{Error, Result, Status};
 use crate::ffi::guard::{checked_len, ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, AbiStruct};
 use crate::ffi::model::packlm_model;
@@ -228,41 +229,59 @@ pub unsafe extern "C" fn packlm_step_batch_into(
     })
 }
 
-/// One session's part of packlm_step_sessions. Its layout is fixed (it carries no `size` and
-/// never grows: a later ABI that needs more adds a new struct and call).
+/// One session's part of packlm_step_sessions: a step (`verify` NULL) or a verify. Its layout
+/// is fixed (it carries no `size` and never grows: a later ABI that needs more adds a new struct
+/// and call).
 #[repr(C)]
 pub struct packlm_step_item {
     /// The session to feed: one of the call's model, named by one item only.
     pub session: *mut packlm_session,
-    /// `n_tokens` tokens (at least 1): a prefill or a decode step alike.
+    /// `n_tokens` tokens (at least 1): a prefill or a decode step alike. For a verify,
+    /// `tokens[0]` is the pending token and `tokens[1..n_tokens]` the draft.
     pub tokens: *const u32,
     pub n_tokens: usize,
-    /// PACKLM_WANT_LAST, PACKLM_WANT_ALL or PACKLM_WANT_NONE, as in packlm_step_batch_into.
+    /// A step: PACKLM_WANT_LAST, PACKLM_WANT_ALL or PACKLM_WANT_NONE, as in
+    /// packlm_step_batch_into. Unread for a verify.
     pub want: u32,
-    /// Receives the logits `want` asks for: `capacity` floats (NULL with capacity 0 skips them).
+    /// A step's logits: `capacity` floats (NULL with capacity 0 skips them). A verify's go to
+    /// `result->logits_out`; these must be NULL and 0.
     pub logits_out: *mut f32,
     pub capacity: usize,
-    /// Written by the call: the floats written on success; with PACKLM_ERR_BUFFER_TOO_SMALL, in
-    /// the item the message names, the floats it needs.
+    /// Written by the call for a step: the floats written on success; with
+    /// PACKLM_ERR_BUFFER_TOO_SMALL, in the item the message names, the floats it needs.
     pub n_logits: usize,
+    /// NULL for a step; else the item is a verify with these parameters, as packlm_verify takes
+    /// them (greedy or sampled, its random state advanced on success).
+    pub verify: *const packlm_verify_params,
+    /// A verify's result, written as packlm_verify writes it (not NULL for a verify).
+    pub result: *mut packlm_verify_result,
 }
 
 /// Most items of one packlm_step_sessions call.
 pub const PACKLM_MAX_STEP_ITEMS: usize = 4096;
 
-/// Runs several sessions of `model` in one pass over the weights: item i feeds its tokens to its
-/// session as packlm_step_batch_into would, and its logits are bit-identical to that call's on
-/// the session alone (at every precision, on every backend). On a CPU the weights dominate a
-/// decode step, so N sessions stepped together cost little more than one.
+/// What an item of packlm_step_sessions asks for, once checked.
+enum Planned<'a> {
+    Step { tokens: &'a [u32], want: Want, need: usize },
+    Verify { tokens: &'a [u32], call: VerifyCall<'a> },
+}
+
+/// Runs several sessions of `model` in one pass over the weights: a step item feeds its tokens
+/// to its session as packlm_step_batch_into would, a verify item scores its pending token and
+/// draft as packlm_verify would, and each item's logits and outcome are bit-identical to that
+/// call's on the session alone (at every precision, on every backend; a sampled verify draws
+/// the same). On a CPU the weights dominate a decode step, so N sessions stepped together cost
+/// little more than one.
 ///
 /// Everything is checked before anything runs, and the message names the item ("item 2: ..."):
 /// `model` and `items` not NULL; 1 to PACKLM_MAX_STEP_ITEMS items; every session not NULL, of
 /// `model`, not named by another item, and not in use by another call
-/// (PACKLM_ERR_SESSION_BUSY); tokens, `want` and the capacity as packlm_step_batch_into checks
-/// them. Each session's in-use flag is held for the whole call. All or nothing: on any failure
-/// (a refused item, an abort through any item's session, PACKLM_ERR_NON_FINITE in any item's
-/// logits, a panic) no session changes and no logits are written; only the named item's
-/// `n_logits` may be written (PACKLM_ERR_BUFFER_TOO_SMALL).
+/// (PACKLM_ERR_SESSION_BUSY); a step's tokens, `want` and capacity as packlm_step_batch_into
+/// checks them, a verify's as packlm_verify does. Each session's in-use flag is held for the
+/// whole call. All or nothing: on any failure (a refused item, an abort through any item's
+/// session, PACKLM_ERR_NON_FINITE in any item's logits or judged rows, a panic) no session
+/// changes and no logits or results are written, except the named item's `n_logits` (or its
+/// result's, as packlm_verify) with PACKLM_ERR_BUFFER_TOO_SMALL.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_step_sessions(model: *const packlm_model, items: *mut packlm_step_item, n_items: usize) -> Status {
     ffi_boundary!("packlm_step_sessions", {
@@ -275,17 +294,37 @@ pub unsafe extern "C" fn packlm_step_sessions(model: *const packlm_model, items:
         }
         let items = try_slice_mut(items, n_items, "items")?;
         let item_err = |i: usize, e: Error| Error::new(e.status, format!("item {i}: {}", e.message));
-        let n_vocab = m.inner.n_vocab();
-        let mut plan: Vec<(&[u32], Want, usize)> = Vec::with_capacity(n_items);
         // Each session's item, by address.
         let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::with_capacity(n_items);
-        for (i, it) in items.iter_mut().enumerate() {
+        for (i, it) in items.iter().enumerate() {
             try_ref(it.session, "session").map_err(|e| item_err(i, e))?;
             if let Some(j) = seen.insert(it.session as usize, i) {
                 return Err(Error::invalid(format!("item {i}: its session is item {j}'s too; a session may be named once per call")));
             }
+        }
+        let mut guards = Vec::with_capacity(n_items);
+        for (i, it) in items.iter().enumerate() {
+            let g = session_in_use(it.session).map_err(|e| item_err(i, e))?;
+            if !Arc::ptr_eq(g.model().engine(), m.inner.engine()) {
+                return Err(Error::invalid(format!("item {i}: its session belongs to another model")));
+            }
+            guards.push(g);
+        }
+        let n_vocab = m.inner.n_vocab();
+        let mut plan: Vec<Planned> = Vec::with_capacity(n_items);
+        for (i, (it, g)) in items.iter_mut().zip(&guards).enumerate() {
             if it.n_tokens == 0 {
                 return Err(Error::invalid(format!("item {i}: n_tokens is 0: no tokens given")));
+            }
+            if !it.verify.is_null() {
+                if !it.logits_out.is_null() || it.capacity != 0 {
+                    return Err(Error::invalid(format!("item {i}: a verify's logits go to result->logits_out; logits_out must be NULL and capacity 0")));
+                }
+                let mut call = VerifyCall::read(g, it.n_tokens - 1, it.verify, it.result).map_err(|e| item_err(i, e))?;
+                let tokens = try_slice(it.tokens, it.n_tokens, "tokens").map_err(|e| item_err(i, e))?;
+                call.check_buffers(g).map_err(|e| item_err(i, e))?;
+                plan.push(Planned::Verify { tokens, call });
+                continue;
             }
             let want = read_want(it.want).map_err(|e| item_err(i, e))?;
             let want = if it.logits_out.is_null() && it.capacity == 0 { Want::None } else { want };
@@ -299,27 +338,32 @@ pub unsafe extern "C" fn packlm_step_sessions(model: *const packlm_model, items:
                 return Err(item_err(i, Error::new(Status::ErrNullArgument, "logits_out is NULL")));
             }
             let tokens = try_slice(it.tokens, it.n_tokens, "tokens").map_err(|e| item_err(i, e))?;
-            plan.push((tokens, want, need));
+            plan.push(Planned::Step { tokens, want, need });
         }
-        let mut guards = Vec::with_capacity(n_items);
-        for (i, it) in items.iter().enumerate() {
-            guards.push(session_in_use(it.session).map_err(|e| item_err(i, e))?);
-        }
-        for (i, g) in guards.iter().enumerate() {
-            if !Arc::ptr_eq(g.model().engine(), m.inner.engine()) {
-                return Err(Error::invalid(format!("item {i}: its session belongs to another model")));
-            }
-        }
-        let logits = {
-            let mut step: Vec<StepItem> =
-                guards.iter_mut().zip(&plan).map(|(g, &(tokens, want, _))| StepItem { session: &mut **g, tokens, want }).collect();
-            Session::step_many(&mut step)?
+        let results = {
+            let mut jobs: Vec<(&mut Session, Job)> = guards
+                .iter_mut()
+                .zip(plan.iter_mut())
+                .map(|(g, p)| {
+                    let job = match p {
+                        Planned::Step { tokens, want, .. } => Job::Step { tokens, want: *want },
+                        Planned::Verify { tokens, call } => Job::Verify { pending: tokens[0], draft: &tokens[1..], acceptance: call.acceptance() },
+                    };
+                    (&mut **g, job)
+                })
+                .collect();
+            Session::run_many(&mut jobs)?
         };
-        drop(guards);
-        for ((it, l), &(_, _, need)) in items.iter_mut().zip(&logits).zip(&plan) {
-            debug_assert_eq!(l.len(), need);
-            try_slice_mut(it.logits_out, l.len(), "logits_out")?.copy_from_slice(l);
-            it.n_logits = l.len();
+        for (((it, p), r), g) in items.iter_mut().zip(plan).zip(results).zip(&guards) {
+            match (p, r) {
+                (Planned::Step { need, .. }, JobResult::Logits(l)) => {
+                    debug_assert_eq!(l.len(), need);
+                    try_slice_mut(it.logits_out, l.len(), "logits_out")?.copy_from_slice(&l);
+                    it.n_logits = l.len();
+                }
+                (Planned::Verify { call, .. }, JobResult::Verified(out)) => call.finish(g, &out)?,
+                _ => return Err(Error::new(Status::ErrPanic, "packlm_step_sessions: a result of another kind than its item")),
+            }
         }
         Ok(())
     })

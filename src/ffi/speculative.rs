@@ -1,6 +1,6 @@
 //! Sampling and the speculative step: packlm_sample, packlm_verify, drafters.
 
-use crate::{Acceptance, Drafter, ModelDrafter, NgramDrafter, SamplerParams};
+use crate::{Acceptance, Drafter, ModelDrafter, NgramDrafter, SamplerParams, Session, VerifyOutcome};
 use crate::error::{Error, Status};
 use crate::ffi::guard::{
     ffi_boundary, free_box, read_prefix, try_mut, try_ref, try_slice, try_slice_mut, write_items, write_prefix, AbiStruct,
@@ -234,58 +234,101 @@ unsafe impl AbiStruct for packlm_verify_result {
 pub unsafe extern "C" fn packlm_verify(session: *mut packlm_session, pending: u32, draft: *const u32, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> Status {
     ffi_boundary!("packlm_verify", {
         let mut s = session_in_use(session)?;
-        let p = read_verify_params(params)?;
-        let mut r = read_prefix(result, "result")?;
-        // k against the context, and k x n_vocab, before any caller buffer is read.
-        let with_probs = p.mode == PACKLM_VERIFY_SAMPLED && !p.draft_probs.is_null();
-        let n_probs = s.check_verify_lengths(k, with_probs)?;
+        let mut call = VerifyCall::read(&s, k, params, result)?;
         let draft = try_slice(draft, k, "draft")?;
+        call.check_buffers(&s)?;
+        let out = s.verify(pending, draft, call.acceptance())?;
+        call.finish(&s, &out)
+    })
+}
+
+/// A verify's arguments, read and checked before its pass (packlm_verify and the verify items of
+/// packlm_step_sessions), and the writing of its result after.
+pub(crate) struct VerifyCall<'a> {
+    args: VerifyArgs,
+    k: usize,
+    n_probs: usize,
+    r: packlm_verify_result,
+    result: *mut packlm_verify_result,
+    n_logits: usize,
+    /// Read by `check_buffers` in sampled mode.
+    sampler: SamplerParams,
+    draft_probs: Option<&'a [f32]>,
+    rng: Option<&'a mut u64>,
+    /// The random state a sampled verify draws from; written back only on success.
+    state: u64,
+}
+
+impl<'a> VerifyCall<'a> {
+    /// Reads `params` and `result` for a verify of `k` drafts on `s`; checks `k` against the
+    /// context, and `k x n_vocab`, before any caller buffer is read.
+    pub(crate) unsafe fn read(s: &Session, k: usize, params: *const packlm_verify_params, result: *mut packlm_verify_result) -> crate::Result<VerifyCall<'a>> {
+        let args = read_verify_params(params)?;
+        let r = read_prefix(result, "result")?;
+        let with_probs = args.mode == PACKLM_VERIFY_SAMPLED && !args.draft_probs.is_null();
+        let n_probs = s.check_verify_lengths(k, with_probs)?;
+        let n_logits = if r.logits_out.is_null() { 0 } else { s.model().n_vocab() };
+        Ok(VerifyCall { args, k, n_probs, r, result, n_logits, sampler: SamplerParams::default(), draft_probs: None, rng: None, state: 0 })
+    }
+
+    /// Checks every buffer before the pass (a refusal leaves the session as it was): the
+    /// logits' capacity (PACKLM_ERR_BUFFER_TOO_SMALL writes `n_logits`), the mode, and in
+    /// sampled mode the sampler, the drafter's probabilities and the random state.
+    pub(crate) unsafe fn check_buffers(&mut self, s: &Session) -> crate::Result<()> {
         let vocab = s.model().n_vocab();
-        // Every buffer is checked before the pass, so that a refusal leaves the session as it was.
-        let n_logits = if r.logits_out.is_null() { 0 } else { vocab };
-        if r.logits_capacity != 0 && r.logits_capacity < n_logits {
-            r.n_logits = n_logits;
-            write_prefix(&r, result, r.size);
+        if self.r.logits_capacity != 0 && self.r.logits_capacity < self.n_logits {
+            self.r.n_logits = self.n_logits;
+            write_prefix(&self.r, self.result, self.r.size);
             return Err(Error::new(
                 Status::ErrBufferTooSmall,
-                format!("result.logits_out needs {n_logits} floats, result.logits_capacity is {}", r.logits_capacity),
+                format!("result.logits_out needs {} floats, result.logits_capacity is {}", self.n_logits, self.r.logits_capacity),
             ));
         }
-        let out = match p.mode {
-            PACKLM_VERIFY_GREEDY => s.verify(pending, draft, Acceptance::Greedy)?,
+        match self.args.mode {
+            PACKLM_VERIFY_GREEDY => Ok(()),
             PACKLM_VERIFY_SAMPLED => {
-                let (sp, _) = read_sampler(p.sampler, "params.sampler")?;
-                let q = if p.draft_probs.is_null() {
-                    None
-                } else {
-                    if let Some(have) = p.n_draft_probs.filter(|&have| have < n_probs) {
+                self.sampler = read_sampler(self.args.sampler, "params.sampler")?.0;
+                if !self.args.draft_probs.is_null() {
+                    if let Some(have) = self.args.n_draft_probs.filter(|&have| have < self.n_probs) {
                         return Err(Error::new(
                             Status::ErrBufferTooSmall,
-                            format!("params.draft_probs needs k x n_vocab = {k} x {vocab} = {n_probs} floats, params.n_draft_probs is {have}"),
+                            format!("params.draft_probs needs k x n_vocab = {} x {vocab} = {} floats, params.n_draft_probs is {have}", self.k, self.n_probs),
                         ));
                     }
-                    Some(try_slice(p.draft_probs, n_probs, "draft_probs")?)
-                };
-                let rng = try_mut(p.rng_state, "rng_state")?;
-                let mut state = *rng;
-                let out = s.verify(pending, draft, Acceptance::Sampled { params: &sp, draft_probs: q, rng: &mut state })?;
-                *rng = state;
-                out
+                    self.draft_probs = Some(try_slice(self.args.draft_probs, self.n_probs, "draft_probs")?);
+                }
+                let rng = try_mut(self.args.rng_state, "rng_state")?;
+                self.state = *rng;
+                self.rng = Some(rng);
+                Ok(())
             }
-            other => return Err(Error::new(Status::ErrInvalidArgument, format!("verify mode {other} is not GREEDY (0) or SAMPLED (1)"))),
-        };
-        if n_logits != 0 {
-            try_slice_mut(r.logits_out, n_logits, "logits_out")?.copy_from_slice(s.last_logits());
+            other => Err(Error::new(Status::ErrInvalidArgument, format!("verify mode {other} is not GREEDY (0) or SAMPLED (1)"))),
         }
-        r.n_accepted = out.n_accepted as u32;
-        r.next_token = out.next;
-        r.rounds = s.counters().rounds;
-        r.drafted = s.counters().drafted;
-        r.accepted = s.counters().accepted;
-        r.n_logits = n_logits;
-        write_prefix(&r, result, r.size);
+    }
+
+    /// How the drafts are judged (after `check_buffers`).
+    pub(crate) fn acceptance(&mut self) -> Acceptance<'_> {
+        match self.rng {
+            Some(_) => Acceptance::Sampled { params: &self.sampler, draft_probs: self.draft_probs, rng: &mut self.state },
+            None => Acceptance::Greedy,
+        }
+    }
+
+    /// Writes the outcome: the random state, the logits the next token came from (the session's
+    /// last logits), and `*result`.
+    pub(crate) unsafe fn finish(mut self, s: &Session, out: &VerifyOutcome) -> crate::Result<()> {
+        if let Some(rng) = self.rng.take() {
+            *rng = self.state;
+        }
+        if self.n_logits != 0 {
+            try_slice_mut(self.r.logits_out, self.n_logits, "logits_out")?.copy_from_slice(s.last_logits());
+        }
+        let c = s.counters();
+        (self.r.n_accepted, self.r.next_token) = (out.n_accepted as u32, out.next);
+        (self.r.rounds, self.r.drafted, self.r.accepted, self.r.n_logits) = (c.rounds, c.drafted, c.accepted, self.n_logits);
+        write_prefix(&self.r, self.result, self.r.size);
         Ok(())
-    })
+    }
 }
 
 /// A source of drafts (opaque), from packlm_drafter_new_*, freed by packlm_drafter_free.

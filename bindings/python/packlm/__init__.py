@@ -166,7 +166,8 @@ class _ChatMessage(C.Structure):
 class _StepItem(C.Structure):
     _fields_ = [("session", C.c_void_p), ("tokens", C.POINTER(C.c_uint32)), ("n_tokens", C.c_size_t),
                 ("want", C.c_uint32), ("logits_out", C.POINTER(C.c_float)), ("capacity", C.c_size_t),
-                ("n_logits", C.c_size_t)]
+                ("n_logits", C.c_size_t), ("verify", C.POINTER(_VerifyParams)),
+                ("result", C.POINTER(_VerifyResult))]
 
 
 STRUCTS: Dict[str, Any] = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,

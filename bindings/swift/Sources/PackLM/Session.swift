@@ -109,7 +109,7 @@ public final class Session {
                                           tokens: tokens.isEmpty ? nil : UnsafePointer(tokens.baseAddress),
                                           n_tokens: tokens.count, want: item.want.rawValue,
                                           logits_out: logits.isEmpty ? nil : logits.baseAddress,
-                                          capacity: logits.count, n_logits: 0))
+                                          capacity: logits.count, n_logits: 0, verify: nil, result: nil))
         }
         let status = withExtendedLifetime(items) {
             array.withUnsafeMutableBufferPointer { packlm_step_sessions(model.handle, $0.baseAddress, $0.count) }
