@@ -300,7 +300,7 @@ inline std::vector<std::vector<float>> step_sessions(const Model &model, const s
         const size_t rows = it.want == PACKLM_WANT_ALL ? it.tokens.size() : (it.want == PACKLM_WANT_LAST ? 1 : 0);
         logits[i].resize(rows * n_vocab);
         c[i] = packlm_step_item{it.session ? it.session->get() : nullptr, it.tokens.data(), it.tokens.size(), it.want,
-                                logits[i].empty() ? nullptr : logits[i].data(), logits[i].size(), 0};
+                                logits[i].empty() ? nullptr : logits[i].data(), logits[i].size(), 0, nullptr, nullptr};
     }
     detail::check(packlm_step_sessions(model.get(), c.data(), c.size()));
     for (size_t i = 0; i < items.size(); ++i) logits[i].resize(c[i].n_logits);

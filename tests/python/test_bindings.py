@@ -168,6 +168,14 @@ try:
 except packlm.PacklmError as e:
     check(e.status == packlm.ERR_INVALID_ARGUMENT and "item 1" in str(e), f"session named twice: {e}")
 check(sa.snapshot() == snap_a, "a refused step_sessions changed the session")
+# Verify items beside a step: each outcome and state as alone.
+va, vb, wa, wb = m.session(), m.session(), m.session(), m.session()
+for x in (va, vb, wa, wb):
+    x.step_batch(ids[:4])
+got = packlm.step_sessions([packlm.VerifyItem(va, 7, [8, 9]), packlm.VerifyItem(vb, 10, [11], sampled=True, temperature=0.8, seed=3)])
+want = [wa.verify_greedy(7, [8, 9]), wb.verify_sampled(10, [11], temperature=0.8, seed=3)]
+check(got == want, f"step_sessions verify items {got} == alone {want}")
+check(va.snapshot() == wa.snapshot() and vb.snapshot() == wb.snapshot(), "verify items leave the state of verifying alone")
 
 snap = s.snapshot()
 after = s.step(7)

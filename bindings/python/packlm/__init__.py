@@ -559,17 +559,46 @@ class Session(_Handle):
         return self._verify(pending, draft, p, want_logits)
 
 
-def step_sessions(items: Sequence[Tuple[Session, Sequence[int], int]]) -> List[array[float]]:
-    """Runs several sessions of one model in one pass over the weights: each item is
-    (session, tokens, want) and gets the logits Session.step_batch(tokens, want=want) would give
-    that session alone, bit for bit. All or nothing: a bad item raises PacklmError naming it
-    ("item 1: ...") and no session changes."""
+class VerifyItem:
+    """A speculative step as an item of step_sessions: as Session.verify_greedy(pending, draft),
+    or with sampled=True as Session.verify_sampled(pending, draft, temperature, seed)."""
+
+    def __init__(self, session: Session, pending: int, draft: Sequence[int], sampled: bool = False,
+                 temperature: float = 1.0, seed: int = 0) -> None:
+        self.session, self.pending, self.draft = session, pending, list(draft)
+        self.sampled, self.temperature, self.seed = sampled, temperature, seed
+
+
+def step_sessions(items: Sequence[Union[Tuple[Session, Sequence[int], int], VerifyItem]]) -> List[Any]:
+    """Runs several sessions of one model in one pass over the weights. A (session, tokens,
+    want) item gets the logits Session.step_batch(tokens, want=want) would give that session
+    alone, bit for bit; a VerifyItem gets (n_accepted, next_token), as its verify alone would.
+    All or nothing: a bad item raises PacklmError naming it ("item 1: ...") and no session
+    changes."""
     if not items:
         raise PacklmError(ERR_INVALID_ARGUMENT, "step_sessions: no items given")
-    model = items[0][0].model
+    first = items[0]
+    model = first.session.model if isinstance(first, VerifyItem) else first[0].model
     arr = (_StepItem * len(items))()
-    keep: List[Any] = []  # the token and logit buffers, alive for the call
-    for slot, (session, tokens, want) in zip(arr, items):
+    keep: List[Any] = []  # the buffers and structs each item points to, alive for the call
+    for slot, item in zip(arr, items):
+        if isinstance(item, VerifyItem):
+            ids = _u32_array([item.pending] + item.draft)
+            result = _VerifyResult(size=C.sizeof(_VerifyResult))
+            if item.sampled:
+                sp = _SamplerParams(size=C.sizeof(_SamplerParams), temperature=item.temperature, top_k=0,
+                                    top_p=1.0, min_p=0.0, repetition_penalty=1.0)
+                rng = C.c_uint64(item.seed)
+                params = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_SAMPLED, sampler=C.pointer(sp),
+                                       rng_state=C.pointer(rng))
+                keep.append((ids, result, params, sp, rng))
+            else:
+                params = _VerifyParams(size=C.sizeof(_VerifyParams), mode=VERIFY_GREEDY)
+                keep.append((ids, result, params))
+            slot.session, slot.tokens, slot.n_tokens = item.session._ptr, ids, len(item.draft) + 1
+            slot.verify, slot.result = C.pointer(params), C.pointer(result)
+            continue
+        session, tokens, want = item
         ids = _u32_array(tokens)
         rows = {WANT_LAST: 1, WANT_ALL: len(tokens)}.get(want, 0)
         out = (C.c_float * (rows * session.model.n_vocab))()
@@ -578,7 +607,13 @@ def step_sessions(items: Sequence[Tuple[Session, Sequence[int], int]]) -> List[a
         slot.logits_out = C.cast(out, C.POINTER(C.c_float)) if rows else None
         slot.capacity = len(out)
     _check(_lib.packlm_step_sessions(model._ptr, arr, len(items)))
-    return [array("f", out[: slot.n_logits]) for slot, (_, out) in zip(arr, keep)]
+    done: List[Any] = []
+    for slot, item, kept in zip(arr, items, keep):
+        if isinstance(item, VerifyItem):
+            done.append((kept[1].n_accepted, kept[1].next_token))
+        else:
+            done.append(array("f", kept[1][: slot.n_logits]))
+    return done
 
 
 class Drafter(_Handle):
