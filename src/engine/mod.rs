@@ -236,7 +236,7 @@ pub struct VerifyCounters {
     pub accepted: u64,
 }
 
-/// One session's part of [`Session::run_many`].
+/// One session's part of `Session::run_many`.
 pub enum Job<'a> {
     /// As `step_batch`: `tokens` fed, the logits `want` asks for returned.
     Step { tokens: &'a [u32], want: Want },
@@ -244,7 +244,7 @@ pub enum Job<'a> {
     Verify { pending: u32, draft: &'a [u32], acceptance: speculative::Acceptance<'a> },
 }
 
-/// What [`Session::run_many`] gives a job.
+/// What `Session::run_many` gives a job.
 #[derive(Debug)]
 pub enum JobResult {
     Logits(Vec<f32>),
