@@ -281,26 +281,31 @@ private:
     uint32_t n_vocab_;
 };
 
-/** One session's part of step_sessions: its tokens and which logits to return. */
+/** One session's part of step_sessions: a step (its tokens and which logits to return), or,
+ *  with `verify` and `result` set, a verify of tokens[0] (pending) and tokens[1..] (the draft)
+ *  whose outcome the library writes to `*result`, as packlm_verify does. */
 struct StepItem {
     Session *session;
     std::vector<uint32_t> tokens;
     uint32_t want = PACKLM_WANT_LAST;
+    const packlm_verify_params *verify = nullptr;
+    packlm_verify_result *result = nullptr;
 };
 
-/** Runs several sessions of `model` in one pass over the weights: each item gets the logits
- *  Session::step_batch(tokens, want) would give its session alone, bit for bit. All or nothing:
- *  a bad item throws Error naming it ("item 1: ...") and no session changes. */
+/** Runs several sessions of `model` in one pass over the weights: each step item gets the
+ *  logits Session::step_batch(tokens, want) would give its session alone, bit for bit (a verify
+ *  item gets empty logits, its outcome in its result). All or nothing: a bad item throws Error
+ *  naming it ("item 1: ...") and no session changes. */
 inline std::vector<std::vector<float>> step_sessions(const Model &model, const std::vector<StepItem> &items) {
     std::vector<std::vector<float>> logits(items.size());
     std::vector<packlm_step_item> c(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
         const StepItem &it = items[i];
         const uint32_t n_vocab = it.session ? it.session->n_vocab() : 0;
-        const size_t rows = it.want == PACKLM_WANT_ALL ? it.tokens.size() : (it.want == PACKLM_WANT_LAST ? 1 : 0);
+        const size_t rows = it.verify ? 0 : it.want == PACKLM_WANT_ALL ? it.tokens.size() : (it.want == PACKLM_WANT_LAST ? 1 : 0);
         logits[i].resize(rows * n_vocab);
         c[i] = packlm_step_item{it.session ? it.session->get() : nullptr, it.tokens.data(), it.tokens.size(), it.want,
-                                logits[i].empty() ? nullptr : logits[i].data(), logits[i].size(), 0, nullptr, nullptr};
+                                logits[i].empty() ? nullptr : logits[i].data(), logits[i].size(), 0, it.verify, it.result};
     }
     detail::check(packlm_step_sessions(model.get(), c.data(), c.size()));
     for (size_t i = 0; i < items.size(); ++i) logits[i].resize(c[i].n_logits);

@@ -107,6 +107,23 @@ int main(int argc, char **argv) {
         });
         CHECK(msg.find("item 1") != std::string::npos);
         CHECK(x.snapshot() == before);
+
+        // A greedy verify item beside a step item: the outcome and state of verifying alone.
+        packlm::Session v(model), rv(model);
+        v.step_batch(hello);
+        rv.step_batch(hello);
+        packlm_verify_params vp{};
+        vp.size = sizeof vp;
+        vp.mode = PACKLM_VERIFY_GREEDY;
+        packlm_verify_result shared_r{};
+        shared_r.size = sizeof shared_r;
+        packlm::step_sessions(model, {{&v, {5, 6, 7}, PACKLM_WANT_LAST, &vp, &shared_r}, {&x, {8}, PACKLM_WANT_LAST}});
+        packlm_verify_result alone_r{};
+        alone_r.size = sizeof alone_r;
+        const uint32_t draft[2] = {6, 7};
+        CHECK(packlm_verify(rv.get(), 5, draft, 2, &vp, &alone_r) == PACKLM_OK);
+        CHECK(shared_r.n_accepted == alone_r.n_accepted && shared_r.next_token == alone_r.next_token);
+        CHECK(v.snapshot() == rv.snapshot());
     }
 
     // Speculative: an n-gram drafter and a greedy verify.
