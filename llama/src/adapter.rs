@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use packlm::{Model, Session, Want};
+use packlm::{Model, Session, StepItem, Want};
 
 pub use packlm::Error;
 pub use packlm::TokenKind;
@@ -114,6 +114,14 @@ pub fn is_non_finite(e: &Error) -> bool {
     e.status == packlm::Status::ErrNonFinite
 }
 
+fn want(rows: Rows) -> Want {
+    match rows {
+        Rows::None => Want::None,
+        Rows::Last => Want::Last,
+        Rows::All => Want::All,
+    }
+}
+
 /// One sequence over an [`Engine`].
 pub struct Sequence {
     session: Session,
@@ -131,12 +139,13 @@ impl Sequence {
     }
     /// Steps `tokens` in one pass; returns the logits of the rows `rows` asks for.
     pub fn step(&mut self, tokens: &[u32], rows: Rows) -> Result<Vec<f32>> {
-        let want = match rows {
-            Rows::None => Want::None,
-            Rows::Last => Want::Last,
-            Rows::All => Want::All,
-        };
-        self.session.step_batch(tokens, want)
+        self.session.step_batch(tokens, want(rows))
+    }
+    /// Steps several sequences' tokens in one pass over the weights (`Session::step_many`):
+    /// each gets the logits its `rows` ask for, those of stepping it alone; all or nothing.
+    pub fn step_many(items: &mut [(&mut Sequence, &[u32], Rows)]) -> Result<Vec<Vec<f32>>> {
+        let mut steps: Vec<StepItem> = items.iter_mut().map(|(s, tokens, rows)| StepItem { session: &mut s.session, tokens, want: want(*rows) }).collect();
+        Session::step_many(&mut steps)
     }
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         self.session.truncate(n)

@@ -1,5 +1,6 @@
-//! Contexts: one sequence (seq_id 0) over a model; `llama_decode`, logits, the memory calls
-//! (rollback) and state bytes. A `llama_memory_t` is its context's pointer.
+//! Contexts: `n_seq_max` sequences over a model, each a packlm session; `llama_decode` (one
+//! pass over the weights for every sequence in the batch), logits, the memory calls (rollback,
+//! copy, keep) and state bytes. A `llama_memory_t` is its context's pointer.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -21,15 +22,21 @@ pub struct LlamaContext {
     n_ctx: u32,
     n_batch: u32,
     n_ubatch: u32,
+    /// Its sequences, seq_id 0 to n_seq_max - 1 (never changes).
+    n_seq_max: u32,
     in_use: AtomicBool,
     /// Reached only through `Held`, which holds `in_use`.
     state: UnsafeCell<State>,
 }
 
-/// What a context's calls change: its sequence and the last decode's logits.
+/// Most sequences of a context (llama.cpp's LLAMA_MAX_SEQ).
+pub const MAX_SEQ: u32 = 256;
+
+/// What a context's calls change: its sequences and the last decode's logits.
 pub struct State {
     n_vocab: usize,
-    seq: Sequence,
+    /// Sequence i is seq_id i.
+    seqs: Vec<Sequence>,
     /// Logits of the last decode's output rows (rows x n_vocab), in batch order.
     outputs: Vec<f32>,
     /// For each index of the last decoded batch, its row in `outputs`, or -1.
@@ -61,6 +68,11 @@ impl State {
     fn clear_outputs(&mut self) {
         self.outputs.clear();
         self.output_of.clear();
+    }
+
+    /// The positions sequence `seq_id` holds; None for a seq_id the context lacks.
+    fn n_past_of(&self, seq_id: SeqId) -> Option<usize> {
+        usize::try_from(seq_id).ok().and_then(|i| self.seqs.get(i)).map(Sequence::n_past)
     }
 }
 
@@ -170,20 +182,35 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
         if params.embeddings {
             return refuse("embeddings are not supported".into());
         }
-        if params.n_seq_max > 1 {
-            return refuse(format!("n_seq_max {} > 1: one sequence per context is supported", params.n_seq_max));
+        if params.n_seq_max > MAX_SEQ {
+            return refuse(format!("n_seq_max {} is more than the {MAX_SEQ} sequences a context may have", params.n_seq_max));
         }
+        let n_seq = params.n_seq_max.max(1) as usize;
         if params.rope_freq_base != 0.0 || params.rope_freq_scale != 0.0 || params.rope_scaling_type > 0 {
             return refuse("rope overrides (rope_freq_base, rope_freq_scale, rope_scaling_type) are not supported".into());
         }
         if !params.samplers.is_null() || params.n_samplers > 0 || !params.ctx_other.is_null() {
             return refuse("backend samplers and ctx_other are not supported".into());
         }
-        let seq = match Sequence::new(&m.engine, params.n_ctx as usize) {
+        let first = match Sequence::new(&m.engine, params.n_ctx as usize) {
             Ok(s) => s,
             Err(e) => return refuse(e.to_string()),
         };
-        let n_ctx = seq.n_ctx() as u32;
+        let n_ctx = first.n_ctx() as u32;
+        // As llama.cpp: the sequences share n_ctx (each n_ctx / n_seq_max positions), or with
+        // kv_unified each may use all of it (packlm's sequences hold their own caches, so then
+        // each may hold n_ctx positions).
+        let per_seq = if params.kv_unified || n_seq == 1 { n_ctx as usize } else { (n_ctx as usize / n_seq).max(1) };
+        let mut seqs = Vec::with_capacity(n_seq);
+        if per_seq == n_ctx as usize {
+            seqs.push(first);
+        }
+        while seqs.len() < n_seq {
+            match Sequence::new(&m.engine, per_seq) {
+                Ok(s) => seqs.push(s),
+                Err(e) => return refuse(e.to_string()),
+            }
+        }
         let n_batch = if params.n_batch == 0 { n_ctx } else { params.n_batch };
         let n_vocab = m.engine.n_vocab();
         Box::into_raw(Box::new(LlamaContext {
@@ -191,8 +218,9 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
             n_ctx,
             n_batch,
             n_ubatch: params.n_ubatch.min(n_batch).max(1),
+            n_seq_max: n_seq as u32,
             in_use: AtomicBool::new(false),
-            state: UnsafeCell::new(State { n_vocab, seq, outputs: Vec::new(), output_of: Vec::new() }),
+            state: UnsafeCell::new(State { n_vocab, seqs, outputs: Vec::new(), output_of: Vec::new() }),
         }))
     })
 }
@@ -227,7 +255,7 @@ macro_rules! ctx_fact {
 ctx_fact!(llama_n_ctx, u32, 0, |c| c.n_ctx);
 ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
 ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
-ctx_fact!(llama_n_seq_max, u32, 0, |_c| 1);
+ctx_fact!(llama_n_seq_max, u32, 0, |c| c.n_seq_max);
 ctx_fact!(llama_get_model, *const LlamaModel, ptr::null(), |c| c.model);
 // LLAMA_POOLING_TYPE_NONE: logits, no pooled embeddings.
 ctx_fact!(llama_pooling_type, i32, -1, |_c| 0);
@@ -396,13 +424,16 @@ unsafe fn free_seq_row(row: *mut SeqId) {
     drop(Box::from_raw(ptr::slice_from_raw_parts_mut(base, len + 1)));
 }
 
-/// Runs a batch for sequence 0 at positions n_past, n_past + 1, ... (what a client of one
-/// sequence sends). Returns 0; 1 when the context is full; 2 when aborted; -1 for a batch
-/// this context cannot run (another sequence, other positions, embeddings, a token outside
-/// the vocabulary, more than n_batch tokens); -2 when a call on another thread is using the
-/// context; -3 when the pass computed a non-finite logit (packlm's PACKLM_ERR_NON_FINITE: the
-/// log line names the first layer whose output was not finite). On any failure the context is
-/// unchanged.
+/// Runs a batch: each token in one sequence of the context (seq_id 0 when the batch names
+/// none), at that sequence's next position; tokens of several sequences, interleaved in any
+/// order, run as one pass over the weights (packlm's `Session::step_many`), and each
+/// sequence's logits are those of decoding it alone, bit for bit (llama.cpp's batched logits
+/// differ from one sequence's; packlm's do not). Returns 0; 1 when a sequence is full; 2 when
+/// aborted; -1 for a batch this context cannot run (a token in several sequences or in one
+/// the context lacks, other positions, embeddings, a token outside the vocabulary, more than
+/// n_batch tokens); -2 when a call on another thread is using the context; -3 when the pass
+/// computed a non-finite logit (packlm's PACKLM_ERR_NON_FINITE: the log line names the first
+/// layer whose output was not finite). On any failure every sequence is unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i32 {
     const F: &str = "llama_decode";
@@ -419,13 +450,36 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
                 return -1;
             }
         };
-        match c.seq.step(&plan.tokens, plan.rows) {
+        let v = c.n_vocab;
+        let result = {
+            let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(plan.items.len());
+            let mut rest: &mut [Sequence] = &mut c.seqs;
+            let mut base = 0;
+            for it in &plan.items {
+                let (s, tail) = std::mem::take(&mut rest)[it.seq - base..].split_first_mut().expect("a planned sequence");
+                rest = tail;
+                base = it.seq + 1;
+                items.push((s, &it.tokens, it.rows));
+            }
+            if items.len() == 1 {
+                let (s, tokens, rows) = items.pop().expect("one item");
+                s.step(tokens, rows).map(|l| vec![l])
+            } else {
+                Sequence::step_many(&mut items)
+            }
+        };
+        match result {
             Ok(logits) => {
-                let v = c.n_vocab;
-                c.outputs = match plan.rows {
-                    Rows::All => plan.wanted.iter().flat_map(|&i| logits[i * v..(i + 1) * v].iter().copied()).collect(),
-                    _ => logits,
-                };
+                // The output rows in batch order: batch index i is row `local` of its item's
+                // logits (an item asking for its last row only has that one row).
+                c.outputs = plan
+                    .wanted
+                    .iter()
+                    .flat_map(|&(item, local)| {
+                        let row = if plan.items[item].rows == Rows::All { local } else { 0 };
+                        logits[item][row * v..(row + 1) * v].iter().copied()
+                    })
+                    .collect();
                 c.output_of = plan.output_of;
                 0
             }
@@ -445,14 +499,25 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
     })
 }
 
-struct Plan {
+/// One sequence's tokens of a batch, in batch order, and the rows it returns.
+struct PlanItem {
+    seq: usize,
     tokens: Vec<u32>,
     rows: Rows,
-    /// Batch indices whose logits are wanted, in order.
-    wanted: Vec<usize>,
+}
+
+struct Plan {
+    /// By sequence id, ascending.
+    items: Vec<PlanItem>,
+    /// For each batch index whose logits are wanted, in batch order: (its item, its index among
+    /// the item's tokens).
+    wanted: Vec<(usize, usize)>,
     output_of: Vec<i32>,
 }
 
+/// A batch's tokens grouped by sequence. Each token must be in exactly one sequence of this
+/// context (a token in several is refused: decode it in one and copy the sequence with
+/// llama_memory_seq_cp), at the next position of its sequence.
 unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch) -> Result<Plan, String> {
     let n = usize::try_from(b.n_tokens).ok().filter(|&n| n > 0).ok_or(format!("n_tokens is {}", b.n_tokens))?;
     if b.token.is_null() {
@@ -461,37 +526,60 @@ unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch) -> Result<Plan, String>
     if n > n_batch as usize {
         return Err(format!("n_tokens {n} exceeds n_batch {n_batch}"));
     }
-    let n_past = c.seq.n_past();
-    let mut tokens = Vec::with_capacity(n);
+    // Per sequence: its tokens in this batch and their batch indices.
+    let mut by_seq: Vec<(Vec<u32>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); c.seqs.len()];
+    let mut place = Vec::with_capacity(n);
     for i in 0..n {
         let t = *b.token.add(i);
         let t = u32::try_from(t).ok().filter(|&t| (t as usize) < c.n_vocab).ok_or(format!("token id {t} at index {i} is outside the vocabulary of {}", c.n_vocab))?;
-        tokens.push(t);
-        if !b.pos.is_null() {
-            let p: Pos = *b.pos.add(i);
-            if i64::from(p) != (n_past + i) as i64 {
-                return Err(format!("position {p} at index {i}: this context holds {n_past} positions of one sequence and appends at the end"));
-            }
-        }
-        if !b.n_seq_id.is_null() && !b.seq_id.is_null() {
+        let seq: usize = if !b.n_seq_id.is_null() && !b.seq_id.is_null() {
             let k = *b.n_seq_id.add(i);
             let row = *b.seq_id.add(i);
-            if k != 1 || row.is_null() || *row != 0 {
-                return Err(format!("index {i} is not in sequence 0 alone: one sequence per context is supported"));
+            if k != 1 || row.is_null() {
+                return Err(format!("index {i} is in {k} sequences: a token goes in one sequence (copy a shared prefix with llama_memory_seq_cp)"));
+            }
+            let id = *row;
+            usize::try_from(id).ok().filter(|&s| s < c.seqs.len()).ok_or(format!("index {i} is in sequence {id}: this context has sequences 0 to {}", c.seqs.len() - 1))?
+        } else {
+            0
+        };
+        let (tokens, indices) = &mut by_seq[seq];
+        if !b.pos.is_null() {
+            let p: Pos = *b.pos.add(i);
+            let next = c.seqs[seq].n_past() + tokens.len();
+            if i64::from(p) != next as i64 {
+                return Err(format!("position {p} at index {i}: sequence {seq} holds {} positions and appends at {next}", c.seqs[seq].n_past()));
             }
         }
+        place.push((seq, tokens.len()));
+        tokens.push(t);
+        indices.push(i);
     }
-    let wanted: Vec<usize> = if b.logits.is_null() { vec![n - 1] } else { (0..n).filter(|&i| *b.logits.add(i) != 0).collect() };
-    let rows = match wanted.as_slice() {
-        [] => Rows::None,
-        [last] if *last == n - 1 => Rows::Last,
-        _ => Rows::All,
-    };
+    let wanted_index: Vec<usize> = if b.logits.is_null() { vec![n - 1] } else { (0..n).filter(|&i| *b.logits.add(i) != 0).collect() };
+    let mut items = Vec::new();
+    let mut item_of = vec![usize::MAX; c.seqs.len()];
+    for (seq, (tokens, indices)) in by_seq.into_iter().enumerate() {
+        if tokens.is_empty() {
+            continue;
+        }
+        let last = *indices.last().expect("a token");
+        let wants: Vec<usize> = indices.iter().copied().filter(|i| wanted_index.contains(i)).collect();
+        let rows = match wants.as_slice() {
+            [] => Rows::None,
+            [only] if *only == last => Rows::Last,
+            _ => Rows::All,
+        };
+        item_of[seq] = items.len();
+        items.push(PlanItem { seq, tokens, rows });
+    }
     let mut output_of = vec![-1; n];
-    for (row, &i) in wanted.iter().enumerate() {
+    let mut wanted = Vec::with_capacity(wanted_index.len());
+    for (row, &i) in wanted_index.iter().enumerate() {
         output_of[i] = row as i32;
+        let (seq, local) = place[i];
+        wanted.push((item_of[seq], local));
     }
-    Ok(Plan { tokens, rows, wanted, output_of })
+    Ok(Plan { items, wanted, output_of })
 }
 
 /// Encoder models only; packlm runs decoders.
@@ -526,76 +614,135 @@ pub unsafe extern "C" fn llama_get_logits_ith(ctx: *mut LlamaContext, i: i32) ->
     })
 }
 
-/// Empties the context's sequence.
+/// Empties every sequence of the context.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_clear(mem: *mut c_void, _data: bool) {
     const F: &str = "llama_memory_clear";
     guard(F, (), || {
         let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
-        if let Err(e) = c.seq.truncate(0) {
-            error(F, &e.to_string());
+        for s in c.seqs.iter_mut() {
+            if let Err(e) = s.truncate(0) {
+                error(F, &e.to_string());
+            }
         }
         c.clear_outputs();
     })
 }
 
-/// Removes positions [p0, p1) of the sequence (p0 < 0: from 0; p1 < 0: to the end). Only a
-/// tail can go (the positions after it would have to move): true when done, false otherwise.
+/// Removes positions [p0, p1) of sequence `seq_id` (every sequence when `seq_id` < 0; p0 < 0:
+/// from 0; p1 < 0: to the end). Only a tail can go (the positions after it would have to
+/// move): true when done, false (logged, nothing changed) otherwise. As in llama.cpp, the
+/// memory calls leave the last decode's logits readable (examples/parallel samples a client
+/// after removing another's sequence); llama_memory_clear drops them.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0: Pos, p1: Pos) -> bool {
     const F: &str = "llama_memory_seq_rm";
     guard(F, false, || {
         let Some(mut c) = hold(F, mem as *const LlamaContext) else { return false };
-        if seq_id > 0 {
-            error(F, &format!("seq_id {seq_id}: one sequence (0) per context is supported"));
-            return false;
-        }
-        let n_past = c.seq.n_past();
         let start = usize::try_from(p0).unwrap_or(0);
         let end = usize::try_from(p1).unwrap_or(usize::MAX);
-        if start >= n_past || start >= end {
-            return true;
-        }
-        if end < n_past {
-            error(F, &format!("removing [{start}, {end}) of {n_past} positions: only a tail can be removed"));
-            return false;
-        }
-        match c.seq.truncate(start) {
-            Ok(()) => {
-                c.clear_outputs();
-                true
+        let targets: Vec<usize> = if seq_id < 0 {
+            (0..c.seqs.len()).collect()
+        } else {
+            match c.n_past_of(seq_id) {
+                Some(_) => vec![seq_id as usize],
+                None => {
+                    error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+                    return false;
+                }
             }
-            Err(e) => {
-                error(F, &e.to_string());
-                false
+        };
+        // Every sequence is checked before any changes.
+        for &i in &targets {
+            let n_past = c.seqs[i].n_past();
+            if start < n_past && start < end && end < n_past {
+                error(F, &format!("removing [{start}, {end}) of sequence {i}'s {n_past} positions: only a tail can be removed"));
+                return false;
+            }
+        }
+        for &i in &targets {
+            if start < c.seqs[i].n_past() && start < end {
+                if let Err(e) = c.seqs[i].truncate(start) {
+                    error(F, &e.to_string());
+                    return false;
+                }
+            }
+        }
+        true
+    })
+}
+
+/// Makes sequence `dst` hold sequence `src`'s positions [0, p1) (p1 < 0: all of them), in
+/// place of what it held: an exact copy of the cache, as llama.cpp's seq_cp shares cells.
+/// Only a prefix can be copied (p0 <= 0); anything else is refused with a log line and
+/// nothing changes. The copy holds its own cache (packlm's sequences do not share blocks yet).
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_seq_cp(mem: *mut c_void, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) {
+    const F: &str = "llama_memory_seq_cp";
+    guard(F, (), || {
+        let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
+        let (Some(n_src), Some(_)) = (c.n_past_of(src), c.n_past_of(dst)) else {
+            error(F, &format!("seq_id {src} or {dst}: this context has sequences 0 to {}", c.seqs.len() - 1));
+            return;
+        };
+        if src == dst {
+            return;
+        }
+        if p0 > 0 {
+            error(F, &format!("copying from position {p0}: only a prefix of a sequence can be copied"));
+            return;
+        }
+        let keep = usize::try_from(p1).map_or(n_src, |p| p.min(n_src));
+        let bytes = c.seqs[src as usize].snapshot();
+        let d = &mut c.seqs[dst as usize];
+        let copied = d.restore(&bytes).and_then(|()| d.truncate(keep));
+        if let Err(e) = copied {
+            error(F, &e.to_string());
+            let _ = d.truncate(0);
+        }
+    })
+}
+
+/// Empties every sequence but `seq_id`.
+#[no_mangle]
+pub unsafe extern "C" fn llama_memory_seq_keep(mem: *mut c_void, seq_id: SeqId) {
+    const F: &str = "llama_memory_seq_keep";
+    guard(F, (), || {
+        let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
+        if c.n_past_of(seq_id).is_none() {
+            error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+            return;
+        }
+        for (i, s) in c.seqs.iter_mut().enumerate() {
+            if i != seq_id as usize {
+                if let Err(e) = s.truncate(0) {
+                    error(F, &e.to_string());
+                }
             }
         }
     })
 }
 
-/// The largest position held by sequence `seq_id` (-1 when empty).
+/// The largest position held by sequence `seq_id` (-1 when empty or no such sequence).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_pos_max(mem: *mut c_void, seq_id: SeqId) -> Pos {
     const F: &str = "llama_memory_seq_pos_max";
     guard(F, -1, || {
         let Some(c) = hold(F, mem as *const LlamaContext) else { return -1 };
-        if seq_id != 0 {
-            return -1;
-        }
-        c.seq.n_past() as Pos - 1
+        c.n_past_of(seq_id).map_or(-1, |n| n as Pos - 1)
     })
 }
 
-/// The smallest position held by sequence `seq_id` (-1 when empty).
+/// The smallest position held by sequence `seq_id` (-1 when empty or no such sequence).
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_pos_min(mem: *mut c_void, seq_id: SeqId) -> Pos {
     const F: &str = "llama_memory_seq_pos_min";
     guard(F, -1, || {
         let Some(c) = hold(F, mem as *const LlamaContext) else { return -1 };
-        if seq_id != 0 || c.seq.n_past() == 0 {
-            return -1;
+        match c.n_past_of(seq_id) {
+            Some(n) if n > 0 => 0,
+            _ => -1,
         }
-        0
     })
 }
 
@@ -645,7 +792,7 @@ fn kept_logits(c: &State) -> &[f32] {
 
 fn state_bytes(c: &State) -> Vec<u8> {
     let last = kept_logits(c);
-    let snapshot = c.seq.snapshot();
+    let snapshot = c.seqs[0].snapshot();
     let mut out = Vec::with_capacity(STATE_HEADER + last.len() * 4 + snapshot.len() + STATE_TRAILER);
     out.extend_from_slice(STATE_MAGIC);
     out.extend_from_slice(&STATE_VERSION.to_le_bytes());
@@ -660,15 +807,27 @@ fn state_bytes(c: &State) -> Vec<u8> {
 }
 
 fn state_len(c: &State) -> usize {
-    STATE_HEADER + kept_logits(c).len() * 4 + c.seq.snapshot_len() + STATE_TRAILER
+    STATE_HEADER + kept_logits(c).len() * 4 + c.seqs[0].snapshot_len() + STATE_TRAILER
+}
+
+/// The whole-context state holds sequence 0 (and the last output row): a context whose other
+/// sequences hold positions has no such state (llama_state_seq_* save each sequence).
+fn only_seq_0(f: &str, c: &State) -> bool {
+    match c.seqs.iter().skip(1).position(|s| s.n_past() > 0) {
+        None => true,
+        Some(i) => {
+            error(f, &format!("sequence {} holds positions: a context's state holds sequence 0 alone; save each sequence with llama_state_seq_get_data", i + 1));
+            false
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
     const F: &str = "llama_state_get_size";
     guard(F, 0, || match hold(F, ctx) {
-        Some(c) => state_len(&c),
-        None => 0,
+        Some(c) if only_seq_0(F, &c) => state_len(&c),
+        _ => 0,
     })
 }
 
@@ -679,6 +838,9 @@ pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut 
     const F: &str = "llama_state_get_data";
     guard(F, 0, || {
         let Some(c) = hold(F, ctx) else { return 0 };
+        if !only_seq_0(F, &c) {
+            return 0;
+        }
         let bytes = state_bytes(&c);
         if dst.is_null() || bytes.len() > size {
             error(F, &format!("the state is {} bytes; the buffer holds {size}", bytes.len()));
@@ -747,7 +909,11 @@ fn restore_state(c: &mut State, bytes: &[u8]) -> Result<(), String> {
     if let Some((i, x)) = logits.iter().enumerate().find(|(_, x)| !x.is_finite()) {
         return Err(format!("the state's logit {i} is {x}: kept logits must be finite"));
     }
-    c.seq.restore(&body[end..]).map_err(|e| e.to_string())?;
+    c.seqs[0].restore(&body[end..]).map_err(|e| e.to_string())?;
+    // The state was saved with the other sequences empty.
+    for s in c.seqs.iter_mut().skip(1) {
+        s.truncate(0).map_err(|e| e.to_string())?;
+    }
     c.outputs = logits;
     c.output_of.clear();
     Ok(())
@@ -767,8 +933,76 @@ unsafe fn state_len_at(c: &State, n_ctx: u32, src: *const u8) -> Result<usize, S
     if positions > u64::from(n_ctx) {
         return Err(format!("the state holds {positions} positions; this context holds at most {n_ctx}"));
     }
-    let snapshot = c.seq.snapshot_len_at(positions as usize).ok_or("the state's size overflows")?;
+    let snapshot = c.seqs[0].snapshot_len_at(positions as usize).ok_or("the state's size overflows")?;
     Ok(at + snapshot + STATE_TRAILER)
+}
+
+/// The size of sequence `seq_id`'s state (packlm's session snapshot: its cache and tokens,
+/// checksummed); 0 (logged) for a sequence the context lacks.
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_get_size(ctx: *mut LlamaContext, seq_id: SeqId) -> usize {
+    const F: &str = "llama_state_seq_get_size";
+    guard(F, 0, || {
+        let Some(c) = hold(F, ctx) else { return 0 };
+        match c.n_past_of(seq_id) {
+            Some(_) => c.seqs[seq_id as usize].snapshot_len(),
+            None => {
+                error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+                0
+            }
+        }
+    })
+}
+
+/// Copies sequence `seq_id`'s state into `dst` of `size` bytes; returns the bytes written, 0
+/// (logged) when they do not fit or there is no such sequence.
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_get_data(ctx: *mut LlamaContext, dst: *mut u8, size: usize, seq_id: SeqId) -> usize {
+    const F: &str = "llama_state_seq_get_data";
+    guard(F, 0, || {
+        let Some(c) = hold(F, ctx) else { return 0 };
+        if c.n_past_of(seq_id).is_none() {
+            error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+            return 0;
+        }
+        let bytes = c.seqs[seq_id as usize].snapshot();
+        if dst.is_null() || bytes.len() > size {
+            error(F, &format!("sequence {seq_id}'s state is {} bytes; the buffer holds {size}", bytes.len()));
+            return 0;
+        }
+        ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+        bytes.len()
+    })
+}
+
+/// Replaces sequence `dest_seq_id` with a state from `llama_state_seq_get_data` (of a context of
+/// the same model, any sequence); returns the bytes read, or 0 (logged, nothing changed) when
+/// they are not a valid state of this model or do not fit the sequence.
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_set_data(ctx: *mut LlamaContext, src: *const u8, size: usize, dest_seq_id: SeqId) -> usize {
+    const F: &str = "llama_state_seq_set_data";
+    guard(F, 0, || {
+        let Some(mut c) = hold(F, ctx) else { return 0 };
+        if src.is_null() {
+            error(F, "src is NULL");
+            return 0;
+        }
+        if c.n_past_of(dest_seq_id).is_none() {
+            error(F, &format!("seq_id {dest_seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+            return 0;
+        }
+        let bytes = std::slice::from_raw_parts(src, size);
+        match c.seqs[dest_seq_id as usize].restore(bytes) {
+            Ok(()) => {
+                c.clear_outputs();
+                size
+            }
+            Err(e) => {
+                error(F, &e.to_string());
+                0
+            }
+        }
+    })
 }
 
 /// `llama_state_get_size` (its deprecated name).
