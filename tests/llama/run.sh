@@ -13,6 +13,23 @@ lib=$root/target/release/llama-lib
 soname=$(objdump -p "$lib/libllama.so" | sed -n 's/^ *SONAME *//p')
 [ "$soname" = libllama.so.0 ] || { echo "FAIL: $lib/libllama.so has SONAME '$soname', not libllama.so.0" >&2; exit 1; }
 echo "soname: libllama.so.0"
+# examples/parallel's use of a context: a C program built against the sdist's llama.h, linked
+# with -lllama; every client's reply must equal a one-sequence context's.
+smollm2=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$smollm2" ]; then
+  inc=$cache/llama_cpp_python-0.3.36/vendor/llama.cpp
+  work=$(mktemp -d)
+  cc -std=c11 -Wall -Werror -I "$inc/include" -I "$inc/ggml/include" "$root/tests/llama/parallel.c" \
+    -L"$lib" -lllama -Wl,-rpath,"$lib" -o "$work/parallel"
+  "$work/parallel" "$smollm2" 2>"$work/log" || { cat "$work/log" >&2; echo "FAIL: tests/llama/parallel.c" >&2; exit 1; }
+  rm -rf "$work"
+  echo "parallel: three clients in one context, each as alone"
+elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
+  echo "FAIL: $smollm2 is missing and PACKLM_REQUIRE_MODELS is set" >&2
+  exit 1
+else
+  echo "note: $smollm2 absent; tests/llama/parallel.c not run"
+fi
 LLAMA_CPP_LIB_PATH=$lib \
 PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
 PACKLM_BIN=$root/target/release/packlm \
