@@ -74,6 +74,15 @@ impl State {
     fn n_past_of(&self, seq_id: SeqId) -> Option<usize> {
         usize::try_from(seq_id).ok().and_then(|i| self.seqs.get(i)).map(Sequence::n_past)
     }
+
+    /// Whether the context has sequence `seq_id`; false with a log line naming the range.
+    fn has_seq(&self, f: &str, seq_id: SeqId) -> bool {
+        let ok = self.n_past_of(seq_id).is_some();
+        if !ok {
+            error(f, &format!("seq_id {seq_id}: this context has sequences 0 to {}", self.seqs.len() - 1));
+        }
+        ok
+    }
 }
 
 /// A context's state, held exclusively until dropped (the flag is lowered on drop, also when a
@@ -644,13 +653,10 @@ pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0
         let targets: Vec<usize> = if seq_id < 0 {
             (0..c.seqs.len()).collect()
         } else {
-            match c.n_past_of(seq_id) {
-                Some(_) => vec![seq_id as usize],
-                None => {
-                    error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
-                    return false;
-                }
+            if !c.has_seq(F, seq_id) {
+                return false;
             }
+            vec![seq_id as usize]
         };
         // Every sequence is checked before any changes.
         for &i in &targets {
@@ -681,10 +687,10 @@ pub unsafe extern "C" fn llama_memory_seq_cp(mem: *mut c_void, src: SeqId, dst: 
     const F: &str = "llama_memory_seq_cp";
     guard(F, (), || {
         let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
-        let (Some(n_src), Some(_)) = (c.n_past_of(src), c.n_past_of(dst)) else {
-            error(F, &format!("seq_id {src} or {dst}: this context has sequences 0 to {}", c.seqs.len() - 1));
+        if !c.has_seq(F, src) || !c.has_seq(F, dst) {
             return;
-        };
+        }
+        let n_src = c.seqs[src as usize].n_past();
         if src == dst {
             return;
         }
@@ -709,8 +715,7 @@ pub unsafe extern "C" fn llama_memory_seq_keep(mem: *mut c_void, seq_id: SeqId) 
     const F: &str = "llama_memory_seq_keep";
     guard(F, (), || {
         let Some(mut c) = hold(F, mem as *const LlamaContext) else { return };
-        if c.n_past_of(seq_id).is_none() {
-            error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+        if !c.has_seq(F, seq_id) {
             return;
         }
         for (i, s) in c.seqs.iter_mut().enumerate() {
@@ -822,6 +827,17 @@ fn only_seq_0(f: &str, c: &State) -> bool {
     }
 }
 
+/// Copies state `bytes` to the caller's `dst` of `size` bytes: the bytes written, or 0 (logged)
+/// when they do not fit.
+unsafe fn copy_out(f: &str, bytes: &[u8], dst: *mut u8, size: usize) -> usize {
+    if dst.is_null() || bytes.len() > size {
+        error(f, &format!("the state is {} bytes; the buffer holds {size}", bytes.len()));
+        return 0;
+    }
+    ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+    bytes.len()
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn llama_state_get_size(ctx: *mut LlamaContext) -> usize {
     const F: &str = "llama_state_get_size";
@@ -841,13 +857,7 @@ pub unsafe extern "C" fn llama_state_get_data(ctx: *mut LlamaContext, dst: *mut 
         if !only_seq_0(F, &c) {
             return 0;
         }
-        let bytes = state_bytes(&c);
-        if dst.is_null() || bytes.len() > size {
-            error(F, &format!("the state is {} bytes; the buffer holds {size}", bytes.len()));
-            return 0;
-        }
-        ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
-        bytes.len()
+        copy_out(F, &state_bytes(&c), dst, size)
     })
 }
 
@@ -944,13 +954,10 @@ pub unsafe extern "C" fn llama_state_seq_get_size(ctx: *mut LlamaContext, seq_id
     const F: &str = "llama_state_seq_get_size";
     guard(F, 0, || {
         let Some(c) = hold(F, ctx) else { return 0 };
-        match c.n_past_of(seq_id) {
-            Some(_) => c.seqs[seq_id as usize].snapshot_len(),
-            None => {
-                error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
-                0
-            }
+        if !c.has_seq(F, seq_id) {
+            return 0;
         }
+        c.seqs[seq_id as usize].snapshot_len()
     })
 }
 
@@ -961,17 +968,10 @@ pub unsafe extern "C" fn llama_state_seq_get_data(ctx: *mut LlamaContext, dst: *
     const F: &str = "llama_state_seq_get_data";
     guard(F, 0, || {
         let Some(c) = hold(F, ctx) else { return 0 };
-        if c.n_past_of(seq_id).is_none() {
-            error(F, &format!("seq_id {seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+        if !c.has_seq(F, seq_id) {
             return 0;
         }
-        let bytes = c.seqs[seq_id as usize].snapshot();
-        if dst.is_null() || bytes.len() > size {
-            error(F, &format!("sequence {seq_id}'s state is {} bytes; the buffer holds {size}", bytes.len()));
-            return 0;
-        }
-        ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
-        bytes.len()
+        copy_out(F, &c.seqs[seq_id as usize].snapshot(), dst, size)
     })
 }
 
@@ -987,8 +987,7 @@ pub unsafe extern "C" fn llama_state_seq_set_data(ctx: *mut LlamaContext, src: *
             error(F, "src is NULL");
             return 0;
         }
-        if c.n_past_of(dest_seq_id).is_none() {
-            error(F, &format!("seq_id {dest_seq_id}: this context has sequences 0 to {}", c.seqs.len() - 1));
+        if !c.has_seq(F, dest_seq_id) {
             return 0;
         }
         let bytes = std::slice::from_raw_parts(src, size);

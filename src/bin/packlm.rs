@@ -173,6 +173,33 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
 }
 
+/// The options `generate` and `generate --parallel` share.
+struct GenerateArgs {
+    chat: bool,
+    parse_special: bool,
+    json: bool,
+    n_new: usize,
+    sampler: SamplerParams,
+    seed: u64,
+}
+
+impl GenerateArgs {
+    fn read(args: &mut Args) -> Result<GenerateArgs> {
+        let chat = args.flag("--chat");
+        let parse_special = !args.flag("--no-special");
+        if chat && !parse_special {
+            return Err(Error::invalid("--no-special applies to a plain --prompt: --chat renders the template, whose markers are special tokens"));
+        }
+        let json = args.flag("--json");
+        let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
+        let temp: f32 = args.parsed(&["--temp"], 0.0)?;
+        let seed: u64 = args.parsed(&["--seed"], 0)?;
+        let sampler = SamplerParams { temperature: temp, ..Default::default() };
+        sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
+        Ok(GenerateArgs { chat, parse_special, json, n_new, sampler, seed })
+    }
+}
+
 /// A prompt's tokens: through the chat template (`chat`), else as text (special-token text
 /// parsed unless `parse_special` is false). Refuses a prompt with no tokens.
 fn prompt_tokens(m: &Model, prompt: &str, chat: bool, parse_special: bool) -> Result<Vec<u32>> {
@@ -200,19 +227,9 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     if prompts.is_empty() {
         return Err(Error::invalid("--prompt is required (once per prompt)"));
     }
-    let chat = args.flag("--chat");
-    let parse_special = !args.flag("--no-special");
-    if chat && !parse_special {
-        return Err(Error::invalid("--no-special applies to a plain --prompt: --chat renders the template, whose markers are special tokens"));
-    }
-    let json = args.flag("--json");
-    let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
-    let temp: f32 = args.parsed(&["--temp"], 0.0)?;
-    let seed: u64 = args.parsed(&["--seed"], 0)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
     let m = open(pack, args)?;
     args.done()?;
-    let sampler = SamplerParams { temperature: temp, ..Default::default() };
-    sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| prompt_tokens(&m, p, chat, parse_special)).collect::<Result<_>>()?;
     let t0 = Instant::now();
     let mut replies: Vec<Vec<u32>> = vec![Vec::new(); ids.len()];
@@ -272,15 +289,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         return cmd_generate_parallel(pack, args, n);
     }
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
-    let chat = args.flag("--chat");
-    let parse_special = !args.flag("--no-special");
-    if chat && !parse_special {
-        return Err(Error::invalid("--no-special applies to a plain --prompt: --chat renders the template, whose markers are special tokens"));
-    }
-    let json = args.flag("--json");
-    let n_new: usize = args.parsed(&["-n", "--n"], 64)?;
-    let temp: f32 = args.parsed(&["--temp"], 0.0)?;
-    let seed: u64 = args.parsed(&["--seed"], 0)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
     let draft = args.value(&["--draft"])?;
     let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
     let m = open(pack, args)?;
@@ -291,8 +300,6 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
         Some(path) => Some(Box::new(ModelDrafter::new(&Model::open(path)?, &m)?)),
     };
-    let sampler = SamplerParams { temperature: temp, ..Default::default() };
-    sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
     let mut s = m.session()?;
     // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
     let t0 = Instant::now();
