@@ -428,3 +428,40 @@ fn the_c_call_takes_verify_items() { unsafe {
     assert!(before == shared.iter().map(|&s| c::snapshot(s)).collect::<Vec<_>>(), "a refused call changed a session");
     c::free(m, &[shared, alone].concat());
 }}
+
+/// A session in use by a call on another thread refuses the whole call (SESSION_BUSY, naming
+/// the item), and the other items' sessions do not change. The other thread holds the session
+/// with a long prefill on SmolLM2; the test waits until packlm_session_n_past reports it busy.
+#[test]
+fn a_busy_session_refuses_the_call() { unsafe {
+    use packlm::ffi::session::*;
+    let Some(p) = smollm2() else { return };
+    let m = c::open(&p);
+    let (a, b) = (c::session(m, &[1, 2, 3]), c::session(m, &[4]));
+    let before = c::snapshot(a);
+    struct Send(*mut packlm_session);
+    unsafe impl std::marker::Send for Send {}
+    let busy = Send(b);
+    let prefill = std::thread::spawn(move || {
+        let busy = busy;
+        let long: Vec<u32> = (0..1500u32).map(|i| 100 + i % 5000).collect();
+        packlm_step_batch(busy.0, long.as_ptr(), long.len(), PACKLM_WANT_NONE, std::ptr::null_mut())
+    });
+    let mut n = 0usize;
+    let started = std::time::Instant::now();
+    while packlm_session_n_past(b, &mut n) != Status::ErrSessionBusy {
+        assert!(started.elapsed().as_secs() < 60, "the other thread's prefill never held the session");
+        std::thread::yield_now();
+    }
+    let t = [5u32];
+    let v = open(&p).spec().vocab_size;
+    let (mut o0, mut o1) = (vec![0f32; v], vec![0f32; v]);
+    let mut items = [c::item(a, &t, PACKLM_WANT_LAST, &mut o0), c::item(b, &t, PACKLM_WANT_LAST, &mut o1)];
+    let st = packlm_step_sessions(m as *const _, items.as_mut_ptr(), 2);
+    let prefilled = prefill.join().unwrap();
+    assert_eq!(prefilled, Status::Ok);
+    assert_eq!(st, Status::ErrSessionBusy, "{}", c::last_error());
+    assert!(c::last_error().starts_with("packlm_step_sessions: item 1:"), "{}", c::last_error());
+    assert!(before == c::snapshot(a), "item 0's session changed");
+    c::free(m, &[a, b]);
+}}
