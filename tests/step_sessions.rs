@@ -437,6 +437,7 @@ fn a_busy_session_refuses_the_call() { unsafe {
     use packlm::ffi::session::*;
     let Some(p) = smollm2() else { return };
     let m = c::open(&p);
+    let v = open(&p).spec().vocab_size;
     let (a, b) = (c::session(m, &[1, 2, 3]), c::session(m, &[4]));
     let before = c::snapshot(a);
     struct Send(*mut packlm_session);
@@ -454,7 +455,6 @@ fn a_busy_session_refuses_the_call() { unsafe {
         std::thread::yield_now();
     }
     let t = [5u32];
-    let v = open(&p).spec().vocab_size;
     let (mut o0, mut o1) = (vec![0f32; v], vec![0f32; v]);
     let mut items = [c::item(a, &t, PACKLM_WANT_LAST, &mut o0), c::item(b, &t, PACKLM_WANT_LAST, &mut o1)];
     let st = packlm_step_sessions(m as *const _, items.as_mut_ptr(), 2);
