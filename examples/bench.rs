@@ -19,7 +19,8 @@
 //! With `--sessions N1,N2,..` (for example 1,2,4,8,16) it measures many sessions in one pass
 //! instead, one JSON line per N: N sessions prefill N different prompts of `--prompt-tokens`
 //! in one `step_many` (aggregate prefill tok/s), then decode `--decode` greedy steps of all N
-//! in one `step_many` each (aggregate decode tok/s, and the per-session latency of a step).
+//! in one `step_many` each (aggregate decode tok/s, and the per-session latency of a step); the
+//! line carries the prompts' ids (`prompt_ids`) for scripts/bench_sessions_compare.py.
 //!
 //! scripts/bench_compare.py runs this and llama.cpp (through an installed llama-cpp-python) on
 //! the same file, token ids and thread count, and prints the ratios.
@@ -209,6 +210,7 @@ fn bench_sessions(m: &Arc<Model>, text: &str, n_prompt: usize, n_decode: usize, 
             "decode_tok_s": (n * n_decode) as f64 / decode_s,
             "step_latency_ms": decode_s / n_decode as f64 * 1e3,
             "peak_rss_mib": peak_rss_mib(),
+            "prompt_ids": prompts,
         })
     );
 }
