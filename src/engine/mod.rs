@@ -5,6 +5,7 @@ pub mod content_hash;
 pub mod draft;
 pub mod forward;
 pub mod prefix_cache;
+mod shared_pass;
 pub mod speculative;
 pub mod weights;
 
