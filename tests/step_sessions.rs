@@ -117,6 +117,28 @@ fn every_family_gives_each_session_its_own_bits() {
     }
 }
 
+/// The host with each kernel path this CPU can run forced (AVX2 also on an AVX-512 machine,
+/// and the portable kernels), at exact and fast, on a float fixture and both real GGUFs.
+#[test]
+fn every_forced_kernel_path_gives_each_session_its_own_bits() {
+    use packlm::backend::cpu::CpuBackend;
+    use packlm::backend::host::row_dot::Isa;
+    use packlm::backend::host::HostBackend;
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Portable].into_iter().filter(|i| i.available()).collect();
+    assert!(!isas.is_empty());
+    let mut packs = vec![tiny("llama"), tiny("gemma3")];
+    packs.extend([smollm2(), gemma3_270m()].into_iter().flatten());
+    for isa in isas {
+        for precision in [Precision::Exact, Precision::Fast] {
+            for p in &packs {
+                let be = HostBackend::with_isa(2, isa).unwrap().with_precision(precision);
+                let m = Arc::new(Model::open_on(p, Box::new(CpuBackend::new(be))).unwrap());
+                check_model(&format!("{} ({isa:?} forced, {precision:?})", p.display()), &m);
+            }
+        }
+    }
+}
+
 /// SmolLM2 Q4_1 and Gemma3 Q4_K_M, at exact and at fast.
 #[test]
 fn real_ggufs_give_each_session_its_own_bits() {
