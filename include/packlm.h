@@ -742,6 +742,25 @@ void packlm_prefix_cache_free(packlm_prefix_cache *cache);
 packlm_status packlm_session_new(const packlm_model *model, const packlm_session_options *options, packlm_session **out);
 
 /**
+ * Creates `*out`, a new session with `src`'s exact state (positions, tokens, last logits,
+ * n_ctx), as if it had been stepped through the same tokens: stepping it gives the bits `src`
+ * would give. Its keys and values are shared with `src` copy-on-write in pages rather than
+ * copied, so a fork costs O(1) memory now and each session's later steps copy at most one page
+ * per layer: 16 forks of a 2048-token conversation hold about one copy of its KV plus their own
+ * new positions. Either session may be stepped, truncated, restored, verified or freed without
+ * changing the other; they may run on different threads. The caller owns `*out` (free with
+ * packlm_session_free). `src` is read under its in-use flag (PACKLM_ERR_SESSION_BUSY while
+ * another call holds it); on failure `*out` is untouched.
+ */
+packlm_status packlm_session_fork(const packlm_session *src, packlm_session **out);
+
+/**
+ * Bytes of keys and values alive for `session` and every session it shares them with through
+ * packlm_session_fork (the session it was forked from, its forks, theirs), into `*bytes`.
+ */
+packlm_status packlm_session_kv_bytes(const packlm_session *session, size_t *bytes);
+
+/**
  * Frees a session; NULL is a no-op.
  */
 void packlm_session_free(packlm_session *session);

@@ -706,6 +706,15 @@ impl KvStore for CountingKv {
         self.counters.from_host.fetch_add(bytes, Ordering::SeqCst);
         self.inner.import(planes, positions)
     }
+    fn fork(&self) -> Box<dyn KvStore> {
+        Box::new(CountingKv { inner: self.inner.fork(), counters: self.counters.clone() })
+    }
+    fn family_bytes(&self) -> usize {
+        self.inner.family_bytes()
+    }
+    fn reserve(&mut self, rows: usize) -> Result<()> {
+        self.inner.reserve(rows)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }

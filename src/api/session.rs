@@ -42,6 +42,21 @@ impl Session {
         Ok(Session { inner: engine::Session::new(model.engine().clone(), n_ctx)?, model: model.clone() })
     }
 
+    /// A new session with this one's exact state: its positions, tokens and last logits, so
+    /// that stepping it gives the bits this session would give. The keys and values are shared
+    /// copy-on-write in pages, not copied: 16 forks of a long conversation cost about one copy
+    /// of its KV plus their own new positions (`kv_family_bytes`). Either session may then be
+    /// stepped, truncated, restored or dropped without changing the other.
+    pub fn fork(&self) -> Session {
+        Session { inner: self.inner.fork(), model: self.model.clone() }
+    }
+
+    /// Bytes of keys and values alive for this session and every session it shares them with
+    /// through [`Session::fork`] (the one it was forked from, its forks, theirs).
+    pub fn kv_family_bytes(&self) -> usize {
+        self.inner.kv_family_bytes()
+    }
+
     /// The model this session runs.
     pub fn model(&self) -> &Model {
         &self.model

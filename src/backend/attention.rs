@@ -9,14 +9,14 @@
 use crate::backend::exp::exp_sub_scalar;
 use crate::backend::reference::dot_sequential;
 use crate::backend::AttentionShape;
+use crate::kv::pages::{each_page, PagedPlane};
 
 /// One attention call: its geometry and rules, the layer's KV plane, and where the queries start.
 pub struct AttentionArgs<'a> {
     pub shape: AttentionShape,
-    /// (positions, n_kv_heads * head_dim)
-    pub k: &'a [f32],
-    /// (positions, n_kv_heads * head_dim)
-    pub v: &'a [f32],
+    /// Keys and values, rows of n_kv_heads * head_dim, in pages (kv/pages.rs): every run of keys
+    /// below is split at page boundaries, which changes no operation and no order.
+    pub plane: &'a PagedPlane,
     /// Position of the first query row.
     pub first_position: usize,
 }
@@ -196,26 +196,36 @@ fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, u
     }
 }
 
-/// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`: eight keys at once, then
-/// four side by side, so that their reductions overlap (each is the same `dot`'s bits as one
-/// at a time).
+/// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`, page by page: eight keys
+/// at once, then four side by side, so that their reductions overlap (each is the same `dot`'s
+/// bits as one at a time).
 #[inline(always)]
 fn raw_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, t0: usize, t1: usize, dst: &mut [f32], m: impl Arith) {
+    each_page(t0..t1, |p0, p1| {
+        let (k, _) = a.plane.span(p0, p1);
+        page_scores(a, qh, kvh, k, &mut dst[p0 - t0..p1 - t0], m)
+    });
+}
+
+/// `raw_scores` over one page's keys `k` (rows of the plane), into `dst`, one score per row.
+#[inline(always)]
+fn page_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, k: &[f32], dst: &mut [f32], m: impl Arith) {
     let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
-    let key = |t: usize| &a.k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
-    let mut t = t0;
-    while t + 8 <= t1 {
-        let raw = m.dot8(qh, &a.k[t * kvw + kvh * d..(t + 7) * kvw + (kvh + 1) * d], kvw);
-        dst[t - t0..t - t0 + 8].copy_from_slice(&raw);
+    let key = |t: usize| &k[t * kvw + kvh * d..t * kvw + (kvh + 1) * d];
+    let n = dst.len();
+    let mut t = 0;
+    while t + 8 <= n {
+        let raw = m.dot8(qh, &k[t * kvw + kvh * d..(t + 7) * kvw + (kvh + 1) * d], kvw);
+        dst[t..t + 8].copy_from_slice(&raw);
         t += 8;
     }
-    while t + 4 <= t1 {
+    while t + 4 <= n {
         let raw = [m.dot(qh, key(t)), m.dot(qh, key(t + 1)), m.dot(qh, key(t + 2)), m.dot(qh, key(t + 3))];
-        dst[t - t0..t - t0 + 4].copy_from_slice(&raw);
+        dst[t..t + 4].copy_from_slice(&raw);
         t += 4;
     }
-    for t in t..t1 {
-        dst[t - t0] = m.dot(qh, key(t));
+    for t in t..n {
+        dst[t] = m.dot(qh, key(t));
     }
 }
 
@@ -250,17 +260,26 @@ fn softmax(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
     }
 }
 
-/// out += p_t * v_t for keys t0..t1 of KV head `kvh` (`p[t - t0]`), in key order: for each run
-/// of 64 dims the running sums stay in registers across the keys. One multiply then one add
-/// per element and key, as a plain loop over keys would do
-/// it: the same bits however the keys are split between calls.
+/// out += p_t * v_t for keys t0..t1 of KV head `kvh` (`p[t - t0]`), in key order, page by page.
 #[inline(always)]
 fn values(a: &AttentionArgs, kvh: usize, t0: usize, t1: usize, p: &[f32], out: &mut [f32]) {
+    each_page(t0..t1, |p0, p1| {
+        let (_, v) = a.plane.span(p0, p1);
+        page_values(a, kvh, v, &p[p0 - t0..p1 - t0], out)
+    });
+}
+
+/// `values` over one page's values `v` (rows of the plane, one per probability of `p`): for
+/// each run of 64 dims the running sums stay in registers across the keys. One multiply then
+/// one add per element and key, as a plain loop over keys would do it: the same bits however
+/// the keys are split between calls (into pages, tiles or both).
+#[inline(always)]
+fn page_values(a: &AttentionArgs, kvh: usize, v: &[f32], p: &[f32], out: &mut [f32]) {
     let (d, kvw) = (a.shape.head_dim, a.shape.n_kv_heads * a.shape.head_dim);
     let base = kvh * d;
-    // Key t's values of this KV head, t0 <= t < t1, beside its probability (whole rows of the
-    // plane, so that the per-key slicing below checks only offsets fixed for the call).
-    let rows = || a.v[t0 * kvw..t1 * kvw].chunks_exact(kvw).map(|row| &row[base..base + d]).zip(&p[..t1 - t0]);
+    // Key t's values of this KV head beside its probability (whole rows of the plane, so that
+    // the per-key slicing below checks only offsets fixed for the call).
+    let rows = || v[..p.len() * kvw].chunks_exact(kvw).map(|row| &row[base..base + d]).zip(p);
     let mut chunks = out.chunks_exact_mut(VALUE_RUN);
     for (c, oc) in (&mut chunks).enumerate() {
         let mut acc = [0.0f32; VALUE_RUN];
@@ -299,6 +318,49 @@ mod tests {
         (0..n).map(|_| ((crate::sample::next_u64(seed) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale).collect()
     }
 
+    /// `head` over a plane in pages is the contract's plain loop: every key's `dot` alone, the
+    /// softmax in key order, the value sums one key after another, with no page boundary
+    /// showing in any bit (queries on both sides of one, windows reaching across one).
+    #[test]
+    fn head_across_pages_is_the_plain_loop() {
+        let mut seed = 0x5eed_1234_abcd_0002u64;
+        let p = crate::kv::pages::PAGE_ROWS;
+        for (d, nh, nkv, window, softcap) in [(64, 4, 2, None, None), (11, 2, 1, Some(p + 3), Some(3.0)), (130, 2, 2, Some(5), None)] {
+            let n = 2 * p + 9;
+            let kvw = nkv * d;
+            let (k, v) = (values(&mut seed, n * kvw, 4.0), values(&mut seed, n * kvw, 4.0));
+            let plane = PagedPlane::from_rows(kvw, &k, &v, &Default::default());
+            let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window };
+            let a = AttentionArgs { shape, plane: &plane, first_position: 0 };
+            for pos in [0, p - 1, p, p + 1, 2 * p + 8] {
+                for h in 0..nh {
+                    let qh = values(&mut seed, d, 4.0);
+                    let mut got = vec![0.0f32; d];
+                    head(&a, &qh, h, pos, &mut got, Sequential);
+                    let g = h / (nh / nkv);
+                    let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+                    let mut s: Vec<f32> = (lo..=pos)
+                        .map(|t| {
+                            let x = dot_sequential(&qh, &k[t * kvw + g * d..t * kvw + (g + 1) * d]) * 0.125;
+                            softcap.map_or(x, |c| (x / c).tanh() * c)
+                        })
+                        .collect();
+                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    exp_sub_scalar(&mut s, max);
+                    let sum = s.iter().fold(0.0f32, |a, &x| a + x);
+                    let mut want = vec![0.0f32; d];
+                    for (t, &e) in (lo..=pos).zip(&s) {
+                        for (i, o) in want.iter_mut().enumerate() {
+                            *o += (e / sum) * v[t * kvw + g * d + i];
+                        }
+                    }
+                    let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "d={d} window={window:?} pos {pos} head {h}");
+                }
+            }
+        }
+    }
+
     /// `group` gives each query `head`'s bits, over several key tiles, windows, caps, GQA, and
     /// head sizes on and off the eight-key path.
     #[test]
@@ -311,10 +373,10 @@ mod tests {
             let kvw = nkv * d;
             let (k, v) = (values(&mut seed, (first + rows) * kvw, 4.0), values(&mut seed, (first + rows) * kvw, 4.0));
             let q = values(&mut seed, rows * nh * d, 4.0);
+            let plane = PagedPlane::from_rows(kvw, &k, &v, &Default::default());
             let a = AttentionArgs {
                 shape: AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window },
-                k: &k,
-                v: &v,
+                plane: &plane,
                 first_position: first,
             };
             let per = nh / nkv;

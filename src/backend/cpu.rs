@@ -8,6 +8,7 @@
 use std::any::Any;
 
 use crate::backend::attention::AttentionArgs;
+use crate::kv::pages::{Ledger, PagedPlane};
 use crate::backend::{AttentionShape, Backend, KvStore, Precision, Tensor, Vector, Weight};
 use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
@@ -188,24 +189,17 @@ impl<K: Kernels> CpuBackend<K> {
     }
 }
 
-/// One layer's keys and values, `[positions][kv_width]` each.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Plane {
-    kv_width: usize,
-    /// (positions, kv_width)
-    k: Vec<f32>,
-    /// (positions, kv_width)
-    v: Vec<f32>,
-}
-
-/// A session's KV planes in host memory. Every position ever stepped is kept (sliding layers
-/// included), so any rollback is exact.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A session's KV planes in host memory, in pages shared copy-on-write with its forks
+/// (kv/pages.rs). Every position ever stepped is kept (sliding layers included), so any
+/// rollback is exact.
+#[derive(Clone, Debug, Default)]
 pub struct CpuKv {
     /// Indexed by layer; None for a layer that reads another layer's plane.
-    planes: Vec<Option<Plane>>,
+    planes: Vec<Option<PagedPlane>>,
     /// Positions held (the same in every plane, outside a pass).
     positions: usize,
+    /// Bytes of the pages of this store and of every store it shares pages with.
+    ledger: Ledger,
 }
 
 impl CpuKv {
@@ -213,16 +207,16 @@ impl CpuKv {
         let planes = layers
             .iter()
             .map(|l| match l.kv_source {
-                KvSource::Own => Some(Plane { kv_width: l.kv_width(), ..Plane::default() }),
+                KvSource::Own => Some(PagedPlane::new(l.kv_width())),
                 KvSource::SharedWith { .. } => None,
             })
             .collect();
-        CpuKv { planes, positions: 0 }
+        CpuKv { planes, positions: 0, ledger: Ledger::default() }
     }
 
-    /// `layer`'s own plane, with the rows appended so far: (keys, values).
-    pub fn plane(&self, layer: usize) -> Option<(&[f32], &[f32])> {
-        self.planes.get(layer)?.as_ref().map(|p| (&p.k[..], &p.v[..]))
+    /// `layer`'s own plane, with the rows appended so far.
+    pub fn plane(&self, layer: usize) -> Option<&PagedPlane> {
+        self.planes.get(layer)?.as_ref()
     }
 }
 
@@ -235,8 +229,7 @@ impl KvStore for CpuKv {
     }
     fn truncate(&mut self, n: usize) {
         for p in self.planes.iter_mut().flatten() {
-            p.k.truncate(n * p.kv_width);
-            p.v.truncate(n * p.kv_width);
+            p.truncate(n);
         }
         self.positions = self.positions.min(n);
     }
@@ -244,18 +237,28 @@ impl KvStore for CpuKv {
         self.planes.len()
     }
     fn plane_width(&self, layer: usize) -> Option<usize> {
-        self.planes.get(layer)?.as_ref().map(|p| p.kv_width)
+        self.planes.get(layer)?.as_ref().map(|p| p.width)
     }
     fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32])) {
-        if let Some((k, v)) = self.plane(layer) {
-            visit(k, v);
+        if let Some(p) = self.plane(layer) {
+            let (k, v) = p.gather(p.len);
+            visit(&k, &v);
         }
     }
     fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
-        let widths: Vec<Option<usize>> = self.planes.iter().map(|p| p.as_ref().map(|p| p.kv_width)).collect();
-        self.planes = crate::kv::pair_planes(widths, planes, |kv_width, k, v| Plane { kv_width, k, v });
+        let widths: Vec<Option<usize>> = self.planes.iter().map(|p| p.as_ref().map(|p| p.width)).collect();
+        let ledger = &self.ledger;
+        self.planes = crate::kv::pair_planes(widths, planes, |width, k, v| PagedPlane::from_rows(width, &k, &v, ledger));
         self.positions = positions;
         Ok(())
+    }
+    fn fork(&self) -> Box<dyn KvStore> {
+        let mut f = self.clone();
+        f.truncate(self.positions);
+        Box::new(f)
+    }
+    fn family_bytes(&self) -> usize {
+        self.ledger.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -437,19 +440,13 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         let kv: &mut CpuKv =
             kv.as_any_mut().downcast_mut().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"));
         if let Some(Some(plane)) = kv.planes.get_mut(layer) {
-            let n = rows * plane.kv_width;
-            plane.k.extend_from_slice(&data(k)[..n]);
-            plane.v.extend_from_slice(&data(v)[..n]);
+            let n = rows * plane.width;
+            plane.append(&data(k)[..n], &data(v)[..n], rows, &kv.ledger);
         }
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
-        let Some((k, v)) = cpu_kv(kv).plane(plane) else { return };
-        let args = AttentionArgs {
-            shape: *shape,
-            k,
-            v,
-            first_position: start,
-        };
+        let Some(plane) = cpu_kv(kv).plane(plane) else { return };
+        let args = AttentionArgs { shape: *shape, plane, first_position: start };
         let qw = shape.n_heads * shape.head_dim;
         self.kernels.attention(&args, &data(q)[..rows * qw], rows, &mut data_mut(out)[..rows * qw]);
     }

@@ -339,6 +339,9 @@ type StageCheck<'a> = &'a mut dyn FnMut(Stage, &Tensor) -> bool;
 /// `aborts`: the flags of the pass's sessions (at least one); the first is the kernels' pass flag
 /// (backend::pass), and every one is checked between layers.
 pub(crate) fn layers_checked(model: &Model, segs: &mut [Seg], bufs: &mut PassBuffers, tokens: &[u32], aborts: &[Arc<AtomicBool>], check: Option<StageCheck>) -> Result<Tensor> {
+    for seg in segs.iter_mut() {
+        seg.kv.reserve(seg.rows)?;
+    }
     let _pass = pass::enter(&aborts[0]);
     let spec = &model.spec;
     let be = model.backend.as_ref();

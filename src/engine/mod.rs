@@ -290,6 +290,29 @@ impl Session {
         Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default() })
     }
 
+    /// A new session with this one's exact state (positions, tokens, last logits, n_ctx,
+    /// counters) whose KV shares this one's storage copy-on-write (`KvStore::fork`): nothing is
+    /// copied now, and each session's later steps copy at most one page per plane. Its own
+    /// abort flag and buffers. Stepping either never changes the other's bits.
+    pub fn fork(&self) -> Session {
+        Session {
+            model: self.model.clone(),
+            kv: self.kv.fork(),
+            tokens: self.tokens.clone(),
+            last_logits: self.last_logits.clone(),
+            n_ctx: self.n_ctx,
+            abort: Arc::new(AtomicBool::new(false)),
+            counters: self.counters,
+            bufs: Default::default(),
+        }
+    }
+
+    /// Bytes of KV storage alive for this session and every session it shares storage with
+    /// through `fork` (see `KvStore::family_bytes`).
+    pub fn kv_family_bytes(&self) -> usize {
+        self.kv.family_bytes()
+    }
+
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }

@@ -105,6 +105,37 @@ pub unsafe extern "C" fn packlm_session_new(model: *const packlm_model, options:
     })
 }
 
+/// Creates `*out`, a new session with `src`'s exact state (positions, tokens, last logits,
+/// n_ctx), as if it had been stepped through the same tokens: stepping it gives the bits `src`
+/// would give. Its keys and values are shared with `src` copy-on-write in pages rather than
+/// copied, so a fork costs O(1) memory now and each session's later steps copy at most one page
+/// per layer: 16 forks of a 2048-token conversation hold about one copy of its KV plus their own
+/// new positions. Either session may be stepped, truncated, restored, verified or freed without
+/// changing the other; they may run on different threads. The caller owns `*out` (free with
+/// packlm_session_free). `src` is read under its in-use flag (PACKLM_ERR_SESSION_BUSY while
+/// another call holds it); on failure `*out` is untouched.
+#[no_mangle]
+pub unsafe extern "C" fn packlm_session_fork(src: *const packlm_session, out: *mut *mut packlm_session) -> Status {
+    ffi_boundary!("packlm_session_fork", {
+        let s = session_in_use(src)?;
+        let out = try_mut(out, "out")?;
+        let f = s.fork();
+        *out = Box::into_raw(Box::new(packlm_session { inner: UnsafeCell::new(f), in_use: AtomicBool::new(false) }));
+        Ok(())
+    })
+}
+
+/// Bytes of keys and values alive for `session` and every session it shares them with through
+/// packlm_session_fork (the session it was forked from, its forks, theirs), into `*bytes`.
+#[no_mangle]
+pub unsafe extern "C" fn packlm_session_kv_bytes(session: *const packlm_session, bytes: *mut usize) -> Status {
+    ffi_boundary!("packlm_session_kv_bytes", {
+        let s = session_in_use(session)?;
+        *try_mut(bytes, "bytes")? = s.kv_family_bytes();
+        Ok(())
+    })
+}
+
 /// Frees a session; NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_session_free(session: *mut packlm_session) {

@@ -4,6 +4,7 @@
 //! holds none. The store is created by the model's backend (`Backend::new_kv`) and lives where
 //! that backend computes; the session reaches it only through this trait.
 
+pub mod pages;
 pub mod snapshot;
 
 use std::any::Any;
@@ -32,6 +33,18 @@ pub trait KvStore: Any + Send + Sync {
     /// model: one entry per layer, `(keys, values)` of `positions x width` each). On failure
     /// the store is unchanged.
     fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()>;
+    /// A store holding this one's positions, sharing its storage copy-on-write: no key or value
+    /// is copied now, and a later append by either store copies at most the one page per plane
+    /// it writes into while the other still holds it. Called outside a pass.
+    fn fork(&self) -> Box<dyn KvStore>;
+    /// Bytes of KV storage alive for this store and every store it shares storage with (its
+    /// forks, the store it was forked from, their forks): what the family costs together.
+    fn family_bytes(&self) -> usize;
+    /// Room for a pass to append `rows` rows to every plane, taken before it writes any, or a
+    /// failure naming why (a device pool that cannot grow); the store is otherwise unchanged.
+    fn reserve(&mut self, _rows: usize) -> Result<()> {
+        Ok(())
+    }
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }

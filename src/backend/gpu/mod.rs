@@ -210,7 +210,12 @@ impl Backend for GpuBackend {
     }
 
     fn max_positions(&self, spec: &ModelSpec) -> usize {
-        spec.layers.iter().map(|l| (self.max_binding / (4 * l.kv_width().max(1) as u64)) as usize).min().unwrap_or(usize::MAX)
+        // Whole pages of a plane's pool (kv.rs): 64 rows, or one binding's rows where fewer.
+        let whole_pages = |rows: usize| {
+            let page = crate::kv::pages::PAGE_ROWS.min(rows).max(1);
+            rows / page * page
+        };
+        spec.layers.iter().map(|l| whole_pages((self.max_binding / (4 * l.kv_width().max(1) as u64)) as usize)).min().unwrap_or(usize::MAX)
     }
 
     fn layer_done(&self) {
@@ -341,13 +346,7 @@ impl Backend for GpuBackend {
     fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
         let kv: &mut GpuKv = kv.as_any_mut().downcast_mut().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"));
         let Some(Some(plane)) = kv.planes.get_mut(layer) else { return };
-        let mut rec = self.rec();
-        let max_rows = (self.max_binding / (4 * plane.width.max(1) as u64)) as usize;
-        plane.reserve(&mut rec, rows, max_rows);
-        let (at, bytes) = ((plane.len * plane.width * 4) as u64, (rows * plane.width * 4) as u64);
-        rec.copy(buf(k), 0, &plane.k, at, bytes);
-        rec.copy(buf(v), 0, &plane.v, at, bytes);
-        plane.len += rows;
+        plane.append(&mut self.rec(), buf(k), buf(v), rows);
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some(Some(pl)) = gpu_kv(kv).planes.get(plane) else { return };
@@ -356,12 +355,19 @@ impl Backend for GpuBackend {
         // does), so that a config's window beyond u32 (sliding_window: 2^40) still fits the
         // shader's word.
         let window = shape.window.map_or(0, |w| u(w.min(start + rows)));
+        let (pk, pv, page_rows) = {
+            let pool = pl.pool.lock().unwrap_or_else(|e| e.into_inner());
+            (pool.k.clone(), pool.v.clone(), pool.page_rows)
+        };
         let p = params(
             [u(shape.n_heads), u(shape.n_kv_heads), u(shape.head_dim), 0],
-            [u(start), window, u(pl.width), 0],
+            [u(start), window, u(pl.width), u(page_rows)],
             [bits(shape.scale), shape.softcap.map_or(0, bits), 0, 0],
         );
-        let binds = [(1, Bind::Buffer(buf(q))), (2, Bind::Buffer(&pl.k)), (3, Bind::Buffer(&pl.v)), (4, Bind::Buffer(buf(out)))];
-        self.rec().dispatch(Kernel::Attention, None, p, &binds, u(shape.n_heads), u(rows));
+        let mut rec = self.rec();
+        let table = pl.table();
+        let at = rec.stage(&table);
+        let binds = [(1, Bind::Buffer(buf(q))), (2, Bind::Buffer(&pk)), (3, Bind::Buffer(&pv)), (4, Bind::Buffer(buf(out))), (5, Bind::Staged(at, table.len() as u64))];
+        rec.dispatch(Kernel::Attention, None, p, &binds, u(shape.n_heads), u(rows));
     }
 }

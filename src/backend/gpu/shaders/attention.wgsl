@@ -7,6 +7,14 @@
 @group(0) @binding(2) var<storage, read> kp: array<f32>;
 @group(0) @binding(3) var<storage, read> vp: array<f32>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;
+// The plane's pages: row t of the plane is row table[t / page_rows] * page_rows + t % page_rows
+// of the pool (kv.rs).
+@group(0) @binding(5) var<storage, read> table: array<u32>;
+
+fn row(t: u32) -> u32 {
+    let pr = p.b.w;
+    return table[t / pr] * pr + t % pr;
+}
 
 const WG: u32 = 64u;
 // Most dims per thread: head_dim <= 512 (GpuBackend::accepts refuses wider heads).
@@ -14,7 +22,7 @@ const DPT: u32 = 8u;
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> sc: array<f32, 64>;
 
-// p.a = (n_heads, n_kv_heads, head_dim, -); p.b = (first position, window or 0, kv width, -)
+// p.a = (n_heads, n_kv_heads, head_dim, -); p.b = (first position, window or 0, kv width, page rows)
 // p.c = (scale, softcap or 0, -, -)
 @compute @workgroup_size(64)
 fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -47,7 +55,7 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
         var s = LOWEST;
         if (key <= pos) {
             var dot = 0.0;
-            let kb = key * kvw + koff;
+            let kb = row(key) * kvw + koff;
             for (var i = 0u; i < d; i++) {
                 dot = fma(qs[i], kp[kb + i], dot);
             }
@@ -81,7 +89,7 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
             if (dim < d) {
                 var a = acc[k] * corr;
                 for (var j = 0u; j < n; j++) {
-                    a = fma(sc[j], vp[(t0 + j) * kvw + koff + dim], a);
+                    a = fma(sc[j], vp[row(t0 + j) * kvw + koff + dim], a);
                 }
                 acc[k] = a;
             }
