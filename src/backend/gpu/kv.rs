@@ -33,6 +33,7 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Bytes of one page in each buffer.
     fn page_bytes(&self) -> u64 {
         (self.page_rows * self.width * 4) as u64
     }
@@ -68,9 +69,9 @@ impl Pool {
             self.free.push(page);
         }
     }
-    /// Bytes of the pages in use.
+    /// Bytes of the pages in use, keys and values.
     fn bytes_in_use(&self) -> usize {
-        (self.refs.len() - self.free.len()) * self.page_bytes() as usize
+        2 * (self.refs.len() - self.free.len()) * self.page_bytes() as usize
     }
 }
 
@@ -133,9 +134,12 @@ impl Plane {
                 if pool.refs[last as usize] > 1 {
                     let p = self.take(&mut pool, rec);
                     let (from, to, bytes) = (last as u64 * pr as u64 * w4, p as u64 * pr as u64 * w4, off as u64 * w4);
-                    let (pk, pv) = (pool.k.clone(), pool.v.clone());
-                    rec.copy(&pk, from, &pk, to, bytes);
-                    rec.copy(&pv, from, &pv, to, bytes);
+                    // Through a scratch buffer: a copy may not read and write one buffer.
+                    let (pk, pv, tmp) = (pool.k.clone(), pool.v.clone(), rec.gpu.buffer(2 * bytes));
+                    rec.copy(&pk, from, &tmp, 0, bytes);
+                    rec.copy(&pv, from, &tmp, bytes, bytes);
+                    rec.copy(&tmp, 0, &pk, to, bytes);
+                    rec.copy(&tmp, bytes, &pv, to, bytes);
                     pool.release(last);
                     *self.pages.last_mut().expect("a partly written page") = p;
                 }
