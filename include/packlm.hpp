@@ -227,6 +227,19 @@ public:
         detail::check(packlm_session_n_past(get(), &n));
         return n;
     }
+    /** A new session with this one's exact state; their KV is shared copy-on-write (no copy now;
+     * each copies at most one page per layer as it steps on). */
+    Session fork() const {
+        packlm_session *s = nullptr;
+        detail::check(packlm_session_fork(get(), &s));
+        return Session(s, n_vocab_);
+    }
+    /** KV bytes alive for this session and every session it shares them with through fork(). */
+    size_t kv_bytes() const {
+        size_t n = 0;
+        detail::check(packlm_session_kv_bytes(get(), &n));
+        return n;
+    }
     /** Feeds one token; returns the logits of its position (n_vocab floats). */
     std::vector<float> step(uint32_t token) {
         std::vector<float> logits(n_vocab_);
@@ -277,6 +290,7 @@ public:
     }
 
 private:
+    Session(packlm_session *s, uint32_t n_vocab) : session_(s), n_vocab_(n_vocab) {}
     std::unique_ptr<packlm_session, detail::SessionFree> session_;
     uint32_t n_vocab_;
 };

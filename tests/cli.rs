@@ -227,3 +227,33 @@ fn generate_parallel_answers_each_prompt_as_alone() {
     let o = packlm(&["generate", d, "--parallel", "0", "--prompt", "x"]);
     assert!(!o.status.success());
 }
+
+/// `generate --parallel N --samples K` answers each prompt K times, reply j with the tokens a
+/// lone `generate --seed S+j` gives (the prompt prefilled once, the other sessions its forks).
+#[test]
+fn generate_samples_answer_as_alone_with_successive_seeds() {
+    let dir = tiny("llama");
+    let d = dir.to_str().unwrap();
+    let prompts = ["Hello", "Once upon a time there"];
+    let alone = |p: &str, seed: u64| {
+        let seed = seed.to_string();
+        let o = packlm(&["generate", d, "--prompt", p, "-n", "10", "--temp", "1", "--seed", &seed, "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].clone()
+    };
+    for n in ["2", "6"] {
+        let o = packlm(&["generate", d, "--parallel", n, "--samples", "3", "--prompt", prompts[0], "--prompt", prompts[1], "-n", "10", "--temp", "1", "--seed", "7", "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 7, "a line per reply and a summary");
+        let mut distinct = std::collections::HashSet::new();
+        for (i, line) in lines[..6].iter().enumerate() {
+            let (p, j) = (i / 3, i % 3);
+            assert!(line["prompt"] == p && line["sample"] == j, "{line}");
+            assert_eq!(line["tokens"], alone(prompts[p], 7 + j as u64), "--parallel {n}: prompt {p}, sample {j}");
+            distinct.insert(line["tokens"].to_string());
+        }
+        assert!(distinct.len() > 2, "samples of one prompt differ: {distinct:?}");
+    }
+    assert!(!packlm(&["generate", d, "--parallel", "2", "--samples", "0", "--prompt", "x"]).status.success());
+}

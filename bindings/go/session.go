@@ -84,6 +84,38 @@ func (s *Session) NPast() (int, error) {
 	return int(n), nil
 }
 
+// Fork creates a new session with this one's exact state. Their KV is shared copy-on-write: no
+// copy now; each copies at most one page per layer as it steps on.
+func (s *Session) Fork() (*Session, error) {
+	ptr, err := s.handle("packlm_session_fork")
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(s)
+	var fp *C.packlm_session
+	if err := call("packlm_session_fork", func() C.packlm_status { return C.packlm_session_fork(ptr, &fp) }); err != nil {
+		return nil, err
+	}
+	f := &Session{ptr: fp, nVocab: s.nVocab}
+	runtime.SetFinalizer(f, (*Session).Close)
+	return f, nil
+}
+
+// KVBytes is the KV bytes alive for this session and every session it shares them with through
+// Fork.
+func (s *Session) KVBytes() (int, error) {
+	ptr, err := s.handle("packlm_session_kv_bytes")
+	if err != nil {
+		return 0, err
+	}
+	defer runtime.KeepAlive(s)
+	var n C.size_t
+	if err := call("packlm_session_kv_bytes", func() C.packlm_status { return C.packlm_session_kv_bytes(ptr, &n) }); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 func floatPtr(buf []float32) *C.float {
 	if len(buf) == 0 {
 		return nil

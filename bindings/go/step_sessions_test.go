@@ -98,3 +98,43 @@ func TestStepSessionsRefusesAll(t *testing.T) {
 		t.Fatal("a session changed in a refused call")
 	}
 }
+
+// A fork has its source's state and shares its KV; the two then step to the bits of fresh
+// sessions fed the same tokens.
+func TestForkStepsLikeAFreshSession(t *testing.T) {
+	m := openTiny(t)
+	prompt := []uint32{0, 41, 283, 77, 9}
+	a, fresh := newSession(t, m), newSession(t, m)
+	for _, s := range []*Session{a, fresh} {
+		if _, err := s.StepBatch(prompt, WantNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := a.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !bytes.Equal(snapshot(t, f), snapshot(t, a)) {
+		t.Fatal("a fork's snapshot differs from its source's")
+	}
+	ka, err := a.KVBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf, err := f.KVBytes()
+	if err != nil || kf != ka {
+		t.Fatalf("a fork's family bytes %d, its source's %d (%v)", kf, ka, err)
+	}
+	got, err := f.Step(11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := fresh.Step(11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameBits(got, want) {
+		t.Fatal("a fork's step differs from a fresh session's")
+	}
+}

@@ -679,9 +679,10 @@ pub unsafe extern "C" fn llama_memory_seq_rm(mem: *mut c_void, seq_id: SeqId, p0
 }
 
 /// Makes sequence `dst` hold sequence `src`'s positions [0, p1) (p1 < 0: all of them), in
-/// place of what it held: an exact copy of the cache, as llama.cpp's seq_cp shares cells.
-/// Only a prefix can be copied (p0 <= 0); anything else is refused with a log line and
-/// nothing changes. The copy holds its own cache (packlm's sequences do not share blocks yet).
+/// place of what it held. As llama.cpp's seq_cp shares cells, the copy shares `src`'s keys and
+/// values (`Session::fork`: pages shared copy-on-write), so copying a long prompt to many
+/// sequences costs no KV memory until they diverge. Only a prefix can be copied (p0 <= 0);
+/// anything else is refused with a log line and nothing changes.
 #[no_mangle]
 pub unsafe extern "C" fn llama_memory_seq_cp(mem: *mut c_void, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) {
     const F: &str = "llama_memory_seq_cp";
@@ -699,12 +700,10 @@ pub unsafe extern "C" fn llama_memory_seq_cp(mem: *mut c_void, src: SeqId, dst: 
             return;
         }
         let keep = usize::try_from(p1).map_or(n_src, |p| p.min(n_src));
-        let bytes = c.seqs[src as usize].snapshot();
-        let d = &mut c.seqs[dst as usize];
-        let copied = d.restore(&bytes).and_then(|()| d.truncate(keep));
-        if let Err(e) = copied {
-            error(F, &e.to_string());
-            let _ = d.truncate(0);
+        let mut copy = c.seqs[src as usize].fork();
+        match copy.truncate(keep) {
+            Ok(()) => c.seqs[dst as usize] = copy,
+            Err(e) => error(F, &e.to_string()),
         }
     })
 }

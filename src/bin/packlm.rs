@@ -5,13 +5,16 @@
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
 //!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
-//!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--chat | --no-special] [-n N]
-//!                   [--temp T] [--seed S] [--json]
+//!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special]
+//!                   [-n N] [--temp T] [--seed S] [--json]
 //!
 //! `--parallel N` answers every `--prompt` (given once per prompt), N at a time: their sessions
 //! step together, one pass over the weights for all of them (`Session::step_many`), and each
 //! reply is the one `generate` gives that prompt alone (the same tokens for the same --seed). It
-//! prints each reply once all are done, as `[i] text` lines, or one JSON line per prompt.
+//! prints each reply once all are done, as `[i] text` lines, or one JSON line per reply.
+//! `--samples K` answers each prompt K times, with seeds S, S+1, .., S+K-1: the prompt is
+//! prefilled once and the other K-1 sessions are forks of it (`Session::fork`: its KV shared,
+//! not copied), each reply the one `generate --seed S+j` gives alone.
 //!
 //! Special-token text in a prompt ("<|im_start|>", "<start_of_turn>") is parsed into its token by
 //! `generate` as by `tokenize` (as HF's tokenizer and llama.cpp's CLI do), so a hand-rendered chat
@@ -76,7 +79,7 @@ const USAGE: &str = "usage:
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
-  packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--chat | --no-special] [-n N]
+  packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special] [-n N]
                   [--temp T] [--seed S] [--json]
 options: --threads N  --backend host|reference|gpu  --precision exact|fast";
 
@@ -215,7 +218,8 @@ fn prompt_tokens(m: &Model, prompt: &str, chat: bool, parse_special: bool) -> Re
     Ok(ids)
 }
 
-/// `generate --parallel N`: every --prompt answered, N sessions stepping together.
+/// `generate --parallel N`: every --prompt answered (`--samples K` times each), N sessions
+/// stepping together.
 fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     if n == 0 {
         return Err(Error::invalid("--parallel 0: at least one session"));
@@ -227,48 +231,58 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     if prompts.is_empty() {
         return Err(Error::invalid("--prompt is required (once per prompt)"));
     }
+    let samples: usize = args.parsed(&["--samples"], 1)?;
+    if samples == 0 {
+        return Err(Error::invalid("--samples 0: at least one reply per prompt"));
+    }
     let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| prompt_tokens(&m, p, chat, parse_special)).collect::<Result<_>>()?;
+    // Each reply: (prompt, sample), answered with seed + sample.
+    let jobs: Vec<(usize, usize)> = (0..ids.len()).flat_map(|p| (0..samples).map(move |j| (p, j))).collect();
     let t0 = Instant::now();
-    let mut replies: Vec<Vec<u32>> = vec![Vec::new(); ids.len()];
-    for (batch_ids, batch_replies) in ids.chunks(n).zip(replies.chunks_mut(n)) {
-        parallel_replies(&m, batch_ids, batch_replies, n_new, &sampler, seed)?;
+    let mut replies: Vec<Vec<u32>> = vec![Vec::new(); jobs.len()];
+    for (batch, batch_replies) in jobs.chunks(n).zip(replies.chunks_mut(n)) {
+        let prompts: Vec<&[u32]> = batch.iter().map(|&(p, _)| &ids[p][..]).collect();
+        let seeds: Vec<u64> = batch.iter().map(|&(_, j)| seed.wrapping_add(j as u64)).collect();
+        parallel_replies(&m, &prompts, &seeds, batch_replies, n_new, &sampler)?;
     }
     let total_s = t0.elapsed().as_secs_f64();
     let generated: usize = replies.iter().map(Vec::len).sum();
-    for (i, (reply, prompt)) in replies.iter().zip(&ids).enumerate() {
+    for (i, (reply, &(p, j))) in replies.iter().zip(&jobs).enumerate() {
         let text = m.detokenize(reply, true)?;
         if json {
-            print_line(&serde_json::json!({ "prompt": i, "tokens": reply, "text": text, "prompt_tokens": prompt.len() }).to_string())?;
+            print_line(&serde_json::json!({ "prompt": p, "sample": j, "tokens": reply, "text": text, "prompt_tokens": ids[p].len() }).to_string())?;
         } else {
             print_line(&format!("[{i}] {text}"))?;
         }
     }
     if json {
-        print_line(&serde_json::json!({ "prompts": ids.len(), "parallel": n, "generated_tokens": generated, "tok_s": generated as f64 / total_s.max(1e-9) }).to_string())?;
+        print_line(&serde_json::json!({ "prompts": ids.len(), "samples": samples, "parallel": n, "generated_tokens": generated, "tok_s": generated as f64 / total_s.max(1e-9) }).to_string())?;
     }
     Ok(())
 }
 
 /// The replies to `prompts`, their sessions stepped together: each session's token choice is
-/// `Generate`'s (the same sampler, recent tokens and random state from `seed`), so each reply
-/// is the one a lone `generate` gives.
-fn parallel_replies(m: &Model, prompts: &[Vec<u32>], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams, seed: u64) -> Result<()> {
-    let mut sessions = prompts.iter().map(|_| m.session()).collect::<Result<Vec<_>>>()?;
-    let mut rng = vec![seed; prompts.len()];
+/// `Generate`'s (the same sampler, recent tokens and random state from its seed), so each
+/// reply is the one a lone `generate` gives. Equal prompts are prefilled once: the first one's
+/// session steps it, the others are forks of that session.
+fn parallel_replies(m: &Model, prompts: &[&[u32]], seeds: &[u64], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams) -> Result<()> {
+    let first: Vec<usize> = prompts.iter().enumerate().map(|(i, p)| prompts[..i].iter().position(|q| q == p).unwrap_or(i)).collect();
+    let mut own: Vec<Option<Session>> = first.iter().enumerate().map(|(i, &f)| if f == i { m.session().map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+    let mut items: Vec<StepItem> = own.iter_mut().zip(prompts).filter_map(|(s, p)| Some(StepItem { session: s.as_mut()?, tokens: p, want: Want::Last })).collect();
+    Session::step_many(&mut items)?;
+    drop(items);
+    let mut sessions: Vec<Session> = Vec::with_capacity(prompts.len());
+    for (i, &f) in first.iter().enumerate() {
+        let s = if f == i { own[i].take() } else { sessions.get(f).map(Session::fork) };
+        sessions.push(s.expect("a prompt's first session is made before its forks"));
+    }
+    let mut rng = seeds.to_vec();
     let mut active: Vec<usize> = (0..prompts.len()).collect();
-    let mut feed: Vec<Vec<u32>> = prompts.to_vec();
-    while !active.is_empty() {
-        let mut items: Vec<StepItem> = sessions
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, _)| active.contains(i))
-            .map(|(i, s)| StepItem { session: s, tokens: &feed[i], want: Want::Last })
-            .collect();
-        Session::step_many(&mut items)?;
-        drop(items);
+    let mut feed: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    loop {
         active.retain(|&i| {
             let s = &sessions[i];
             let Ok(t) = packlm::sample(s.last_logits(), sampler, s.tokens(), &mut rng[i]) else { return false };
@@ -279,8 +293,17 @@ fn parallel_replies(m: &Model, prompts: &[Vec<u32>], replies: &mut [Vec<u32>], n
             feed[i] = vec![t];
             replies[i].len() < n_new && s.n_past() < s.n_ctx()
         });
+        if active.is_empty() {
+            return Ok(());
+        }
+        let mut items: Vec<StepItem> = sessions
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| active.contains(i))
+            .map(|(i, s)| StepItem { session: s, tokens: &feed[i], want: Want::Last })
+            .collect();
+        Session::step_many(&mut items)?;
     }
-    Ok(())
 }
 
 fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {

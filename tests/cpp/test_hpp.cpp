@@ -108,6 +108,13 @@ int main(int argc, char **argv) {
         CHECK(msg.find("item 1") != std::string::npos);
         CHECK(x.snapshot() == before);
 
+        // A fork has its source's state, shares its KV, and steps to a fresh session's bits.
+        packlm::Session fx = x.fork();
+        CHECK(fx.snapshot() == x.snapshot() && fx.kv_bytes() == x.kv_bytes());
+        packlm::Session fresh(model);
+        fresh.restore(x.snapshot());
+        CHECK(fx.step(11) == fresh.step(11));
+
         // A greedy verify item beside a step item: the outcome and state of verifying alone.
         packlm::Session v(model), rv(model);
         v.step_batch(hello);

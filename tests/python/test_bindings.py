@@ -177,6 +177,17 @@ want = [wa.verify_greedy(7, [8, 9]), wb.verify_sampled(10, [11], temperature=0.8
 check(got == want, f"step_sessions verify items {got} == alone {want}")
 check(va.snapshot() == wa.snapshot() and vb.snapshot() == wb.snapshot(), "verify items leave the state of verifying alone")
 
+# A fork has its source's state and KV bytes (shared, not copied); both then step to the bits of
+# fresh sessions fed the same tokens.
+fa = m.session()
+fa.step_batch(ids)
+fb = fa.fork()
+check(fb.n_past == fa.n_past and fb.snapshot() == fa.snapshot(), "a fork's state is its source's")
+check(fb.kv_bytes == fa.kv_bytes, "a fork copies no KV")
+ga, gb = m.session(), m.session()
+ga.step_batch(ids); gb.step_batch(ids)
+check(list(fa.step(7)) == list(ga.step(7)) and list(fb.step(9)) == list(gb.step(9)), "a fork and its source diverge to fresh bits")
+
 snap = s.snapshot()
 after = s.step(7)
 s.truncate(len(ids))

@@ -201,6 +201,8 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_session_new": (_st, [_h, _P(_SessionOptions), _P(_h)]),
     "packlm_session_free": (None, [_h]),
     "packlm_session_n_past": (_st, [_h, _P(_sz)]),
+    "packlm_session_fork": (_st, [_h, _P(_h)]),
+    "packlm_session_kv_bytes": (_st, [_h, _P(_sz)]),
     "packlm_step": (_st, [_h, _u32, _P(C.c_float)]),
     "packlm_step_batch": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float)]),
     "packlm_step_into": (_st, [_h, _u32, _P(C.c_float), _sz, _P(_sz)]),
@@ -476,6 +478,22 @@ class Session(_Handle):
     def n_past(self) -> int:
         n = C.c_size_t()
         _check(_lib.packlm_session_n_past(self._ptr, C.byref(n)))
+        return n.value
+
+    def fork(self) -> "Session":
+        """A new session with this one's exact state; their KV is shared copy-on-write (no copy
+        now; each copies at most one page per layer as it steps on)."""
+        f = Session.__new__(Session)
+        f.model = self.model
+        f._ptr = C.c_void_p()
+        _check(_lib.packlm_session_fork(self._ptr, C.byref(f._ptr)))
+        return f
+
+    @property
+    def kv_bytes(self) -> int:
+        """KV bytes alive for this session and every session it shares them with through fork."""
+        n = C.c_size_t()
+        _check(_lib.packlm_session_kv_bytes(self._ptr, C.byref(n)))
         return n.value
 
     def step(self, token: int) -> array[float]:

@@ -28,7 +28,30 @@ public final class Session {
         self.model = model
     }
 
+    private init(handle: OpaquePointer, model: Model) {
+        self.handle = handle
+        self.model = model
+    }
+
     deinit { packlm_session_free(handle) }
+
+    /// A new session with this one's exact state. Their KV is shared copy-on-write: no copy now;
+    /// each copies at most one page per layer as it steps on.
+    public func fork() throws -> Session {
+        var out: OpaquePointer?
+        try check("packlm_session_fork", packlm_session_fork(handle, &out))
+        guard let session = out else {
+            throw PackLMError(operation: "packlm_session_fork", status: .nullArgument, message: "no session returned")
+        }
+        return Session(handle: session, model: model)
+    }
+
+    /// KV bytes alive for this session and every session it shares them with through fork().
+    public func kvBytes() throws -> Int {
+        var n = 0
+        try check("packlm_session_kv_bytes", packlm_session_kv_bytes(handle, &n))
+        return n
+    }
 
     /// Positions the session holds.
     public func nPast() throws -> Int {

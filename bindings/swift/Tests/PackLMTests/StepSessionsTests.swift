@@ -51,4 +51,16 @@ final class StepSessionsTests: XCTestCase {
         XCTAssertEqual(try b.snapshot(), beforeB)
         assertThrows(.invalidArgument) { _ = try Session.stepSessions([]) }
     }
+
+    /// A fork has its source's state and shares its KV; it then steps to a fresh session's bits.
+    func testForkStepsLikeAFreshSession() throws {
+        let model = try openTiny()
+        let a = try Session(model: model), fresh = try Session(model: model)
+        _ = try a.stepBatch([0, 41, 283, 77, 9], want: .none)
+        _ = try fresh.stepBatch([0, 41, 283, 77, 9], want: .none)
+        let f = try a.fork()
+        XCTAssertEqual(try f.snapshot(), try a.snapshot())
+        XCTAssertEqual(try f.kvBytes(), try a.kvBytes())
+        XCTAssertTrue(sameBits(try f.step(11)[...], try fresh.step(11)[...]), "a fork's step differs from a fresh session's")
+    }
 }
