@@ -45,6 +45,8 @@ var headerConstants = map[string]uint64{
 	"PACKLM_WANT_ALL":                  uint64(WantAll),
 	"PACKLM_WANT_NONE":                 uint64(WantNone),
 	"PACKLM_MAX_STEP_ITEMS":            uint64(MaxStepItems),
+	"PACKLM_VERIFY_GREEDY":             uint64(VerifyGreedy),
+	"PACKLM_VERIFY_SAMPLED":            uint64(VerifySampled),
 	"PACKLM_TOKENIZE_ADD_SPECIAL":      uint64(TokenizeAddSpecial),
 	"PACKLM_TOKENIZE_PARSE_SPECIAL":    uint64(TokenizeParseSpecial),
 	"PACKLM_DETOKENIZE_SKIP_SPECIAL":   uint64(DetokenizeSkipSpecial),
@@ -61,8 +63,6 @@ var headerNotExposed = map[string]string{
 	"PACKLM_LOG_DEBUG":                  "this package sets no log callback",
 	"PACKLM_LOG_INFO":                   "this package sets no log callback",
 	"PACKLM_LOG_WARN":                   "this package sets no log callback",
-	"PACKLM_VERIFY_GREEDY":              "this package has no verify call",
-	"PACKLM_VERIFY_SAMPLED":             "this package has no verify call",
 	"PACKLM_DEFAULT_MAX_TOKENIZE_BYTES": "this package does not change the tokenize limit",
 }
 

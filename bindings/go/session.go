@@ -179,19 +179,27 @@ func (s *Session) StepBatch(tokens []uint32, want Want) ([]float32, error) {
 // MaxStepItems is the most items one StepSessions call takes (PACKLM_MAX_STEP_ITEMS).
 const MaxStepItems = C.PACKLM_MAX_STEP_ITEMS
 
-// StepItem is one session's part of a StepSessions call: the tokens to feed it (at least one)
-// and which of their logits to return.
+// StepItem is one session's part of a StepSessions call (packlm_step_item): a step, which
+// feeds Tokens and returns the logits Want asks for, or, with Verify set, a verify of
+// Tokens[0] (the pending token) and Tokens[1:] (the draft), whose outcome goes to *Result.
 type StepItem struct {
 	Session *Session // a session of the call's model, named by this item only
 	Tokens  []uint32 // the tokens to feed it, at least one
-	Want    Want     // the logits to return, as in StepBatch
+	Want    Want     // a step's logits to return, as in StepBatch; unread for a verify
+	// Verify, when set, makes the item a verify with these parameters, as Session.Verify takes
+	// them (a sampled one's RNG advanced when the call succeeds).
+	Verify *VerifyParams
+	// Result receives a verify's outcome, as Session.Verify returns it; required for a verify
+	// (ErrNullArgument without it), unused for a step.
+	Result *VerifyResult
 }
 
-// StepSessions feeds each item's tokens to its session, all of them sessions of model, in one
-// pass over the weights, and returns each item's logits (out[i] for items[i]): the same bits
-// StepBatch on that session alone returns. A session may be named by one item only, and 1 to
-// MaxStepItems items are taken. All or nothing: on an error, whose message names the item
-// refused ("item 1: ..."), no session has changed.
+// StepSessions runs each item on its session, all of them sessions of model, in one pass over
+// the weights: a step item's logits (out[i] for items[i]) are the bits StepBatch on that session
+// alone returns, and a verify item's *Result (out[i] empty) is what Verify alone returns. A
+// session may be named by one item only, and 1 to MaxStepItems items are taken. All or nothing:
+// on an error, whose message names the item refused ("item 1: ..."), no session has changed and
+// no Result or RNG has been written.
 func StepSessions(model *Model, items []StepItem) ([][]float32, error) {
 	const op = "packlm_step_sessions"
 	mptr, err := model.handle(op)
@@ -202,7 +210,6 @@ func StepSessions(model *Model, items []StepItem) ([][]float32, error) {
 	defer runtime.KeepAlive(items)
 	sessions := make([]*C.packlm_session, len(items))
 	sizes := make([]int, len(items))
-	nTokens, nLogits := 0, 0
 	for i, it := range items {
 		ptr, err := it.Session.handle(op)
 		if err != nil {
@@ -210,63 +217,54 @@ func StepSessions(model *Model, items []StepItem) ([][]float32, error) {
 		}
 		sessions[i] = ptr
 		var rows int
-		switch it.Want {
-		case WantLast:
+		switch {
+		case it.Verify != nil:
+			rows = 0 // a verify's logits go to its result
+		case it.Want == WantLast:
 			rows = 1
-		case WantAll:
+		case it.Want == WantAll:
 			rows = len(it.Tokens)
-		case WantNone:
+		case it.Want == WantNone:
 			rows = 0
 		default:
 			rows = 1 // the library refuses an unknown value and names it
 		}
 		sizes[i] = rows * it.Session.nVocab
-		nTokens += len(it.Tokens)
-		nLogits += sizes[i]
 	}
-	// packlm_step_item holds pointers, so the items, their tokens and their logits live in C
-	// memory for the call.
-	var array []C.packlm_step_item
-	var cItems *C.packlm_step_item
-	if len(items) > 0 {
-		cItems = (*C.packlm_step_item)(C.calloc(C.size_t(len(items)), C.size_t(unsafe.Sizeof(C.packlm_step_item{}))))
-		if cItems == nil {
-			return nil, usageError(op, ErrOutOfMemory, "no memory for the items")
-		}
-		defer C.free(unsafe.Pointer(cItems))
-		array = unsafe.Slice(cItems, len(items))
-	}
-	var tokens []uint32
-	if nTokens > 0 {
-		p := C.malloc(C.size_t(nTokens) * C.size_t(unsafe.Sizeof(uint32(0))))
-		if p == nil {
-			return nil, usageError(op, ErrOutOfMemory, "no memory for the tokens")
-		}
-		defer C.free(p)
-		tokens = unsafe.Slice((*uint32)(p), nTokens)
-	}
-	var logits []float32
-	if nLogits > 0 {
-		p := C.malloc(C.size_t(nLogits) * C.size_t(unsafe.Sizeof(float32(0))))
-		if p == nil {
-			return nil, usageError(op, ErrOutOfMemory, "no memory for the logits")
-		}
-		defer C.free(p)
-		logits = unsafe.Slice((*float32)(p), nLogits)
-	}
-	offsets := make([]int, len(items))
-	t, l := 0, 0
+	// packlm_step_item holds pointers, so the items, their tokens, logits and verify structs live
+	// in C memory for the call.
+	var a cArena
+	defer a.free()
+	array := arenaSlice[C.packlm_step_item](&a, len(items))
+	logits := make([][]float32, len(items))
+	verifies := make([]cVerify, len(items))
 	for i, it := range items {
-		copy(tokens[t:], it.Tokens)
+		if a.failed {
+			break
+		}
+		tokens := arenaSlice[uint32](&a, len(it.Tokens))
+		copy(tokens, it.Tokens)
+		logits[i] = arenaSlice[float32](&a, sizes[i])
 		array[i].session = sessions[i]
-		array[i].tokens = tokenPtr(tokens[t : t+len(it.Tokens)])
-		array[i].n_tokens = C.size_t(len(it.Tokens))
+		array[i].tokens = tokenPtr(tokens)
+		array[i].n_tokens = C.size_t(len(tokens))
 		array[i].want = C.uint32_t(it.Want)
-		array[i].logits_out = floatPtr(logits[l : l+sizes[i]])
-		array[i].capacity = C.size_t(sizes[i])
-		offsets[i] = l
-		t += len(it.Tokens)
-		l += sizes[i]
+		array[i].logits_out = floatPtr(logits[i])
+		array[i].capacity = C.size_t(len(logits[i]))
+		if it.Verify != nil {
+			verifies[i] = newCVerify(&a, it.Verify, it.Session.nVocab)
+			array[i].verify = verifies[i].params
+			if it.Result != nil {
+				array[i].result = verifies[i].result
+			}
+		}
+	}
+	if a.failed {
+		return nil, usageError(op, ErrOutOfMemory, "no memory for the items")
+	}
+	var cItems *C.packlm_step_item
+	if len(array) > 0 {
+		cItems = &array[0]
 	}
 	if err := call(op, func() C.packlm_status {
 		return C.packlm_step_sessions(mptr, cItems, C.size_t(len(items)))
@@ -274,10 +272,11 @@ func StepSessions(model *Model, items []StepItem) ([][]float32, error) {
 		return nil, err
 	}
 	out := make([][]float32, len(items))
-	for i := range items {
-		n := int(array[i].n_logits)
-		out[i] = make([]float32, n)
-		copy(out[i], logits[offsets[i]:offsets[i]+n])
+	for i, it := range items {
+		out[i] = append(make([]float32, 0, int(array[i].n_logits)), logits[i][:int(array[i].n_logits)]...)
+		if it.Verify != nil && it.Result != nil {
+			*it.Result = verifies[i].outcome(it.Verify)
+		}
 	}
 	return out, nil
 }

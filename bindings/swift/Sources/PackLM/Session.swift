@@ -102,25 +102,39 @@ public final class Session {
     /// item only; 1 to `maxStepItems` items are taken. All or nothing: on a throw, whose message
     /// names the item refused ("item 1: ..."), no session has changed.
     public static func stepSessions(_ items: [(session: Session, tokens: [UInt32], want: Want)]) throws -> [[Float]] {
+        var stepItems = items.map { StepItem(session: $0.session, tokens: $0.tokens, want: $0.want) }
+        return try stepSessions(&stepItems)
+    }
+
+    /// Runs each item on its session in one pass over the weights: a step item's logits (result
+    /// `i` for `items[i]`) are the bits `stepBatch` on that session alone returns, and a verify
+    /// item's `result` (its logits empty here) is what `verify` alone returns, its
+    /// `verify.rngState` advanced as there. Every session must be of the first item's model and
+    /// named by one item only; 1 to `maxStepItems` items are taken. All or nothing: on a throw,
+    /// whose message names the item refused ("item 1: ..."), no session and no item has changed.
+    public static func stepSessions(_ items: inout [StepItem]) throws -> [[Float]] {
         guard let model = items.first?.session.model else {
             throw PackLMError(operation: "packlm_step_sessions", status: .invalidArgument, message: "no items given")
         }
-        // packlm_step_item holds pointers: each item's tokens and logits get buffers of their own
-        // for the call.
+        // packlm_step_item holds pointers: each item's tokens, logits and verify structs get
+        // memory of their own for the call.
         var tokenBuffers: [UnsafeMutableBufferPointer<UInt32>] = []
         var logitBuffers: [UnsafeMutableBufferPointer<Float>] = []
         defer {
             tokenBuffers.forEach { $0.deallocate() }
             logitBuffers.forEach { $0.deallocate() }
         }
+        var verifies: [CVerify?] = []
         var array: [packlm_step_item] = []
         array.reserveCapacity(items.count)
         for item in items {
-            let rows: Int
-            switch item.want {
-            case .last: rows = 1
-            case .all: rows = item.tokens.count
-            case .none: rows = 0
+            var rows = 0 // a verify's logits go to its result
+            if item.verify == nil {
+                switch item.want {
+                case .last: rows = 1
+                case .all: rows = item.tokens.count
+                case .none: rows = 0
+                }
             }
             let tokens = UnsafeMutableBufferPointer<UInt32>.allocate(capacity: item.tokens.count)
             tokenBuffers.append(tokens)
@@ -128,16 +142,25 @@ public final class Session {
             let logits = UnsafeMutableBufferPointer<Float>.allocate(capacity: rows * item.session.model.info.vocabSize)
             logitBuffers.append(logits)
             logits.initialize(repeating: 0)
+            let verify = item.verify.map { CVerify($0, vocabSize: item.session.model.info.vocabSize) }
+            verifies.append(verify)
             array.append(packlm_step_item(session: item.session.handle,
                                           tokens: tokens.isEmpty ? nil : UnsafePointer(tokens.baseAddress),
                                           n_tokens: tokens.count, want: item.want.rawValue,
                                           logits_out: logits.isEmpty ? nil : logits.baseAddress,
-                                          capacity: logits.count, n_logits: 0, verify: nil, result: nil))
+                                          capacity: logits.count, n_logits: 0,
+                                          verify: verify.map { UnsafePointer($0.params) }, result: verify?.result))
         }
-        let status = withExtendedLifetime(items) {
+        let status = withExtendedLifetime((items, verifies)) {
             array.withUnsafeMutableBufferPointer { packlm_step_sessions(model.handle, $0.baseAddress, $0.count) }
         }
         try check("packlm_step_sessions", status)
+        for i in items.indices {
+            if let call = verifies[i], var params = items[i].verify {
+                items[i].result = call.finish(&params)
+                items[i].verify = params
+            }
+        }
         return zip(array, logitBuffers).map { item, logits in Array(logits[0..<item.n_logits]) }
     }
 
@@ -167,6 +190,36 @@ public final class Session {
     public func restore(_ snapshot: [UInt8]) throws {
         let status = snapshot.withUnsafeBufferPointer { packlm_restore(handle, $0.baseAddress, $0.count) }
         try check("packlm_restore", status)
+    }
+}
+
+/// One session's part of `Session.stepSessions` (packlm_step_item): a step, which feeds `tokens`
+/// and returns the logits `want` asks for, or, with `verify` set, a verify of `tokens[0]` (the
+/// pending token) and `tokens[1...]` (the draft), whose outcome the call writes to `result`.
+public struct StepItem {
+    /// A session of the call's model, named by this item only.
+    public let session: Session
+    /// The tokens to feed it, at least one; for a verify, the pending token and the draft.
+    public var tokens: [UInt32]
+    /// A step's logits to return, as in `stepBatch`; unread for a verify.
+    public var want: Want
+    /// When set, the item is a verify with these parameters, as `Session.verify` takes them (a
+    /// sampled one's `rngState` advanced when the call succeeds).
+    public var verify: VerifyParams?
+    /// A verify's outcome, as `Session.verify` returns it; written when the call succeeds.
+    public var result: VerifyResult?
+
+    /// A step item.
+    public init(session: Session, tokens: [UInt32], want: Want = .last) {
+        self.session = session
+        self.tokens = tokens
+        self.want = want
+    }
+
+    /// A verify item: `pending` and its `draft`, judged under `params`.
+    public init(session: Session, pending: UInt32, draft: [UInt32], params: VerifyParams) {
+        self.init(session: session, tokens: [pending] + draft)
+        verify = params
     }
 }
 

@@ -4,8 +4,8 @@ import XCTest
 
 /// Every macro of include/packlm.h is a constant of this package with the header's value, or is
 /// left out for a stated reason. Status, the flags and abiVersion are built from the imported
-/// macros; Backend, Precision and Want are enums, whose raw values Swift requires to be literals,
-/// so this test is what holds those to the header.
+/// macros; Backend, Precision, Want and VerifyMode are enums, whose raw values Swift requires to
+/// be literals, so this test is what holds those to the header.
 final class ConstantsTests: XCTestCase {
     /// The constants this package defines for the header's macros, by their names there.
     let exposed: [String: UInt64] = [
@@ -42,6 +42,8 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_WANT_ALL": UInt64(Want.all.rawValue),
         "PACKLM_WANT_NONE": UInt64(Want.none.rawValue),
         "PACKLM_MAX_STEP_ITEMS": UInt64(Session.maxStepItems),
+        "PACKLM_VERIFY_GREEDY": UInt64(VerifyMode.greedy.rawValue),
+        "PACKLM_VERIFY_SAMPLED": UInt64(VerifyMode.sampled.rawValue),
         "PACKLM_TOKENIZE_ADD_SPECIAL": UInt64(TokenizeFlags.addSpecial.rawValue),
         "PACKLM_TOKENIZE_PARSE_SPECIAL": UInt64(TokenizeFlags.parseSpecial.rawValue),
         "PACKLM_DETOKENIZE_SKIP_SPECIAL": UInt64(DetokenizeFlags.skipSpecial.rawValue),
@@ -58,8 +60,6 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_LOG_DEBUG": "this package sets no log callback",
         "PACKLM_LOG_INFO": "this package sets no log callback",
         "PACKLM_LOG_WARN": "this package sets no log callback",
-        "PACKLM_VERIFY_GREEDY": "this package has no verify call",
-        "PACKLM_VERIFY_SAMPLED": "this package has no verify call",
         "PACKLM_DEFAULT_MAX_TOKENIZE_BYTES": "this package does not change the tokenize limit",
     ]
 
