@@ -42,6 +42,26 @@
 
 
 /**
+ * `kind` of packlm_constraint_new: a JSON schema; the output is JSON that validates.
+ */
+#define PACKLM_GRAMMAR_JSON_SCHEMA 0
+
+/**
+ * `kind` of packlm_constraint_new: llguidance's Lark-like grammar.
+ */
+#define PACKLM_GRAMMAR_LARK 1
+
+/**
+ * `kind` of packlm_constraint_new: a regular expression the whole output matches.
+ */
+#define PACKLM_GRAMMAR_REGEX 2
+
+/**
+ * Most bytes of grammar text packlm_constraint_new takes (PACKLM_ERR_LIMIT_EXCEEDED past it).
+ */
+#define PACKLM_MAX_GRAMMAR_BYTES (4 << 20)
+
+/**
  * Log levels passed to the callback.
  */
 #define PACKLM_LOG_DEBUG 0
@@ -154,6 +174,12 @@
  * another thread: that is its purpose. It keeps only the flag alive, not the session.
  */
 typedef struct packlm_abort packlm_abort;
+
+/**
+ * A grammar and the tokens it has taken (opaque). Created by packlm_constraint_new, freed by
+ * packlm_constraint_free. Safe to move to any thread; not to be used from two threads at once.
+ */
+typedef struct packlm_constraint packlm_constraint;
 
 /**
  * A streaming detokenizer (opaque): fed one token at a time, it gives out only text that no
@@ -616,6 +642,67 @@ typedef uint32_t packlm_status;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * A constraint of `kind` (PACKLM_GRAMMAR_*) over the `len` bytes of UTF-8 `text` for `model`,
+ * into `*out`. The model's token table is built at its first constraint (its raw token bytes,
+ * its stop tokens as the end) and shared by the others. Refused: text over
+ * PACKLM_MAX_GRAMMAR_BYTES (PACKLM_ERR_LIMIT_EXCEEDED), text that is not UTF-8
+ * (PACKLM_ERR_UTF8), and with PACKLM_ERR_INVALID_ARGUMENT an unknown kind, text holding a NUL
+ * byte, and a grammar or schema llguidance refuses (its message in packlm_last_error). A JSON
+ * schema's output is laid out with ", " between items and ": " after keys and no other
+ * whitespace, unless the schema sets llguidance's "x-guidance" options.
+ */
+packlm_status packlm_constraint_new(const packlm_model *model, uint32_t kind, const char *text, size_t len, packlm_constraint **out);
+
+/**
+ * Frees a constraint. NULL is a no-op.
+ */
+void packlm_constraint_free(packlm_constraint *c);
+
+/**
+ * Sets every one of the `n` logits whose token may not come next to -infinity (entries past
+ * the vocabulary too).
+ */
+packlm_status packlm_constraint_mask(packlm_constraint *c, float *logits, size_t n);
+
+/**
+ * Takes `token`; one the grammar does not allow here is refused (PACKLM_ERR_INVALID_ARGUMENT)
+ * and nothing changes. A stop token where the grammar may end finishes it.
+ */
+packlm_status packlm_constraint_accept(packlm_constraint *c, uint32_t token);
+
+/**
+ * Undoes the last `n` tokens taken; more than it has taken is refused and nothing changes.
+ */
+packlm_status packlm_constraint_rollback(packlm_constraint *c, size_t n);
+
+/**
+ * `*finished` = 1 when the constraint has ended (a stop token was taken, or the grammar
+ * allows nothing more), else 0; `*can_end` (may be NULL) = 1 when a stop token may come now.
+ */
+packlm_status packlm_constraint_state(packlm_constraint *c, uint32_t *finished, uint32_t *can_end);
+
+/**
+ * The tokens the grammar forces next (the run it allows with no choice; none where it has a
+ * choice) into `tokens` (capacity `cap`), their count into `*n`; with
+ * PACKLM_ERR_BUFFER_TOO_SMALL `*n` is the count needed. Nothing is taken.
+ */
+packlm_status packlm_constraint_forced(packlm_constraint *c, uint32_t *tokens, size_t cap, size_t *n);
+
+/**
+ * Makes the tokens `session` takes from now on follow a copy of `c` in its current state
+ * (`c` stays the caller's); NULL clears the session's constraint. From then on every logits
+ * row the session hands back has -infinity for the tokens the grammar does not allow after
+ * that row's token (so packlm_sample honours it), a step whose tokens the grammar refuses is
+ * refused before it runs, and packlm_verify accepts only drafts the grammar allows and picks
+ * the next token under the mask, greedy or sampled. packlm_truncate rolls the constraint
+ * back with the session (below the point it was set, to its start); packlm_session_fork
+ * copies it. A snapshot does not hold it: packlm_restore is refused while one is set.
+ * packlm_step_sessions refuses a session holding one (PACKLM_ERR_UNSUPPORTED). A constraint
+ * of another model is refused.
+ */
+packlm_status packlm_session_set_constraint(packlm_session *session, const packlm_constraint *c);
 
 /**
  * Writes into `*out` a handle to the session's abort flag. Setting it (packlm_abort_set) makes

@@ -85,6 +85,7 @@ struct DrafterFree { void operator()(packlm_drafter *p) const noexcept { packlm_
 struct DetokenizerFree { void operator()(packlm_detokenizer *p) const noexcept { packlm_detokenizer_free(p); } };
 struct AbortFree { void operator()(packlm_abort *p) const noexcept { packlm_abort_free(p); } };
 struct PrefixCacheFree { void operator()(packlm_prefix_cache *p) const noexcept { packlm_prefix_cache_free(p); } };
+struct ConstraintFree { void operator()(packlm_constraint *p) const noexcept { packlm_constraint_free(p); } };
 
 } // namespace detail
 
@@ -206,6 +207,50 @@ struct VerifyResult {
     std::vector<float> logits; // those next_token was chosen from, when asked for
 };
 
+/** A grammar over a model's vocabulary (PACKLM_GRAMMAR_JSON_SCHEMA, _LARK or _REGEX): masks logits,
+ *  takes tokens, rolls back; Session::set_constraint makes a session follow a copy of it. */
+class Constraint {
+public:
+    Constraint(const Model &model, uint32_t kind, const std::string &text) {
+        packlm_constraint *c = nullptr;
+        detail::check(packlm_constraint_new(model.get(), kind, text.data(), text.size(), &c));
+        c_.reset(c);
+    }
+    packlm_constraint *get() const noexcept { return c_.get(); }
+    /** Sets the logit of every token that may not come next to -infinity. */
+    void mask(std::vector<float> &logits) { detail::check(packlm_constraint_mask(get(), logits.data(), logits.size())); }
+    void accept(uint32_t token) { detail::check(packlm_constraint_accept(get(), token)); }
+    void rollback(size_t n) { detail::check(packlm_constraint_rollback(get(), n)); }
+    /** Whether it has ended (a stop token taken, or nothing more allowed). */
+    bool finished() {
+        uint32_t f = 0;
+        detail::check(packlm_constraint_state(get(), &f, nullptr));
+        return f != 0;
+    }
+    /** Whether a stop token may come now. */
+    bool can_end() {
+        uint32_t f = 0, e = 0;
+        detail::check(packlm_constraint_state(get(), &f, &e));
+        return e != 0;
+    }
+    /** The tokens the grammar forces next (none where it has a choice). */
+    std::vector<uint32_t> forced() {
+        std::vector<uint32_t> out(64);
+        size_t n = 0;
+        packlm_status st = packlm_constraint_forced(get(), out.data(), out.size(), &n);
+        if (st == PACKLM_ERR_BUFFER_TOO_SMALL) {
+            out.resize(n);
+            st = packlm_constraint_forced(get(), out.data(), out.size(), &n);
+        }
+        detail::check(st);
+        out.resize(n);
+        return out;
+    }
+
+private:
+    std::unique_ptr<packlm_constraint, detail::ConstraintFree> c_;
+};
+
 /** One sequence's state on a model. The model must outlive no session: sessions keep it alive. */
 class Session {
 public:
@@ -234,6 +279,9 @@ public:
         detail::check(packlm_session_fork(get(), &s));
         return Session(s, n_vocab_);
     }
+    /** The session's tokens from now on follow a copy of `c` (nullptr clears it): every logits row it
+     *  hands back is masked, and verify judges drafts under it. */
+    void set_constraint(const Constraint *c) { detail::check(packlm_session_set_constraint(get(), c ? c->get() : nullptr)); }
     /** KV bytes alive for this session and every session it shares them with through fork(). */
     size_t kv_bytes() const {
         size_t n = 0;

@@ -59,4 +59,4 @@ macro_rules! internal_modules {
         )*
     };
 }
-internal_modules!(backend, engine, error, ffi, kv, log, pack, quant, sample, semantics);
+internal_modules!(backend, constrain, engine, error, ffi, kv, log, pack, quant, sample, semantics);

@@ -47,6 +47,10 @@ var headerConstants = map[string]uint64{
 	"PACKLM_MAX_STEP_ITEMS":            uint64(MaxStepItems),
 	"PACKLM_VERIFY_GREEDY":             uint64(VerifyGreedy),
 	"PACKLM_VERIFY_SAMPLED":            uint64(VerifySampled),
+	"PACKLM_GRAMMAR_JSON_SCHEMA":       uint64(GrammarJSONSchema),
+	"PACKLM_GRAMMAR_LARK":              uint64(GrammarLark),
+	"PACKLM_GRAMMAR_REGEX":             uint64(GrammarRegex),
+	"PACKLM_MAX_GRAMMAR_BYTES":         uint64(MaxGrammarBytes),
 	"PACKLM_TOKENIZE_ADD_SPECIAL":      uint64(TokenizeAddSpecial),
 	"PACKLM_TOKENIZE_PARSE_SPECIAL":    uint64(TokenizeParseSpecial),
 	"PACKLM_DETOKENIZE_SKIP_SPECIAL":   uint64(DetokenizeSkipSpecial),
@@ -64,6 +68,24 @@ var headerNotExposed = map[string]string{
 	"PACKLM_LOG_INFO":                   "this package sets no log callback",
 	"PACKLM_LOG_WARN":                   "this package sets no log callback",
 	"PACKLM_DEFAULT_MAX_TOKENIZE_BYTES": "this package does not change the tokenize limit",
+}
+
+// macroValue is the value of a macro's text: a plain number, or `(N << M)`, as cbindgen writes
+// a Rust constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES).
+func macroValue(text string) (uint64, bool) {
+	if v, err := strconv.ParseUint(text, 10, 64); err == nil {
+		return v, true
+	}
+	m := regexp.MustCompile(`^\((\d+) << (\d+)\)$`).FindStringSubmatch(text)
+	if m == nil {
+		return 0, false
+	}
+	v, err1 := strconv.ParseUint(m[1], 10, 64)
+	shift, err2 := strconv.ParseUint(m[2], 10, 6)
+	if err1 != nil || err2 != nil || v<<shift>>shift != v {
+		return 0, false
+	}
+	return v << shift, true
 }
 
 // Every macro of the header is a constant of this package with the header's value, or is left
@@ -87,9 +109,9 @@ func TestConstantsMatchHeader(t *testing.T) {
 		case exposed && omitted:
 			t.Errorf("%s is both exposed and listed as left out", name)
 		case exposed:
-			want, err := strconv.ParseUint(text, 10, 64)
-			if err != nil {
-				t.Errorf("%s is %q in the header, not a plain number", name, text)
+			want, ok := macroValue(text)
+			if !ok {
+				t.Errorf("%s is %q in the header, not a plain number or (N << M)", name, text)
 			} else if got != want {
 				t.Errorf("%s: this package has %d, the header %d", name, got, want)
 			}

@@ -74,11 +74,14 @@ pub struct GenerateOptions<'d> {
     pub draft_k: usize,
     /// Leaves special tokens out of the yielded text.
     pub skip_special: bool,
+    /// The reply follows this grammar: set on the session once the prompt is in (see
+    /// [`Session::set_constraint`](crate::Session::set_constraint)); it stays set after.
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl Default for GenerateOptions<'_> {
     fn default() -> Self {
-        GenerateOptions { max_tokens: usize::MAX, sampler: SamplerParams::default(), seed: 0, drafter: None, draft_k: 8, skip_special: true }
+        GenerateOptions { max_tokens: usize::MAX, sampler: SamplerParams::default(), seed: 0, drafter: None, draft_k: 8, skip_special: true, constraint: None }
     }
 }
 
@@ -119,7 +122,7 @@ pub struct Generate<'s> {
 impl<'s> Generate<'s> {
     pub(crate) fn new(session: &'s mut Session, prompt: &[u32], o: GenerateOptions<'s>) -> Generate<'s> {
         let text = Detokenizer::new(session.model(), o.skip_special);
-        let generation = Generation::new(prompt.to_vec(), o.max_tokens, o.sampler, o.seed, o.drafter, o.draft_k);
+        let generation = Generation::new(prompt.to_vec(), o.max_tokens, o.sampler, o.seed, o.drafter, o.draft_k).with_constraint(o.constraint.map(|c| c.inner));
         Generate { session, generation, text }
     }
 

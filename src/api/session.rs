@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::api::{Generate, GenerateOptions, Model};
+use crate::api::{Constraint, Generate, GenerateOptions, Model};
 use crate::engine;
 use crate::error::Result;
 
@@ -55,6 +55,24 @@ impl Session {
     /// through [`Session::fork`] (the one it was forked from, its forks, theirs).
     pub fn kv_family_bytes(&self) -> usize {
         self.inner.kv_family_bytes()
+    }
+
+    /// Makes the tokens this session takes from now on follow `constraint` (None: none). From
+    /// then on every logits row it hands back, its last logits included, has -infinity for
+    /// the tokens the grammar does not allow after that row's token, so any sampler honours
+    /// it; a step whose tokens the grammar refuses is refused before it runs; a verify accepts
+    /// only drafts the grammar allows and picks the next token under the mask (greedy, or
+    /// sampled from the masked distribution). Truncate rolls the constraint back with the
+    /// session (below the point it was set, to its start); fork copies it. A snapshot does not
+    /// hold it: restore is refused while one is set. A session holding one is stepped alone
+    /// (`step_many` refuses it). A constraint of another model is refused.
+    pub fn set_constraint(&mut self, constraint: Option<Constraint>) -> Result<()> {
+        self.inner.set_constraint(constraint.map(|c| c.inner))
+    }
+
+    /// Whether the session's constraint has ended (None without one).
+    pub fn constraint_finished(&self) -> Option<bool> {
+        self.inner.constraint().map(|c| c.is_finished())
     }
 
     /// The model this session runs.

@@ -4,7 +4,7 @@
 //!   packlm tokenize PACK --text STR [--no-special]
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
 //!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
-//!                   [--draft ngram|DRAFT_PACK] [--draft-k K]
+//!                   [--draft ngram|DRAFT_PACK] [--draft-k K] [--json-schema FILE | --grammar FILE | --regex RE]
 //!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special]
 //!                   [-n N] [--temp T] [--seed S] [--json]
 //!
@@ -30,7 +30,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use packlm::{Backend, ChatMessage, Drafter, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Session, StepItem, Want};
+use packlm::{Backend, ChatMessage, Constraint, Drafter, GrammarKind, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Session, StepItem, Want};
 
 struct Args {
     rest: Vec<String>,
@@ -306,6 +306,25 @@ fn parallel_replies(m: &Model, prompts: &[&[u32]], seeds: &[u64], replies: &mut 
     }
 }
 
+/// `--json-schema FILE`, `--grammar FILE` (llguidance's Lark) or `--regex RE`: at most one.
+fn grammar_arg(args: &mut Args) -> Result<Option<(GrammarKind, String)>> {
+    let read = |flag: &str, path: String| std::fs::read_to_string(&path).map_err(|e| Error::io(Path::new(&path), e)).map_err(|e| Error::new(e.status, format!("{flag}: {}", e.message)));
+    let mut found = Vec::new();
+    if let Some(p) = args.value(&["--json-schema"])? {
+        found.push((GrammarKind::JsonSchema, read("--json-schema", p)?));
+    }
+    if let Some(p) = args.value(&["--grammar"])? {
+        found.push((GrammarKind::Lark, read("--grammar", p)?));
+    }
+    if let Some(re) = args.value(&["--regex"])? {
+        found.push((GrammarKind::Regex, re));
+    }
+    if found.len() > 1 {
+        return Err(Error::invalid("--json-schema, --grammar and --regex: give at most one"));
+    }
+    Ok(found.pop())
+}
+
 fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let parallel: Option<usize> = args.value(&["--parallel"])?.map(|v| v.parse().map_err(|_| Error::invalid(format!("--parallel: cannot parse {v:?}")))).transpose()?;
     if let Some(n) = parallel {
@@ -315,9 +334,11 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
     let draft = args.value(&["--draft"])?;
     let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
+    let grammar = grammar_arg(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let prompt_ids = prompt_tokens(&m, &prompt, chat, parse_special)?;
+    let constraint = grammar.map(|(kind, text)| Constraint::new(&m, kind, &text)).transpose()?;
     let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
@@ -332,7 +353,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     }
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let options = GenerateOptions { max_tokens: n_new, sampler, seed, drafter: drafter.as_deref_mut(), draft_k, skip_special: true };
+    let options = GenerateOptions { max_tokens: n_new, sampler, seed, drafter: drafter.as_deref_mut(), draft_k, skip_special: true, constraint };
     let mut stream = s.generate(last, options);
     let (mut tokens, mut text) = (Vec::new(), String::new());
     let mut out = std::io::stdout().lock();

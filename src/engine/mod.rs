@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::backend::{self, Backend, BackendKind, Precision};
 use crate::error::{Error, Result, Status};
+use crate::constrain::Constraint;
 use crate::kv::KvStore;
 use crate::log;
 use crate::pack::chat::{self, Message};
@@ -67,6 +68,8 @@ pub struct Model {
     tensors: BTreeMap<String, WeightTensor>,
     /// Hash of every tensor's bytes: computed at the first snapshot or restore, not at open.
     content_hash: OnceLock<u64>,
+    /// The token table and grammar factory of its constraints: built at the first one.
+    constraint_env: OnceLock<Arc<crate::constrain::ConstraintEnv>>,
 }
 
 impl Model {
@@ -187,12 +190,30 @@ impl Model {
             metadata: pack.metadata,
             tensors: pack.tensors,
             content_hash: OnceLock::new(),
+            constraint_env: OnceLock::new(),
         })
     }
 
     /// What snapshots carry and restore checks: `fingerprint` mixed with the hash of the tensor
     /// bytes, so that another model with the same table (a fine-tune) is told apart. The first
     /// call reads every weight byte once (several GB/s); later calls are free.
+    /// The token table and grammar factory every constraint of this model shares
+    /// (constrain::ConstraintEnv), built at the first call.
+    pub fn constraint_env(self: &Arc<Self>) -> Result<Arc<crate::constrain::ConstraintEnv>> {
+        if let Some(e) = self.constraint_env.get() {
+            return Ok(e.clone());
+        }
+        // The table tokenizes forced text with this model's tokenizer; it holds the model
+        // weakly (the model holds the table), and every constraint holds the model.
+        let weak = Arc::downgrade(self);
+        let encode = Arc::new(move |text: &str| match weak.upgrade() {
+            Some(m) => m.vocab.encode(text, false, false),
+            None => Err(Error::invalid("the model was freed")),
+        });
+        let env = Arc::new(crate::constrain::ConstraintEnv::new(&self.vocab, Arc::as_ptr(self) as usize, encode)?);
+        Ok(self.constraint_env.get_or_init(|| env).clone())
+    }
+
     pub fn snapshot_fingerprint(&self) -> u64 {
         let content = *self.content_hash.get_or_init(|| content_hash::tensors_hash(&self.tensors));
         content_hash::hash_bytes(&content.to_le_bytes(), self.fingerprint)
@@ -271,6 +292,8 @@ pub struct Session {
     counters: VerifyCounters,
     /// Activation buffers kept between short passes (forward::PassBuffers).
     bufs: forward::PassBuffers,
+    /// The grammar the session's tokens since position `.1` follow (`set_constraint`).
+    constraint: Option<(Constraint, usize)>,
 }
 
 impl Session {
@@ -287,7 +310,7 @@ impl Session {
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
-        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default() })
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default(), constraint: None })
     }
 
     /// A new session with this one's exact state (positions, tokens, last logits, n_ctx,
@@ -304,6 +327,7 @@ impl Session {
             abort: Arc::new(AtomicBool::new(false)),
             counters: self.counters,
             bufs: Default::default(),
+            constraint: self.constraint.clone(),
         }
     }
 
@@ -374,14 +398,87 @@ impl Session {
     /// On any failure the session is unchanged.
     pub fn step_batch(&mut self, tokens: &[u32], want: Want) -> Result<Vec<f32>> {
         self.check(tokens)?;
+        self.check_constraint(tokens)?;
         let model = self.model.clone();
-        let logits = forward::forward(&model, self.kv.as_mut(), &mut self.bufs, tokens, want, &self.abort)?;
+        let mut logits = forward::forward(&model, self.kv.as_mut(), &mut self.bufs, tokens, want, &self.abort)?;
+        if let Err(e) = self.constrain_rows(tokens, want, &mut logits) {
+            self.kv.truncate(self.tokens.len());
+            return Err(e);
+        }
         // Want::None skips the output projection (on a 262k vocabulary it costs more than a
         // token's layers), so there are no last logits to keep after it.
         let v = model.spec.vocab_size;
         self.last_logits = if logits.is_empty() { Vec::new() } else { logits[logits.len() - v..].to_vec() };
         self.tokens.extend_from_slice(tokens);
         Ok(logits)
+    }
+
+    /// Makes the tokens this session takes from now on follow `c` (None: no constraint). A
+    /// constraint of another model is refused. From then on every logits row the session
+    /// hands back (its last logits too, masked now) has -infinity for the tokens the grammar
+    /// does not allow after that row's token, so any sampler honours it; a step or verify whose
+    /// fed tokens the grammar refuses is refused before it runs; a verify accepts only drafts
+    /// the grammar allows and picks the next token under the mask. Truncate rolls the
+    /// constraint back with the session (below the point it was set, to its start); fork copies
+    /// it; a snapshot does not hold it, and restore is refused while one is set.
+    pub fn set_constraint(&mut self, c: Option<Constraint>) -> Result<()> {
+        let Some(mut c) = c else {
+            self.constraint = None;
+            return Ok(());
+        };
+        if c.model_key() != Arc::as_ptr(&self.model) as usize {
+            return Err(Error::invalid("the constraint was made for another model"));
+        }
+        if !self.last_logits.is_empty() {
+            let mut masked = self.last_logits.clone();
+            c.mask(&mut masked)?;
+            self.last_logits = masked;
+        }
+        self.constraint = Some((c, self.tokens.len()));
+        Ok(())
+    }
+
+    /// The session's constraint, in the state its tokens left it.
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_ref().map(|(c, _)| c)
+    }
+
+    /// Refuses `tokens` when the constraint does not allow all of them in a row.
+    fn check_constraint(&mut self, tokens: &[u32]) -> Result<()> {
+        if let Some((c, _)) = &mut self.constraint {
+            let n = c.allowed_prefix(tokens)?;
+            if n < tokens.len() {
+                return Err(Error::invalid(format!("token {} (at {n}) is not allowed by the session's constraint", tokens[n])));
+            }
+        }
+        Ok(())
+    }
+
+    /// The constraint takes `tokens` (checked already), masking each logits row of `want` with
+    /// the state after that row's token. On failure the constraint is as before.
+    fn constrain_rows(&mut self, tokens: &[u32], want: Want, logits: &mut [f32]) -> Result<()> {
+        let Some((c, _)) = &mut self.constraint else { return Ok(()) };
+        let v = self.model.spec.vocab_size;
+        let before = c.taken();
+        let out = (|| {
+            for (i, &t) in tokens.iter().enumerate() {
+                c.accept(t)?;
+                let row = match want {
+                    Want::All => Some(i),
+                    Want::Last if i + 1 == tokens.len() => Some(0),
+                    _ => None,
+                };
+                if let Some(r) = row {
+                    c.mask(&mut logits[r * v..(r + 1) * v])?;
+                }
+            }
+            Ok(())
+        })();
+        if out.is_err() {
+            let taken = c.taken() - before;
+            c.rollback(taken)?;
+        }
+        out
     }
 
     /// Runs several sessions of one model in one pass over the weights: `items[i]` feeds its
@@ -418,6 +515,9 @@ impl Session {
         for (i, (s, job)) in items.iter().enumerate() {
             if !Arc::ptr_eq(&s.model, &model) {
                 return Err(Error::invalid(format!("item {i}: its session belongs to another model than item 0's")));
+            }
+            if s.constraint.is_some() {
+                return Err(Error::new(Status::ErrUnsupported, format!("item {i}: its session holds a constraint, which a shared pass does not apply yet: step it alone")));
             }
             match job {
                 Job::Step { tokens, .. } => {
@@ -506,9 +606,26 @@ impl Session {
             return Err(Error::invalid(format!("cannot truncate to {n} positions: the session holds {}", self.n_past())));
         }
         if n < self.n_past() {
+            if let Some((c, start)) = &mut self.constraint {
+                if n >= *start {
+                    c.rollback(self.tokens.len() - n)?;
+                } else {
+                    c.reset()?;
+                    *start = n;
+                }
+            }
             self.kv.truncate(n);
             self.tokens.truncate(n);
             self.last_logits.clear();
+        }
+        Ok(())
+    }
+
+    /// A snapshot holds no constraint state, so a restore could leave a constraint out of step
+    /// with the tokens: refused while one is set (`set_constraint(None)` first).
+    fn refuse_restore_with_constraint(&self) -> Result<()> {
+        if self.constraint.is_some() {
+            return Err(Error::invalid("the session holds a constraint: a snapshot does not hold its state, so set it to none before a restore"));
         }
         Ok(())
     }
@@ -531,6 +648,7 @@ impl Session {
     /// Replaces the state with a snapshot's; everything is validated first, so on failure the
     /// session is unchanged. `last_logits` becomes empty, as after truncate.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.refuse_restore_with_constraint()?;
         let m = &self.model;
         let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
         self.kv.import(d.planes, d.positions)?;
@@ -544,6 +662,7 @@ impl Session {
     /// the same as restoring it into a large enough session and truncating to `keep`, which is
     /// exact. Validated like `restore`; on failure the session is unchanged.
     pub fn restore_prefix(&mut self, bytes: &[u8], keep: usize) -> Result<()> {
+        self.refuse_restore_with_constraint()?;
         let m = &self.model;
         if keep > self.n_ctx {
             return Err(Error::new(Status::ErrContextOverflow, format!("cannot keep {keep} positions: the session's context is {}", self.n_ctx)));

@@ -48,7 +48,10 @@ impl Session {
     /// session is unchanged, also when it panics (after its pass, while judging the drafts, say): the positions the pass
     /// added and the previous last logits are restored before the panic goes on.
     pub fn verify(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
+        // Under a constraint the pending token must be one it allows (the drafts are judged).
+        self.check_constraint(&[pending])?;
         let base = self.n_past();
+        let taken = self.constraint.as_ref().map(|(c, _)| c.taken());
         let last = std::mem::take(&mut self.last_logits);
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.verify_pass(pending, draft, acc)));
         if matches!(out, Ok(Ok(_))) {
@@ -58,6 +61,10 @@ impl Session {
             self.kv.truncate(base);
             self.tokens.truncate(base);
             self.last_logits = last;
+            if let (Some((c, _)), Some(taken)) = (&mut self.constraint, taken) {
+                // Back to where it was (rolling back what it took cannot fail).
+                let _ = c.rollback(c.taken().saturating_sub(taken));
+            }
         }
         match out {
             Ok(r) => r,
@@ -140,6 +147,14 @@ impl Session {
         let mut chosen: Option<u32> = None;
         let first_tile = model.backend.rows_for_one().clamp(1, OUTPUT_TILE_ROWS);
         let mut next_row = 0;
+        // Under a constraint each row is read back and masked with the grammar's state after
+        // its token (the constraint takes the pending token now, each draft as it is accepted):
+        // a draft the grammar refuses has probability 0, so it is rejected, and the next token
+        // comes from the masked row, greedy or sampled.
+        let constrained = self.constraint.is_some();
+        if let Some((c, _)) = &mut self.constraint {
+            c.accept(rows[0])?;
+        }
         'tiles: while next_row < rows.len() {
             let size = if next_row == 0 { first_tile } else { OUTPUT_TILE_ROWS };
             let ids: Vec<usize> = (next_row..rows.len().min(next_row + size)).collect();
@@ -152,15 +167,15 @@ impl Session {
             }
             for (j, &i) in ids.iter().enumerate() {
                 let (best, finite) = match acc {
-                    Acceptance::Greedy => {
+                    Acceptance::Greedy if !constrained => {
                         let (best, read) = tile.argmax_row(&model, j, &mut row);
                         unread = (!read).then_some(j);
                         (best, if read { all_finite(&row) } else { tile.row_is_finite(&model, j) })
                     }
-                    Acceptance::Sampled { .. } => {
+                    _ => {
                         tile.read_row(&model, j, &mut row);
                         unread = None;
-                        (0, all_finite(&row)) // (a sampled row is judged on its logits, not by an argmax)
+                        (0, all_finite(&row)) // (judged on its logits, not by an argmax)
                     }
                 };
                 if !finite {
@@ -175,6 +190,13 @@ impl Session {
                     self.tokens.truncate(base);
                     return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, rows, i, column, value, &self.abort));
                 }
+                let best = match &mut self.constraint {
+                    Some((c, _)) => {
+                        c.mask(&mut row)?;
+                        crate::sample::argmax(&row)
+                    }
+                    None => best,
+                };
                 let row = &row[..];
                 let recent = &self.tokens[..base + 1 + i];
                 let Some(&d) = draft.get(i) else {
@@ -213,6 +235,9 @@ impl Session {
                     chosen = Some(next);
                     break 'tiles;
                 }
+                if let Some((c, _)) = &mut self.constraint {
+                    c.accept(d)?;
+                }
                 n_accepted += 1;
             }
         }
@@ -225,7 +250,10 @@ impl Session {
             return Err(Error::new(Status::ErrPanic, "verify ended without choosing a token"));
         };
         // Keep pending and the accepted drafts; the row the next token came from gives last_logits.
-        self.truncate(base + 1 + n_accepted)?;
+        // (Not `truncate`: the constraint took only these tokens already.)
+        let keep = base + 1 + n_accepted;
+        self.kv.truncate(keep);
+        self.tokens.truncate(keep);
         self.last_logits = row;
         self.counters.rounds += 1;
         self.counters.drafted += draft.len() as u64;
@@ -286,6 +314,8 @@ pub struct Generation<'d> {
     pub drafted: u64,
     pub accepted: u64,
     pub rounds: u64,
+    /// Set on the session once the prompt is in (so that the prompt is not held to it).
+    constraint: Option<crate::constrain::Constraint>,
 }
 
 impl<'d> Generation<'d> {
@@ -305,7 +335,14 @@ impl<'d> Generation<'d> {
             drafted: 0,
             accepted: 0,
             rounds: 0,
+            constraint: None,
         }
+    }
+
+    /// The reply follows `c` (set on the session after the prompt's pass).
+    pub fn with_constraint(mut self, c: Option<crate::constrain::Constraint>) -> Self {
+        self.constraint = c;
+        self
     }
 
     /// The next token, or None at a stop token or after `n_new` tokens. After an error the
@@ -329,6 +366,9 @@ impl<'d> Generation<'d> {
         if let Some(prompt) = self.prompt.take() {
             self.params.check()?;
             s.step_batch(&prompt, Want::Last)?;
+            if let Some(c) = self.constraint.take() {
+                s.set_constraint(Some(c))?;
+            }
             self.choose(s);
         }
         loop {

@@ -10,6 +10,7 @@
 
 #![allow(non_camel_case_types)]
 
+pub mod constraint;
 pub mod control;
 pub mod guard;
 pub mod model;

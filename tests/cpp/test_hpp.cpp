@@ -115,6 +115,26 @@ int main(int argc, char **argv) {
         fresh.restore(x.snapshot());
         CHECK(fx.step(11) == fresh.step(11));
 
+        // A constraint: a session holding a copy hands back what the standalone one masks.
+        packlm::Constraint rgx(model, PACKLM_GRAMMAR_REGEX, "[a-z]{2,4}");
+        packlm::Session cs(model), plain(model);
+        std::vector<float> row = plain.step_batch(hello);
+        cs.step_batch(hello);
+        cs.set_constraint(&rgx);
+        for (int i = 0; i < 2; i++) {
+            rgx.mask(row);
+            const uint32_t t = packlm::argmax(row);
+            const std::vector<float> got = cs.step(t);
+            rgx.accept(t);
+            row = plain.step(t);
+            rgx.mask(row);
+            CHECK(got == row);
+        }
+        const std::string bad = expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Constraint(model, PACKLM_GRAMMAR_REGEX, "(["); });
+        CHECK(bad.find("regex") != std::string::npos);
+        packlm::Constraint js(model, PACKLM_GRAMMAR_JSON_SCHEMA, R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
+        CHECK(!js.finished() && !js.can_end() && !js.forced().empty());
+
         // A greedy verify item beside a step item: the outcome and state of verifying alone.
         packlm::Session v(model), rv(model);
         v.step_batch(hello);

@@ -188,6 +188,41 @@ ga, gb = m.session(), m.session()
 ga.step_batch(ids); gb.step_batch(ids)
 check(list(fa.step(7)) == list(ga.step(7)) and list(fb.step(9)) == list(gb.step(9)), "a fork and its source diverge to fresh bits")
 
+# A constraint: a session holding a copy hands back the rows a standalone constraint masks, bit
+# for bit; refused tokens and grammars raise with their status; restore is refused while set.
+rx = packlm.Constraint(m, packlm.GRAMMAR_REGEX, "[a-z]{2,4}")
+cs, plain = m.session(), m.session()
+row = plain.step_batch(ids)
+cs.step_batch(ids)
+cs.set_constraint(rx)
+for _ in range(2):
+    t = packlm.argmax(rx.mask(row))
+    got = cs.step(t)
+    rx.accept(t)
+    row = plain.step(t)
+    masked = rx.mask(row)
+    check(list(got) == list(masked), "a session's constraint masks its rows as the standalone one does")
+check(any(v == float("-inf") for v in masked) and any(v != float("-inf") for v in masked), "a regex masks some tokens, not all")
+try:
+    cs.step(min(range(len(masked)), key=lambda i: masked[i]))
+    check(False, "a token the constraint refuses was stepped")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT, f"refused token: {e}")
+try:
+    packlm.Constraint(m, packlm.GRAMMAR_REGEX, "([")
+    check(False, "a bad regex was taken")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "regex" in str(e), f"bad regex: {e}")
+try:
+    cs.restore(plain.snapshot())
+    check(False, "restore with a constraint set was taken")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT, f"restore under a constraint: {e}")
+js = packlm.Constraint(m, packlm.GRAMMAR_JSON_SCHEMA, '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}')
+check(js.state() == (False, False), f"a fresh schema constraint's state {js.state()}")
+forced = js.forced()
+check(len(forced) > 0 and m.detokenize(forced).startswith("{"), f"the schema forces its opening: {forced}")
+
 snap = s.snapshot()
 after = s.step(7)
 s.truncate(len(ids))

@@ -102,6 +102,8 @@ _PRECISION_CODES: Dict[Optional[str], int] = {None: PRECISION_DEFAULT, "exact": 
 _PRECISION_NAMES: Dict[int, str] = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
 LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 MAX_STEP_ITEMS = 4096  # the most items of one step_sessions call
+GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK, GRAMMAR_REGEX = 0, 1, 2  # Constraint kinds
+MAX_GRAMMAR_BYTES = 4 << 20  # the most bytes of grammar text a Constraint takes
 
 
 class PacklmError(Exception):
@@ -203,6 +205,14 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_session_n_past": (_st, [_h, _P(_sz)]),
     "packlm_session_fork": (_st, [_h, _P(_h)]),
     "packlm_session_kv_bytes": (_st, [_h, _P(_sz)]),
+    "packlm_session_set_constraint": (_st, [_h, _h]),
+    "packlm_constraint_new": (_st, [_h, _u32, C.c_char_p, _sz, _P(_h)]),
+    "packlm_constraint_free": (None, [_h]),
+    "packlm_constraint_mask": (_st, [_h, _P(C.c_float), _sz]),
+    "packlm_constraint_accept": (_st, [_h, _u32]),
+    "packlm_constraint_rollback": (_st, [_h, _sz]),
+    "packlm_constraint_state": (_st, [_h, _P(_u32), _P(_u32)]),
+    "packlm_constraint_forced": (_st, [_h, _P(_u32), _sz, _P(_sz)]),
     "packlm_step": (_st, [_h, _u32, _P(C.c_float)]),
     "packlm_step_batch": (_st, [_h, _P(_u32), _sz, _u32, _P(C.c_float)]),
     "packlm_step_into": (_st, [_h, _u32, _P(C.c_float), _sz, _P(_sz)]),
@@ -462,6 +472,48 @@ class AbortFlag(_Handle):
         _check(_lib.packlm_abort_clear(self._ptr))
 
 
+class Constraint(_Handle):
+    """A grammar over a model's vocabulary (GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK or GRAMMAR_REGEX):
+    masks logits, takes tokens, rolls back; Session.set_constraint makes a session follow a copy."""
+
+    _free = _lib.packlm_constraint_free
+
+    def __init__(self, model: Model, kind: int, text: str) -> None:
+        self.model = model
+        self._ptr = C.c_void_p()
+        data = text.encode("utf-8")
+        _check(_lib.packlm_constraint_new(model._ptr, kind, data, len(data), C.byref(self._ptr)))
+
+    def mask(self, logits: Sequence[float]) -> array[float]:
+        """The logits with -inf for every token that may not come next."""
+        buf = (C.c_float * len(logits))(*logits)
+        _check(_lib.packlm_constraint_mask(self._ptr, buf, len(buf)))
+        return array("f", buf)
+
+    def accept(self, token: int) -> None:
+        _check(_lib.packlm_constraint_accept(self._ptr, token))
+
+    def rollback(self, n: int) -> None:
+        _check(_lib.packlm_constraint_rollback(self._ptr, n))
+
+    def state(self) -> Tuple[bool, bool]:
+        """(finished, can_end): ended; a stop token may come now."""
+        finished, can_end = C.c_uint32(), C.c_uint32()
+        _check(_lib.packlm_constraint_state(self._ptr, C.byref(finished), C.byref(can_end)))
+        return bool(finished.value), bool(can_end.value)
+
+    def forced(self) -> List[int]:
+        """The tokens the grammar forces next (none where it has a choice)."""
+        n = C.c_size_t()
+        buf = (C.c_uint32 * 64)()
+        st = _lib.packlm_constraint_forced(self._ptr, buf, len(buf), C.byref(n))
+        if st == ERR_BUFFER_TOO_SMALL:
+            buf = (C.c_uint32 * n.value)()
+            st = _lib.packlm_constraint_forced(self._ptr, buf, len(buf), C.byref(n))
+        _check(st)
+        return list(buf[: n.value])
+
+
 class Session(_Handle):
     """One sequence's state (the positions it holds and their KV cache); one thread at a time."""
 
@@ -479,6 +531,11 @@ class Session(_Handle):
         n = C.c_size_t()
         _check(_lib.packlm_session_n_past(self._ptr, C.byref(n)))
         return n.value
+
+    def set_constraint(self, constraint: Optional[Constraint]) -> None:
+        """The session's tokens from now on follow a copy of `constraint` (None clears it): every
+        logits row it hands back is masked, verify judges drafts under it."""
+        _check(_lib.packlm_session_set_constraint(self._ptr, constraint._ptr if constraint is not None else None))
 
     def fork(self) -> "Session":
         """A new session with this one's exact state; their KV is shared copy-on-write (no copy

@@ -3,8 +3,8 @@ import XCTest
 @testable import PackLM
 
 /// Every macro of include/packlm.h is a constant of this package with the header's value, or is
-/// left out for a stated reason. Status, the flags and abiVersion are built from the imported
-/// macros; Backend, Precision, Want and VerifyMode are enums, whose raw values Swift requires to
+/// left out for a stated reason. Status, the flags, GrammarKind, Constraint.maxGrammarBytes and
+/// abiVersion are built from the imported macros; Backend, Precision, Want and VerifyMode are enums, whose raw values Swift requires to
 /// be literals, so this test is what holds those to the header.
 final class ConstantsTests: XCTestCase {
     /// The constants this package defines for the header's macros, by their names there.
@@ -44,6 +44,10 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_MAX_STEP_ITEMS": UInt64(Session.maxStepItems),
         "PACKLM_VERIFY_GREEDY": UInt64(VerifyMode.greedy.rawValue),
         "PACKLM_VERIFY_SAMPLED": UInt64(VerifyMode.sampled.rawValue),
+        "PACKLM_GRAMMAR_JSON_SCHEMA": UInt64(GrammarKind.jsonSchema.rawValue),
+        "PACKLM_GRAMMAR_LARK": UInt64(GrammarKind.lark.rawValue),
+        "PACKLM_GRAMMAR_REGEX": UInt64(GrammarKind.regex.rawValue),
+        "PACKLM_MAX_GRAMMAR_BYTES": UInt64(Constraint.maxGrammarBytes),
         "PACKLM_TOKENIZE_ADD_SPECIAL": UInt64(TokenizeFlags.addSpecial.rawValue),
         "PACKLM_TOKENIZE_PARSE_SPECIAL": UInt64(TokenizeFlags.parseSpecial.rawValue),
         "PACKLM_DETOKENIZE_SKIP_SPECIAL": UInt64(DetokenizeFlags.skipSpecial.rawValue),
@@ -78,13 +82,24 @@ final class ConstantsTests: XCTestCase {
         return macros
     }
 
+    /// The value of a macro's text: a plain number, or `(N << M)` as cbindgen writes a Rust
+    /// constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES); nil for anything else.
+    func macroValue(_ text: String) -> UInt64? {
+        if let v = UInt64(text) { return v }
+        guard text.hasPrefix("("), text.hasSuffix(")") else { return nil }
+        let parts = text.dropFirst().dropLast().components(separatedBy: " << ")
+        guard parts.count == 2, let v = UInt64(parts[0]), let shift = UInt64(parts[1]), shift < 64,
+              (v << shift) >> shift == v else { return nil }
+        return v << shift
+    }
+
     func testConstantsMatchHeader() throws {
         let macros = try headerMacros()
         XCTAssertGreaterThanOrEqual(macros.count, 45, "the parse of include/packlm.h found \(macros.count) macros")
         for (name, value) in macros.sorted(by: { $0.key < $1.key }) {
             if let got = exposed[name] {
                 XCTAssertNil(notExposed[name], "\(name) is both exposed and listed as left out")
-                XCTAssertEqual(UInt64(value), got, "\(name): this package has \(got), the header \(value)")
+                XCTAssertEqual(macroValue(value), got, "\(name): this package has \(got), the header \(value)")
             } else {
                 XCTAssertNotNil(notExposed[name],
                                 "\(name) of include/packlm.h is neither a constant of this package nor listed as left out")

@@ -1,0 +1,324 @@
+//! Structured output (`Constraint`, `Session::set_constraint`): masks checked against oracles
+//! written from the grammars themselves (a regular expression's language, a JSON schema's rules
+//! checked by a small validator here), on the tiny fixture and both real GGUFs; a session's
+//! constraint masks what it hands back, rolls back with truncate, survives fork, and judges
+//! verify (speculative output under a constraint equals the plain constrained output); bad
+//! grammars and misuse are refused with nothing changed.
+
+mod common;
+
+use common::*;
+use packlm::{Acceptance, Constraint, GenerateOptions, GrammarKind, Model, NgramDrafter, SamplerParams, Status, Want};
+
+fn models() -> Vec<(String, Model)> {
+    let mut out = vec![("tiny llama".to_string(), Model::open(tiny("llama")).unwrap())];
+    for p in [smollm2(), gemma3_270m()].into_iter().flatten() {
+        out.push((p.display().to_string(), Model::open(&p).unwrap()));
+    }
+    out
+}
+
+/// The regex `[a-z]{2,4}` as an oracle: bytes `so_far + token` can still become a match iff
+/// every byte is a lowercase ASCII letter and there are at most 4; a stop token may come iff
+/// `so_far` is a match.
+#[test]
+fn a_regex_mask_is_the_language_of_the_regex() {
+    for (name, m) in models() {
+        let stop = m.info().stop_tokens.clone();
+        let mut c = Constraint::new(&m, GrammarKind::Regex, "[a-z]{2,4}").unwrap();
+        let n = m.info().n_vocab;
+        let mut so_far: Vec<u8> = Vec::new();
+        for step in 0..4 {
+            let mut logits = vec![0.0f32; n];
+            c.mask(&mut logits).unwrap();
+            let mut allowed = Vec::new();
+            for (t, &l) in logits.iter().enumerate() {
+                let t = t as u32;
+                let want = if stop.contains(&t) {
+                    (2..=4).contains(&so_far.len())
+                } else if m.token_kind(t).unwrap() == packlm::TokenKind::Control {
+                    false
+                } else {
+                    let bytes = m.token_bytes(t, false).unwrap();
+                    !bytes.is_empty() && bytes.iter().all(|b| b.is_ascii_lowercase()) && so_far.len() + bytes.len() <= 4
+                };
+                assert_eq!(l == 0.0, want, "{name}, step {step} after {:?}: token {t} ({:?})", String::from_utf8_lossy(&so_far), m.token_bytes(t, true));
+                assert!(l == 0.0 || l == f32::NEG_INFINITY);
+                if want && !stop.contains(&t) {
+                    allowed.push(t);
+                }
+            }
+            // Take the allowed token with the fewest bytes, so that the run goes on.
+            let Some(&t) = allowed.iter().min_by_key(|&&t| (m.token_bytes(t, false).unwrap().len(), t)) else { break };
+            c.accept(t).unwrap();
+            so_far.extend(m.token_bytes(t, false).unwrap());
+        }
+        assert!(so_far.len() >= 2, "{name}: the run went on ({so_far:?})");
+    }
+}
+
+/// A JSON value against the subset of JSON Schema the schemas below use (type, properties,
+/// required, additionalProperties false, items, enum, const, minimum / maximum, minItems /
+/// maxItems, minLength / maxLength, pattern-free strings), written from the specification.
+fn validates(v: &serde_json::Value, s: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value as V;
+    if let Some(e) = s.get("enum").and_then(V::as_array) {
+        return if e.contains(v) { Ok(()) } else { Err(format!("{v} not in {e:?}")) };
+    }
+    if let Some(c) = s.get("const") {
+        return if c == v { Ok(()) } else { Err(format!("{v} is not {c}")) };
+    }
+    if let Some(any) = s.get("anyOf").and_then(V::as_array) {
+        return if any.iter().any(|s| validates(v, s).is_ok()) { Ok(()) } else { Err(format!("{v} matches no anyOf branch")) };
+    }
+    let ty = s.get("type").and_then(V::as_str).unwrap_or("");
+    let num = |k: &str| s.get(k).and_then(V::as_f64);
+    let count = |k: &str| s.get(k).and_then(V::as_u64).map(|x| x as usize);
+    match (ty, v) {
+        ("object", V::Object(o)) => {
+            let props = s.get("properties").and_then(V::as_object).cloned().unwrap_or_default();
+            for r in s.get("required").and_then(V::as_array).into_iter().flatten() {
+                if !o.contains_key(r.as_str().unwrap()) {
+                    return Err(format!("missing {r}"));
+                }
+            }
+            for (k, x) in o {
+                match props.get(k) {
+                    Some(ps) => validates(x, ps).map_err(|e| format!("{k}: {e}"))?,
+                    None if s.get("additionalProperties") == Some(&V::Bool(false)) => return Err(format!("extra key {k}")),
+                    None => {}
+                }
+            }
+            Ok(())
+        }
+        ("array", V::Array(a)) => {
+            if count("minItems").is_some_and(|n| a.len() < n) || count("maxItems").is_some_and(|n| a.len() > n) {
+                return Err(format!("{} items", a.len()));
+            }
+            match s.get("items") {
+                Some(is) => a.iter().try_for_each(|x| validates(x, is)),
+                None => Ok(()),
+            }
+        }
+        ("string", V::String(t)) => {
+            let n = t.chars().count();
+            if count("minLength").is_some_and(|m| n < m) || count("maxLength").is_some_and(|m| n > m) {
+                return Err(format!("string of {n} chars"));
+            }
+            Ok(())
+        }
+        ("integer", V::Number(x)) if x.is_i64() || x.is_u64() => {
+            let f = x.as_f64().unwrap();
+            if num("minimum").is_some_and(|m| f < m) || num("maximum").is_some_and(|m| f > m) {
+                return Err(format!("{f} out of bounds"));
+            }
+            Ok(())
+        }
+        ("number", V::Number(x)) => {
+            let f = x.as_f64().unwrap();
+            if num("minimum").is_some_and(|m| f < m) || num("maximum").is_some_and(|m| f > m) {
+                return Err(format!("{f} out of bounds"));
+            }
+            Ok(())
+        }
+        ("boolean", V::Bool(_)) | ("null", V::Null) => Ok(()),
+        _ => Err(format!("{v} is not of type {ty:?}")),
+    }
+}
+
+fn schemas() -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let s = |max: u64| json!({"type": "string", "minLength": 1, "maxLength": max});
+    vec![
+        json!({"type": "object", "properties": {"name": s(20), "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}),
+        json!({"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5}, "minItems": 1, "maxItems": 4}),
+        json!({"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}}, "required": ["color", "ok"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"point": {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 10}, "y": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["x", "y"], "additionalProperties": false}, "label": s(12)}, "required": ["point"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"tags": {"type": "array", "items": s(8), "maxItems": 3}, "note": {"anyOf": [s(10), {"type": "null"}]}}, "required": ["tags", "note"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"kind": {"const": "tool_call"}, "tool": {"enum": ["search", "calc"]}, "args": {"type": "object", "properties": {"q": s(16)}, "required": ["q"], "additionalProperties": false}}, "required": ["kind", "tool", "args"], "additionalProperties": false}),
+    ]
+}
+
+/// On the real models (the tiny one when they are missing), each schema's reply at
+/// temperature 0 and at temperature 1 with 3 seeds ends at a stop token (the constraint
+/// finished) and validates.
+#[test]
+fn json_schema_replies_validate() {
+    for (name, m) in models() {
+        let prompt = m.tokenize("Answer with a JSON value.\n", true, false).unwrap();
+        for (i, schema) in schemas().iter().enumerate() {
+            for (temp, seed) in [(0.0, 0), (1.0, 1), (1.0, 2), (1.0, 3)] {
+                let c = Constraint::new(&m, GrammarKind::JsonSchema, &schema.to_string()).unwrap();
+                let mut s = m.session().unwrap();
+                let options = GenerateOptions { max_tokens: 200, sampler: SamplerParams { temperature: temp, ..Default::default() }, seed, constraint: Some(c), ..Default::default() };
+                let mut stream = s.generate(&prompt, options);
+                let mut text = String::new();
+                for t in &mut stream {
+                    text.push_str(&t.unwrap().text);
+                }
+                text.push_str(&stream.rest().unwrap());
+                drop(stream);
+                let what = format!("{name}, schema {i}, temperature {temp}, seed {seed}: {text:?}");
+                assert_eq!(s.constraint_finished(), Some(true), "{what}: the reply did not finish");
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
+                validates(&v, schema).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+}
+
+/// Speculative decoding under a constraint: with the n-gram drafter, greedy output equals
+/// plain constrained greedy output, token for token.
+#[test]
+fn drafted_constrained_output_is_the_plain_constrained_output() {
+    for (name, m) in models() {
+        let prompt = m.tokenize("List: a, b, a, b, a, b,", true, false).unwrap();
+        let schema = schemas()[1].to_string();
+        let run = |drafted: bool| {
+            let mut s = m.session().unwrap();
+            let mut drafter = NgramDrafter::default();
+            let c = Constraint::new(&m, GrammarKind::JsonSchema, &schema).unwrap();
+            let options = GenerateOptions { max_tokens: 60, drafter: if drafted { Some(&mut drafter) } else { None }, draft_k: 4, constraint: Some(c), ..Default::default() };
+            let ids: Vec<u32> = s.generate(&prompt, options).map(|t| t.unwrap().id).collect();
+            ids
+        };
+        assert_eq!(run(true), run(false), "{name}");
+    }
+}
+
+/// A verify whose drafts leave the grammar: drafts up to the first one the grammar refuses may
+/// be accepted, never that one; the next token is one the grammar allows; the session then
+/// holds what stepping the accepted tokens would, constraint included.
+#[test]
+fn verify_never_accepts_a_draft_the_grammar_refuses() {
+    let m = Model::open(tiny("llama")).unwrap();
+    let prompt = m.tokenize("Hello", true, false).unwrap();
+    let mut probe = Constraint::new(&m, GrammarKind::Regex, "[a-z]{3,6}").unwrap();
+    // An allowed pending token and draft, then one the grammar refuses.
+    let n = m.info().n_vocab;
+    let mut ok = Vec::new();
+    for _ in 0..3 {
+        let mut l = vec![0.0f32; n];
+        probe.mask(&mut l).unwrap();
+        let t = l.iter().position(|&x| x == 0.0).unwrap() as u32;
+        probe.accept(t).unwrap();
+        ok.push(t);
+    }
+    let mut l = vec![0.0f32; n];
+    probe.mask(&mut l).unwrap();
+    let refused = l.iter().position(|&x| x == f32::NEG_INFINITY).unwrap() as u32;
+    let c = Constraint::new(&m, GrammarKind::Regex, "[a-z]{3,6}").unwrap();
+    for acceptance in [0u8, 1] {
+        let mut s = m.session().unwrap();
+        s.step_batch(&prompt, Want::Last).unwrap();
+        s.set_constraint(Some(c.clone())).unwrap();
+        let (params, mut rng) = (SamplerParams { temperature: 1.0, ..Default::default() }, 7u64);
+        let acc = if acceptance == 0 { Acceptance::Greedy } else { Acceptance::Sampled { params: &params, draft_probs: None, rng: &mut rng } };
+        let draft = [ok[1], ok[2], refused, ok[0]];
+        let r = s.verify(ok[0], &draft, acc).unwrap();
+        assert!(r.n_accepted <= 2, "a refused draft was accepted: {r:?}");
+        let mut check = Constraint::new(&m, GrammarKind::Regex, "[a-z]{3,6}").unwrap();
+        for &t in [ok[0]].iter().chain(&draft[..r.n_accepted]) {
+            check.accept(t).unwrap();
+        }
+        assert!(check.allows(r.next).unwrap(), "the next token {} is not allowed", r.next);
+        // The session's constraint took the same tokens: its last logits are masked as the
+        // checking constraint masks them.
+        let mut want = s.last_logits().to_vec();
+        check.mask(&mut want).unwrap();
+        assert_bits_equal(s.last_logits(), &want, "the last logits after verify");
+        assert!(s.step(refused).is_err() || check.allows(refused).unwrap());
+    }
+}
+
+/// Truncate rolls the constraint back with the session; fork copies it; restore is refused
+/// while one is set; step_many refuses a session holding one; misuse changes nothing.
+#[test]
+fn the_constraint_follows_the_session() {
+    let m = Model::open(tiny("llama")).unwrap();
+    let prompt = m.tokenize("Hello", true, false).unwrap();
+    let c = Constraint::new(&m, GrammarKind::Regex, "[a-z]{2,8}").unwrap();
+    let mut s = m.session().unwrap();
+    s.step_batch(&prompt, Want::Last).unwrap();
+    s.set_constraint(Some(c)).unwrap();
+    let mut rows = Vec::new();
+    let mut toks = Vec::new();
+    for _ in 0..3 {
+        let t = packlm::argmax(s.last_logits());
+        toks.push(t);
+        rows.push(s.step(t).unwrap());
+    }
+    let snap = s.snapshot();
+    let mut f = s.fork();
+    s.truncate(prompt.len() + 1).unwrap();
+    assert_bits_equal(&s.step(toks[1]).unwrap(), &rows[1], "a step after truncate, masked as before");
+    // Back to where it was set: the constraint is back at its start.
+    s.truncate(prompt.len()).unwrap();
+    assert_bits_equal(&s.step(toks[0]).unwrap(), &rows[0], "a step after truncating to where it was set");
+    f.truncate(prompt.len() + 2).unwrap();
+    assert_bits_equal(&f.step(toks[2]).unwrap(), &rows[2], "a fork's constraint");
+    let e = s.restore(&snap).unwrap_err();
+    assert!(e.status == Status::ErrInvalidArgument && e.message.contains("constraint"), "{e}");
+    let mut other = m.session().unwrap();
+    let e = packlm::Session::step_many(&mut [packlm::StepItem { session: &mut f, tokens: &[toks[0]], want: Want::Last }, packlm::StepItem { session: &mut other, tokens: &prompt, want: Want::Last }]).unwrap_err();
+    assert!(e.status == Status::ErrUnsupported && e.message.starts_with("item 0"), "{e}");
+    // With the constraint cleared, restore works and the rows are the unmasked ones.
+    s.set_constraint(None).unwrap();
+    s.restore(&snap).unwrap();
+    // A constraint of another model is refused.
+    let g = Model::open(tiny("gemma3")).unwrap();
+    let cg = Constraint::new(&g, GrammarKind::Regex, "[a-z]+").unwrap();
+    assert!(other.set_constraint(Some(cg)).is_err());
+}
+
+#[test]
+fn bad_grammars_are_refused_with_their_reason() {
+    let m = Model::open(tiny("llama")).unwrap();
+    for (kind, text, want) in [
+        (GrammarKind::JsonSchema, "{\"type\": \"object\"", "not JSON"),
+        (GrammarKind::JsonSchema, "{\"type\": \"objekt\"}", "objekt"),
+        (GrammarKind::Regex, "([", "regex"),
+        (GrammarKind::Lark, "start: foo", "foo"),
+        (GrammarKind::Regex, "a\0b", "NUL"),
+    ] {
+        let e = Constraint::new(&m, kind, text).unwrap_err();
+        assert_eq!(e.status, Status::ErrInvalidArgument, "{text:?}: {e}");
+        assert!(e.message.contains(want), "{text:?}: {e}");
+    }
+    let big = "a".repeat(packlm::MAX_GRAMMAR_BYTES + 1);
+    assert_eq!(Constraint::new(&m, GrammarKind::Regex, &big).unwrap_err().status, Status::ErrLimitExceeded);
+}
+
+/// Once the grammar has ended only stop tokens are allowed, and one is taken (several, even);
+/// rolling them back gives the ended state's mask again, and rolling back past them the
+/// grammar's own state.
+#[test]
+fn stop_tokens_after_the_end_are_taken_and_rolled_back() {
+    let m = Model::open(tiny("llama")).unwrap();
+    let n = m.info().n_vocab;
+    let stop = m.info().stop_tokens[0];
+    let mut c = Constraint::new(&m, GrammarKind::Regex, "[a-z]{1,2}").unwrap();
+    let mask = |c: &mut Constraint| {
+        let mut l = vec![0.0f32; n];
+        c.mask(&mut l).unwrap();
+        l
+    };
+    let mut masks = vec![mask(&mut c)];
+    while !c.is_finished() {
+        let l = masks.last().unwrap();
+        let t = (0..n as u32).filter(|&t| l[t as usize] == 0.0 && t != stop).min_by_key(|&t| m.token_bytes(t, false).unwrap().len()).unwrap();
+        c.accept(t).unwrap();
+        masks.push(mask(&mut c));
+        assert!(masks.len() < 4, "a match of at most 2 letters ended");
+    }
+    let ended = masks.last().unwrap().clone();
+    assert!(ended.iter().enumerate().all(|(t, &l)| (l == 0.0) == m.is_stop(t as u32)), "once ended only stop tokens are allowed");
+    c.accept(stop).unwrap();
+    c.accept(stop).unwrap();
+    assert!(c.is_finished());
+    assert!(c.accept(5).is_err(), "a token after the end");
+    c.rollback(2).unwrap();
+    assert_bits_equal(&mask(&mut c), &ended, "the ended state again");
+    c.rollback(1).unwrap();
+    assert_bits_equal(&mask(&mut c), &masks[masks.len() - 2], "the state before the last letter");
+}
