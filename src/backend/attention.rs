@@ -9,7 +9,7 @@
 use crate::backend::exp::exp_sub_scalar;
 use crate::backend::reference::dot_sequential;
 use crate::backend::AttentionShape;
-use crate::kv::pages::{each_page, PagedPlane};
+use crate::kv::pages::{page_end, PagedPlane};
 
 /// One attention call: its geometry and rules, the layer's KV plane, and where the queries start.
 pub struct AttentionArgs<'a> {
@@ -201,10 +201,15 @@ fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, u
 /// bits as one at a time).
 #[inline(always)]
 fn raw_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, t0: usize, t1: usize, dst: &mut [f32], m: impl Arith) {
-    each_page(t0..t1, |p0, p1| {
+    // A loop, not a closure: a closure is compiled without its caller's target features (see
+    // `head_inline`).
+    let mut p0 = t0;
+    while p0 < t1 {
+        let p1 = page_end(p0).min(t1);
         let (k, _) = a.plane.span(p0, p1);
-        page_scores(a, qh, kvh, k, &mut dst[p0 - t0..p1 - t0], m)
-    });
+        page_scores(a, qh, kvh, k, &mut dst[p0 - t0..p1 - t0], m);
+        p0 = p1;
+    }
 }
 
 /// `raw_scores` over one page's keys `k` (rows of the plane), into `dst`, one score per row.
@@ -263,10 +268,13 @@ fn softmax(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
 /// out += p_t * v_t for keys t0..t1 of KV head `kvh` (`p[t - t0]`), in key order, page by page.
 #[inline(always)]
 fn values(a: &AttentionArgs, kvh: usize, t0: usize, t1: usize, p: &[f32], out: &mut [f32]) {
-    each_page(t0..t1, |p0, p1| {
+    let mut p0 = t0;
+    while p0 < t1 {
+        let p1 = page_end(p0).min(t1);
         let (_, v) = a.plane.span(p0, p1);
-        page_values(a, kvh, v, &p[p0 - t0..p1 - t0], out)
-    });
+        page_values(a, kvh, v, &p[p0 - t0..p1 - t0], out);
+        p0 = p1;
+    }
 }
 
 /// `values` over one page's values `v` (rows of the plane, one per probability of `p`): for

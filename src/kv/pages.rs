@@ -129,12 +129,17 @@ impl PagedPlane {
     }
 }
 
-/// `f(t0, t1)` for each part of `range` that lies in one page, in order.
+/// The first row past the page that holds row `t`.
 #[inline(always)]
+pub fn page_end(t: usize) -> usize {
+    (t / PAGE_ROWS + 1) * PAGE_ROWS
+}
+
+/// `f(t0, t1)` for each part of `range` that lies in one page, in order.
 pub fn each_page(range: std::ops::Range<usize>, mut f: impl FnMut(usize, usize)) {
     let mut t0 = range.start;
     while t0 < range.end {
-        let t1 = ((t0 / PAGE_ROWS + 1) * PAGE_ROWS).min(range.end);
+        let t1 = page_end(t0).min(range.end);
         f(t0, t1);
         t0 = t1;
     }
