@@ -167,22 +167,41 @@ fn json_schema_replies_validate() {
     }
 }
 
-/// Speculative decoding under a constraint: with the n-gram drafter, greedy output equals
-/// plain constrained greedy output, token for token.
+/// Speculative decoding under a constraint: the grammar's forced runs drafted (always, under
+/// a constraint) and the n-gram drafter's proposals after them give, greedy, the output of
+/// stepping one token at a time and taking the argmax of each masked row; forced drafts are
+/// proposed and accepted.
 #[test]
 fn drafted_constrained_output_is_the_plain_constrained_output() {
     for (name, m) in models() {
         let prompt = m.tokenize("List: a, b, a, b, a, b,", true, false).unwrap();
-        let schema = schemas()[1].to_string();
-        let run = |drafted: bool| {
+        for (i, schema) in schemas().iter().enumerate() {
+            let schema = schema.to_string();
+            // One token at a time.
             let mut s = m.session().unwrap();
-            let mut drafter = NgramDrafter::default();
-            let c = Constraint::new(&m, GrammarKind::JsonSchema, &schema).unwrap();
-            let options = GenerateOptions { max_tokens: 60, drafter: if drafted { Some(&mut drafter) } else { None }, draft_k: 4, constraint: Some(c), ..Default::default() };
-            let ids: Vec<u32> = s.generate(&prompt, options).map(|t| t.unwrap().id).collect();
-            ids
-        };
-        assert_eq!(run(true), run(false), "{name}");
+            s.step_batch(&prompt, Want::Last).unwrap();
+            s.set_constraint(Some(Constraint::new(&m, GrammarKind::JsonSchema, &schema).unwrap())).unwrap();
+            let mut plain = Vec::new();
+            while plain.len() < 60 {
+                let t = packlm::argmax(s.last_logits());
+                if m.is_stop(t) {
+                    break;
+                }
+                plain.push(t);
+                s.step(t).unwrap();
+            }
+            for drafted in [false, true] {
+                let mut s = m.session().unwrap();
+                let mut drafter = NgramDrafter::default();
+                let c = Constraint::new(&m, GrammarKind::JsonSchema, &schema).unwrap();
+                let options = GenerateOptions { max_tokens: 60, drafter: if drafted { Some(&mut drafter) } else { None }, draft_k: 4, constraint: Some(c), ..Default::default() };
+                let mut stream = s.generate(&prompt, options);
+                let ids: Vec<u32> = (&mut stream).map(|t| t.unwrap().id).collect();
+                let (rounds, proposed, accepted) = stream.draft_counters();
+                assert_eq!(ids, plain, "{name}, schema {i}, n-gram drafter {drafted}");
+                assert!(rounds > 0 && proposed > 0 && accepted > 0, "{name}, schema {i}: forced runs drafted ({rounds}, {proposed}, {accepted})");
+            }
+        }
     }
 }
 

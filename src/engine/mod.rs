@@ -438,6 +438,18 @@ impl Session {
         Ok(())
     }
 
+    /// The tokens the session's constraint forces right after `pending` (none without a
+    /// constraint, where `pending` is refused, or where the grammar has a choice).
+    pub fn forced_after(&mut self, pending: u32) -> Result<Vec<u32>> {
+        let Some((c, _)) = &mut self.constraint else { return Ok(Vec::new()) };
+        if c.accept(pending).is_err() {
+            return Ok(Vec::new());
+        }
+        let forced = c.forced();
+        c.rollback(1)?;
+        Ok(forced)
+    }
+
     /// The session's constraint, in the state its tokens left it.
     pub fn constraint(&self) -> Option<&Constraint> {
         self.constraint.as_ref().map(|(c, _)| c)

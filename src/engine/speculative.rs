@@ -387,10 +387,24 @@ impl<'d> Generation<'d> {
                 return Ok(None);
             }
             let want_k = self.k.min(self.n_new - self.produced).min(room - 1);
-            let draft = match self.drafter.as_deref_mut() {
-                Some(d) if want_k > 0 => d.propose(&s.tokens, self.pending, want_k)?,
-                _ => Vec::new(),
-            };
+            // Under a constraint the grammar's forced run after the pending token (a JSON key,
+            // a closing brace) is drafted first, free; the drafter goes on after it.
+            let mut draft = if want_k > 0 { s.forced_after(self.pending)? } else { Vec::new() };
+            draft.truncate(want_k);
+            if let Some(d) = self.drafter.as_deref_mut() {
+                if draft.len() < want_k {
+                    let mut history = s.tokens.clone();
+                    history.push(self.pending);
+                    let last = match draft.split_last() {
+                        Some((&last, run)) => {
+                            history.extend_from_slice(run);
+                            last
+                        }
+                        None => history.pop().unwrap_or(self.pending),
+                    };
+                    draft.extend(d.propose(&history, last, want_k - draft.len())?);
+                }
+            }
             if draft.is_empty() {
                 s.step(self.pending)?;
                 self.choose(s);
