@@ -43,6 +43,7 @@ fn a_regex_mask_is_the_language_of_the_regex() {
                     !bytes.is_empty() && bytes.iter().all(|b| b.is_ascii_lowercase()) && so_far.len() + bytes.len() <= 4
                 };
                 assert_eq!(l == 0.0, want, "{name}, step {step} after {:?}: token {t} ({:?})", String::from_utf8_lossy(&so_far), m.token_bytes(t, true));
+                assert_eq!(c.allows(t).unwrap(), want, "{name}, step {step}: allows({t}) against the mask");
                 assert!(l == 0.0 || l == f32::NEG_INFINITY);
                 if want && !stop.contains(&t) {
                     allowed.push(t);

@@ -65,6 +65,8 @@ pub struct ConstraintEnv {
     /// is refused by another's session.
     pub(crate) model_key: usize,
     pub(crate) vocab_size: usize,
+    /// The stop tokens: the EOS set.
+    stop: Vec<u32>,
 }
 
 impl ConstraintEnv {
@@ -93,7 +95,7 @@ impl ConstraintEnv {
         let env: TokEnv = Arc::new(PackTokEnv { trie, vocab: Arc::new(VocabRef(encode)) });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| Error::new(Status::ErrTokenizer, format!("the token table: {e}")))?;
         factory.quiet();
-        Ok(ConstraintEnv { factory, model_key, vocab_size: n })
+        Ok(ConstraintEnv { factory, model_key, vocab_size: n, stop })
     }
 }
 
@@ -190,17 +192,41 @@ impl Constraint {
     /// the vocabulary (longer rows, as some packs pad theirs, get -infinity past it).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
         let allowed = self.allowed()?;
-        for (t, l) in logits.iter_mut().enumerate() {
-            if t >= self.env.vocab_size || !allowed.is_allowed(t as u32) {
-                *l = f32::NEG_INFINITY;
+        // A word of the bitset (token t at bit t % 32 of word t / 32) at a time: whole words
+        // allowed or refused, as most are, cost one test.
+        let words = allowed.as_slice();
+        let vocab = self.env.vocab_size;
+        for (i, chunk) in logits.chunks_mut(32).enumerate() {
+            let valid = vocab.saturating_sub(i * 32).min(32);
+            let mut w = words.get(i).copied().unwrap_or(0);
+            if valid < 32 {
+                w &= (1u32 << valid).wrapping_sub(1);
+            }
+            match w {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                _ => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if w >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// Whether `token` may come next.
+    /// Whether `token` may come next: the parser's check of that one token, without the
+    /// vocabulary-wide mask (what `mask` gives for it: tests/constraint.rs checks both).
     pub fn allows(&mut self, token: u32) -> Result<bool> {
-        Ok((token as usize) < self.env.vocab_size && self.allowed()?.is_allowed(token))
+        if token as usize >= self.env.vocab_size {
+            return Ok(false);
+        }
+        if self.matcher.is_stopped() {
+            return Ok(self.env.stop.contains(&token));
+        }
+        Ok(self.matcher.validate_tokens(&[token]).map_err(|_| self.failed("checking a token"))? == 1)
     }
 
     /// Takes `token`; refused (and nothing changes) when the grammar does not allow it. A stop
