@@ -137,14 +137,45 @@ fn schemas() -> Vec<serde_json::Value> {
         json!({"type": "object", "properties": {"point": {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 10}, "y": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["x", "y"], "additionalProperties": false}, "label": s(12)}, "required": ["point"], "additionalProperties": false}),
         json!({"type": "object", "properties": {"tags": {"type": "array", "items": s(8), "maxItems": 3}, "note": {"anyOf": [s(10), {"type": "null"}]}}, "required": ["tags", "note"], "additionalProperties": false}),
         json!({"type": "object", "properties": {"kind": {"const": "tool_call"}, "tool": {"enum": ["search", "calc"]}, "args": {"type": "object", "properties": {"q": s(16)}, "required": ["q"], "additionalProperties": false}}, "required": ["kind", "tool", "args"], "additionalProperties": false}),
+        json!({"enum": ["yes", "no", "maybe"]}),
+        json!({"type": "boolean"}),
+        json!({"type": "integer", "minimum": 1, "maximum": 9}),
+        // (A bare top-level number is not here: its digits have no bound, and SmolLM2 writes
+        // "-1.000..." to the token limit.)
+        json!({"type": "object", "properties": {"x": {"type": "number", "minimum": -1, "maximum": 1}, "ok": {"type": "boolean"}}, "required": ["x", "ok"], "additionalProperties": false}),
+        s(12),
+        json!({"type": "null"}),
+        json!({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 2}),
+        json!({"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 5}),
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 100}, "unit": {"enum": ["kg", "g"]}}, "required": ["n", "unit"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"a": s(6), "b": s(6), "c": s(6)}, "required": ["a", "b", "c"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"optional": s(8), "needed": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["needed"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99}, "name": s(8)}, "required": ["id", "name"], "additionalProperties": false}, "maxItems": 2}}, "required": ["items"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"matrix": {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 2, "maxItems": 2}, "minItems": 2, "maxItems": 2}}, "required": ["matrix"], "additionalProperties": false}),
+        // (A ratio as a number in [0, 1] is not here: Gemma3 writes "0.000..." to the token
+        // limit; the same digit bound as above.)
+        json!({"type": "object", "properties": {"status": {"enum": ["open", "closed"]}, "count": {"type": "integer", "minimum": 0, "maximum": 1000}, "percent": {"type": "integer", "minimum": 0, "maximum": 100}}, "required": ["status", "count", "percent"], "additionalProperties": false}),
+        json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["none"]}]}),
+        json!({"type": "object", "properties": {"when": {"type": "object", "properties": {"year": {"type": "integer", "minimum": 1900, "maximum": 2100}, "month": {"type": "integer", "minimum": 1, "maximum": 12}}, "required": ["year", "month"], "additionalProperties": false}}, "required": ["when"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"title": s(24), "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 1, "maxItems": 2}}, "required": ["title", "tags"], "additionalProperties": false}),
+        json!({"type": "array", "items": s(5), "minItems": 1, "maxItems": 3}),
+        json!({"type": "object", "properties": {"answer": {"enum": [1, 2, 3]}}, "required": ["answer"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"flag": {"type": "boolean"}, "note": {"anyOf": [s(6), {"type": "null"}]}}, "required": ["flag", "note"], "additionalProperties": false}),
+        // (Latitude and longitude as numbers are not here: Gemma3 at temperature 1 writes a
+        // fraction of 200 digits; the same digit bound as above.)
+        json!({"type": "object", "properties": {"lat": {"type": "integer", "minimum": -90, "maximum": 90}, "lon": {"type": "integer", "minimum": -180, "maximum": 180}}, "required": ["lat", "lon"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"steps": {"type": "array", "items": s(10), "minItems": 2, "maxItems": 3}, "done": {"type": "boolean"}}, "required": ["steps", "done"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"user": {"type": "object", "properties": {"name": s(10), "admin": {"type": "boolean"}}, "required": ["name", "admin"], "additionalProperties": false}, "level": {"type": "integer", "minimum": 0, "maximum": 5}}, "required": ["user", "level"], "additionalProperties": false}),
     ]
 }
 
 /// On the real models (the tiny one when they are missing), each schema's reply at
-/// temperature 0 and at temperature 1 with 3 seeds ends at a stop token (the constraint
-/// finished) and validates.
+/// temperature 0 and at temperature 1 with 3 seeds ends at a stop token (allowed only where
+/// the grammar may end) and validates: 30 schemas.
 #[test]
 fn json_schema_replies_validate() {
+    assert_eq!(schemas().len(), 30);
     for (name, m) in models() {
         let prompt = m.tokenize("Answer with a JSON value.\n", true, false).unwrap();
         for (i, schema) in schemas().iter().enumerate() {
@@ -153,14 +184,16 @@ fn json_schema_replies_validate() {
                 let mut s = m.session().unwrap();
                 let options = GenerateOptions { max_tokens: 200, sampler: SamplerParams { temperature: temp, ..Default::default() }, seed, constraint: Some(c), ..Default::default() };
                 let mut stream = s.generate(&prompt, options);
-                let mut text = String::new();
+                let (mut text, mut n) = (String::new(), 0);
                 for t in &mut stream {
                     text.push_str(&t.unwrap().text);
+                    n += 1;
                 }
                 text.push_str(&stream.rest().unwrap());
                 drop(stream);
                 let what = format!("{name}, schema {i}, temperature {temp}, seed {seed}: {text:?}");
-                assert_eq!(s.constraint_finished(), Some(true), "{what}: the reply did not finish");
+                // Ended by a stop token, which the mask allows only where the grammar may end.
+                assert!(n < 200, "{what}: the reply did not end");
                 let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
                 validates(&v, schema).unwrap_or_else(|e| panic!("{what}: {e}"));
             }
@@ -176,7 +209,7 @@ fn json_schema_replies_validate() {
 fn drafted_constrained_output_is_the_plain_constrained_output() {
     for (name, m) in models() {
         let prompt = m.tokenize("List: a, b, a, b, a, b,", true, false).unwrap();
-        for (i, schema) in schemas().iter().enumerate() {
+        for (i, schema) in schemas().iter().take(6).enumerate() {
             let schema = schema.to_string();
             // One token at a time.
             let mut s = m.session().unwrap();
