@@ -338,6 +338,18 @@ fn bad_grammars_are_refused_with_their_reason() {
         assert_eq!(e.status, Status::ErrInvalidArgument, "{text:?}: {e}");
         assert!(e.message.contains(want), "{text:?}: {e}");
     }
+    // Deeply nested grammars are refused, not a stack overflow, and the message stays short.
+    let deep_re = format!("{}a{}", "(".repeat(50_000), ")".repeat(50_000));
+    let deep_lark = format!("start: {}\"a\"{}", "(".repeat(20_000), ")".repeat(20_000));
+    let mut deep_json = String::from("{\"type\": \"string\"}");
+    for _ in 0..5000 {
+        deep_json = format!("{{\"type\": \"array\", \"items\": {deep_json}}}");
+    }
+    for (kind, text) in [(GrammarKind::Regex, deep_re), (GrammarKind::Lark, deep_lark), (GrammarKind::JsonSchema, deep_json)] {
+        let e = Constraint::new(&m, kind, &text).unwrap_err();
+        assert_eq!(e.status, Status::ErrInvalidArgument, "{kind:?}");
+        assert!(e.message.len() < 1200, "{kind:?}: a message of {} bytes", e.message.len());
+    }
     let big = "a".repeat(packlm::MAX_GRAMMAR_BYTES + 1);
     assert_eq!(Constraint::new(&m, GrammarKind::Regex, &big).unwrap_err().status, Status::ErrLimitExceeded);
 }

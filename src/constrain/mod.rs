@@ -124,9 +124,17 @@ impl Clone for Constraint {
     }
 }
 
-/// llguidance's message for a failure, as packlm's error.
+/// llguidance's message for a failure, as packlm's error: at most 1,000 bytes of it (it
+/// quotes the grammar, which may be megabytes).
 fn grammar_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("{what}: {e}"))
+    let mut m = e.to_string();
+    if m.len() > 1000 {
+        let cut = (0..=1000).rev().find(|&i| m.is_char_boundary(i)).unwrap_or(0);
+        let more = m.len() - cut;
+        m.truncate(cut);
+        m.push_str(&format!("... ({more} bytes more)"));
+    }
+    Error::invalid(format!("{what}: {m}"))
 }
 
 impl Constraint {
