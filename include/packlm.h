@@ -698,9 +698,9 @@ packlm_status packlm_constraint_forced(packlm_constraint *c, uint32_t *tokens, s
  * refused before it runs, and packlm_verify accepts only drafts the grammar allows and picks
  * the next token under the mask, greedy or sampled. packlm_truncate rolls the constraint
  * back with the session (below the point it was set, to its start); packlm_session_fork
- * copies it. A snapshot does not hold it: packlm_restore is refused while one is set.
- * packlm_step_sessions refuses a session holding one (PACKLM_ERR_UNSUPPORTED). A constraint
- * of another model is refused.
+ * copies it. A snapshot does not hold it: packlm_restore is refused while one is set. In
+ * packlm_step_sessions it applies as when the session is stepped alone. A constraint of
+ * another model is refused.
  */
 packlm_status packlm_session_set_constraint(packlm_session *session, const packlm_constraint *c);
 

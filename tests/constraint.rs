@@ -266,9 +266,17 @@ fn verify_never_accepts_a_draft_the_grammar_refuses() {
         s.step_batch(&prompt, Want::Last).unwrap();
         s.set_constraint(Some(c.clone())).unwrap();
         let (params, mut rng) = (SamplerParams { temperature: 1.0, ..Default::default() }, 7u64);
+        let mut rng2 = rng;
         let acc = if acceptance == 0 { Acceptance::Greedy } else { Acceptance::Sampled { params: &params, draft_probs: None, rng: &mut rng } };
         let draft = [ok[1], ok[2], refused, ok[0]];
+        // The same verify in a shared pass, beside another session's step.
+        let mut twin = s.fork();
+        let mut other = m.session().unwrap();
+        let acc2 = if acceptance == 0 { Acceptance::Greedy } else { Acceptance::Sampled { params: &params, draft_probs: None, rng: &mut rng2 } };
+        let shared = packlm::Session::run_many(&mut [(&mut other, packlm::Job::Step { tokens: &prompt, want: Want::Last }), (&mut twin, packlm::Job::Verify { pending: ok[0], draft: &draft, acceptance: acc2 })]).unwrap();
         let r = s.verify(ok[0], &draft, acc).unwrap();
+        assert_eq!(format!("{:?}", shared[1]), format!("{:?}", packlm::JobResult::Verified(r.clone())), "a verify under a constraint in a shared pass");
+        assert_bits_equal(twin.last_logits(), s.last_logits(), "the last logits of a shared verify under a constraint");
         assert!(r.n_accepted <= 2, "a refused draft was accepted: {r:?}");
         let mut check = Constraint::new(&m, GrammarKind::Regex, "[a-z]{3,6}").unwrap();
         for &t in [ok[0]].iter().chain(&draft[..r.n_accepted]) {
@@ -313,8 +321,18 @@ fn the_constraint_follows_the_session() {
     let e = s.restore(&snap).unwrap_err();
     assert!(e.status == Status::ErrInvalidArgument && e.message.contains("constraint"), "{e}");
     let mut other = m.session().unwrap();
-    let e = packlm::Session::step_many(&mut [packlm::StepItem { session: &mut f, tokens: &[toks[0]], want: Want::Last }, packlm::StepItem { session: &mut other, tokens: &prompt, want: Want::Last }]).unwrap_err();
-    assert!(e.status == Status::ErrUnsupported && e.message.starts_with("item 0"), "{e}");
+    // In a shared pass: a token the constraint refuses refuses the call, naming the item, and
+    // nothing changes; allowed tokens give the rows of stepping alone.
+    let before = f.snapshot();
+    let refused = (0..m.info().n_vocab as u32).find(|&t| rows[2][t as usize] == f32::NEG_INFINITY).unwrap();
+    let mut f2 = f.fork();
+    f2.truncate(prompt.len() + 2).unwrap();
+    let e = packlm::Session::step_many(&mut [packlm::StepItem { session: &mut other, tokens: &prompt, want: Want::Last }, packlm::StepItem { session: &mut f2, tokens: &[refused], want: Want::Last }]).unwrap_err();
+    assert!(e.status == Status::ErrInvalidArgument && e.message.starts_with("item 1"), "{e}");
+    assert_eq!(other.n_past(), 0);
+    let got = packlm::Session::step_many(&mut [packlm::StepItem { session: &mut other, tokens: &prompt, want: Want::Last }, packlm::StepItem { session: &mut f2, tokens: &[toks[2]], want: Want::All }]).unwrap();
+    assert_bits_equal(&got[1], &rows[2], "a constrained session in a shared pass");
+    assert!(f.snapshot() == before);
     // With the constraint cleared, restore works and the rows are the unmasked ones.
     s.set_constraint(None).unwrap();
     s.restore(&snap).unwrap();

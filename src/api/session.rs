@@ -64,8 +64,9 @@ impl Session {
     /// only drafts the grammar allows and picks the next token under the mask (greedy, or
     /// sampled from the masked distribution). Truncate rolls the constraint back with the
     /// session (below the point it was set, to its start); fork copies it. A snapshot does not
-    /// hold it: restore is refused while one is set. A session holding one is stepped alone
-    /// (`step_many` refuses it). A constraint of another model is refused.
+    /// hold it: restore is refused while one is set. In a shared pass (`step_many`,
+    /// `run_many`) it applies as when the session is stepped alone. A constraint of another
+    /// model is refused.
     pub fn set_constraint(&mut self, constraint: Option<Constraint>) -> Result<()> {
         self.inner.set_constraint(constraint.map(|c| c.inner))
     }

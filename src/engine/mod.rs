@@ -524,27 +524,30 @@ impl Session {
         let named = |i: usize, e: Error| Error::new(e.status, format!("item {i}: {}", e.message));
         // Each verify's rows, [pending, draft..].
         let mut verify_rows: Vec<Vec<u32>> = Vec::with_capacity(items.len());
-        for (i, (s, job)) in items.iter().enumerate() {
+        for (i, (s, job)) in items.iter_mut().enumerate() {
             if !Arc::ptr_eq(&s.model, &model) {
                 return Err(Error::invalid(format!("item {i}: its session belongs to another model than item 0's")));
             }
-            if s.constraint.is_some() {
-                return Err(Error::new(Status::ErrUnsupported, format!("item {i}: its session holds a constraint, which a shared pass does not apply yet: step it alone")));
-            }
+            // A session's constraint checks the tokens it is fed (a verify's drafts are judged).
             match job {
                 Job::Step { tokens, .. } => {
                     s.check(tokens).map_err(|e| named(i, e))?;
+                    s.check_constraint(tokens).map_err(|e| named(i, e))?;
                     verify_rows.push(Vec::new());
                 }
-                Job::Verify { pending, draft, acceptance } => verify_rows.push(s.verify_rows(*pending, draft, acceptance).map_err(|e| named(i, e))?),
+                Job::Verify { pending, draft, acceptance } => {
+                    verify_rows.push(s.verify_rows(*pending, draft, acceptance).map_err(|e| named(i, e))?);
+                    s.check_constraint(&[*pending]).map_err(|e| named(i, e))?;
+                }
             }
         }
         // What a failure restores.
         let saved: Vec<(usize, Vec<f32>, VerifyCounters)> =
             items.iter_mut().map(|(s, _)| (s.n_past(), std::mem::take(&mut s.last_logits), s.counters)).collect();
+        let taken: Vec<Option<usize>> = items.iter().map(|(s, _)| s.constraint.as_ref().map(|(c, _)| c.taken())).collect();
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Session::run_many_pass(&model, items, &verify_rows)));
         let ok = matches!(out, Ok(Ok(_)));
-        for ((s, job), (base, last, counters)) in items.iter_mut().zip(saved) {
+        for (((s, job), (base, last, counters)), taken) in items.iter_mut().zip(saved).zip(taken) {
             if ok {
                 if matches!(job, Job::Verify { .. }) {
                     s.bufs.keep_row(last);
@@ -554,6 +557,10 @@ impl Session {
                 s.tokens.truncate(base);
                 s.last_logits = last;
                 s.counters = counters;
+                if let (Some((c, _)), Some(taken)) = (&mut s.constraint, taken) {
+                    // Back to where it was (rolling back what it took cannot fail).
+                    let _ = c.rollback(c.taken().saturating_sub(taken));
+                }
             }
         }
         match out {
@@ -587,7 +594,8 @@ impl Session {
         for (i, ((s, job), rows)) in items.iter_mut().zip(verify_rows).enumerate() {
             match std::mem::replace(job, Job::Step { tokens: &[], want: Want::None }) {
                 Job::Step { tokens, want } => {
-                    let l = std::mem::take(&mut many.logits[i]);
+                    let mut l = std::mem::take(&mut many.logits[i]);
+                    s.constrain_rows(tokens, want, &mut l).map_err(|e| Error::new(e.status, format!("item {i}: {}", e.message)))?;
                     s.last_logits = if l.is_empty() { Vec::new() } else { l[l.len() - v..].to_vec() };
                     s.tokens.extend_from_slice(tokens);
                     *job = Job::Step { tokens, want };

@@ -128,9 +128,9 @@ pub unsafe extern "C" fn packlm_constraint_forced(c: *mut packlm_constraint, tok
 /// refused before it runs, and packlm_verify accepts only drafts the grammar allows and picks
 /// the next token under the mask, greedy or sampled. packlm_truncate rolls the constraint
 /// back with the session (below the point it was set, to its start); packlm_session_fork
-/// copies it. A snapshot does not hold it: packlm_restore is refused while one is set.
-/// packlm_step_sessions refuses a session holding one (PACKLM_ERR_UNSUPPORTED). A constraint
-/// of another model is refused.
+/// copies it. A snapshot does not hold it: packlm_restore is refused while one is set. In
+/// packlm_step_sessions it applies as when the session is stepped alone. A constraint of
+/// another model is refused.
 #[no_mangle]
 pub unsafe extern "C" fn packlm_session_set_constraint(session: *mut packlm_session, c: *const packlm_constraint) -> Status {
     ffi_boundary!("packlm_session_set_constraint", {
