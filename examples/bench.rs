@@ -2,7 +2,7 @@
 //! the cost of a verify relative to a decode step (drafts all rejected, and all accepted), the
 //! speedup of n-gram drafting on a code-editing request, and peak RSS, printed as one JSON line.
 //!
-//!   cargo run --release --example bench -- PACK [--threads N] [--backend host|gpu] [--precision exact|fast]
+//!   cargo run --release --example bench -- PACK [--threads N] [--backend host|gpu] [--isa avx2|avx512|portable] [--precision exact|fast]
 //!       [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]
 //!
 //! `--precision` defaults to the pack's (fast for block-quantized weights, exact for float ones);
@@ -219,7 +219,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(pack) = args.first() else {
         eprintln!(
-            "usage: bench PACK [--threads N] [--backend host|gpu] [--precision exact|fast] [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]"
+            "usage: bench PACK [--threads N] [--backend host|gpu] [--isa avx2|avx512|portable] [--precision exact|fast] [--prompt-tokens N] [--decode N] [--draft-k K] [--spec-n N] [--spec-k K]"
         );
         std::process::exit(2);
     };
@@ -236,8 +236,23 @@ fn main() {
         Some(Some(Err(e))) => fail(&format!("--backend: {e}")),
         Some(None) => fail("--backend needs a value: host, reference or gpu"),
     };
+    // `--isa avx2|avx512|portable` forces the host kernels' instruction set (an AVX2 run on an
+    // AVX-512 machine stands in for an AVX2-only one; it is not one: same caches and clocks).
+    let isa = args.iter().position(|a| a == "--isa").map(|i| match args.get(i + 1).map(String::as_str) {
+        Some("avx2") => packlm::backend::host::row_dot::Isa::Avx2,
+        Some("avx512") => packlm::backend::host::row_dot::Isa::Avx512,
+        Some("portable") => packlm::backend::host::row_dot::Isa::Portable,
+        other => fail(&format!("--isa: {other:?}: avx2, avx512 or portable")),
+    });
     let t = Instant::now();
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend, threads, precision }) {
+    let opened = match isa {
+        Some(isa) => packlm::backend::host::HostBackend::with_isa(threads, isa).and_then(|be| {
+            let be = be.with_precision(precision.unwrap_or(Precision::Fast));
+            Model::open_on(Path::new(pack), Box::new(packlm::backend::cpu::CpuBackend::new(be)))
+        }),
+        None => Model::open(Path::new(pack), &OpenOptions { backend, threads, precision }),
+    };
+    let m = match opened {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("bench: {e}");
