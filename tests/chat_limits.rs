@@ -22,6 +22,15 @@ fn a_long_loop_runs_out_of_fuel() {
     assert!(e.message.contains("fuel"), "{e}");
 }
 
+/// `batch` with a huge count is refused before minijinja reserves a row of that many values
+/// (10^9: 24 GB, which aborted the fuzzer with out-of-memory); a small one renders.
+#[test]
+fn a_batch_of_a_huge_count_is_refused() {
+    let e = render("{{ range(10)|batch(1000000003)|list }}", &chat(1), true, "<s>", "</s>").unwrap_err();
+    assert_eq!(e.status, Status::ErrLimitExceeded, "{e}");
+    assert_eq!(render("{{ range(5)|batch(2)|list|length }}", &chat(1), true, "<s>", "</s>").unwrap(), "3");
+}
+
 #[test]
 fn output_past_the_cap_is_refused() {
     // 3 MiB of output for a chat of 9 bytes: past 1 MiB + 4 x 9.

@@ -320,13 +320,12 @@ fn pairs(b: &Budget, c: &Call) -> Result<usize, Error> {
     let n = c.all().iter().map(|v| length(b, Some(v))).fold(length(b, c.value()), usize::saturating_add);
     Ok(n.saturating_mul(4 * ELEMENT_BYTES))
 }
-/// `batch(n, fill)` / `slice(n, fill)`: the elements, up to `n` fill values, and up to `n`
-/// lists (`slice` makes `n` lists however short the value).
+/// `batch(n, fill)` / `slice(n, fill)`: the elements, and `n` more: `batch` reserves room for
+/// a row of `n` however short the value (minijinja's `Vec::with_capacity(count)`: a count of
+/// 10^9 asked for 24 GB), `slice` makes `n` lists, and fill values are up to `n`.
 fn batches(b: &Budget, c: &Call) -> Result<usize, Error> {
     let n = count_arg(c.arg(1, "count"));
-    let fill = c.arg(2, "fill_with").is_some();
-    let extra = if fill || c.name == "slice" { n } else { 0 };
-    Ok(length(b, c.value()).saturating_add(extra).saturating_mul(3 * ELEMENT_BYTES))
+    Ok(length(b, c.value()).saturating_add(n).saturating_mul(3 * ELEMENT_BYTES))
 }
 fn tojson_rule(b: &Budget, c: &Call) -> Result<usize, Error> {
     let Some(v) = c.value() else { return Ok(0) };
