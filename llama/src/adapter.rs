@@ -154,10 +154,6 @@ impl Sequence {
     pub fn fork(&self) -> Sequence {
         Sequence { session: self.session.fork() }
     }
-    /// Bytes of KV alive for this sequence and those it shares pages with.
-    pub fn kv_family_bytes(&self) -> usize {
-        self.session.kv_family_bytes()
-    }
     pub fn snapshot(&self) -> Vec<u8> {
         self.session.snapshot()
     }

@@ -35,14 +35,14 @@ pub enum GrammarKind {
     Regex,
 }
 
+/// Tokenizes plain text with the model's tokenizer (no special tokens, no BOS).
+type Encode = Arc<dyn Fn(&str) -> Result<Vec<u32>> + Send + Sync>;
+
 /// The pack's vocabulary as llguidance sees it.
 struct PackTokEnv {
     trie: TokTrie,
-    vocab: Arc<VocabRef>,
+    encode: Encode,
 }
-
-/// The model's vocabulary, reachable from the token table without the model.
-pub(crate) struct VocabRef(pub(crate) Arc<dyn Fn(&str) -> Result<Vec<u32>> + Send + Sync>);
 
 impl TokenizerEnv for PackTokEnv {
     fn tok_trie(&self) -> &TokTrie {
@@ -52,7 +52,7 @@ impl TokenizerEnv for PackTokEnv {
     /// bytes that are not UTF-8 by the trie's longest matches.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
         match std::str::from_utf8(s) {
-            Ok(text) => (self.vocab.0)(text).unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
+            Ok(text) => (self.encode)(text).unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
             Err(_) => self.trie.greedy_tokenize(s),
         }
     }
@@ -71,7 +71,7 @@ pub struct ConstraintEnv {
 
 impl ConstraintEnv {
     /// The table of `vocab` (its stop tokens the EOS set). `encode` tokenizes plain text.
-    pub(crate) fn new(vocab: &Vocab, model_key: usize, encode: Arc<dyn Fn(&str) -> Result<Vec<u32>> + Send + Sync>) -> Result<ConstraintEnv> {
+    pub(crate) fn new(vocab: &Vocab, model_key: usize, encode: Encode) -> Result<ConstraintEnv> {
         let n = vocab.size;
         let mut words: Vec<Vec<u8>> = Vec::with_capacity(n);
         for id in 0..n as u32 {
@@ -92,7 +92,7 @@ impl ConstraintEnv {
         let mut info = TokRxInfo::new(n as u32, eos);
         info.tok_bos = vocab.bos;
         let trie = TokTrie::from(&info, &words).with_eos_tokens(&stop);
-        let env: TokEnv = Arc::new(PackTokEnv { trie, vocab: Arc::new(VocabRef(encode)) });
+        let env: TokEnv = Arc::new(PackTokEnv { trie, encode });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| Error::new(Status::ErrTokenizer, format!("the token table: {e}")))?;
         factory.quiet();
         Ok(ConstraintEnv { factory, model_key, vocab_size: n, stop })

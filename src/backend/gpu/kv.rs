@@ -113,6 +113,28 @@ impl Plane {
         (rows - rows.min(first_room)).div_ceil(pr) + usize::from(shared_tail)
     }
 
+    /// Takes the pages an append of `rows` rows needs, or fails with ErrOutOfMemory (the pages
+    /// taken stay spare, let go by the next truncate).
+    fn reserve(&mut self, rec: &mut Recorder, rows: usize) -> Result<()> {
+        let pool = self.pool.clone();
+        let mut pool = lock(&pool);
+        let need = self.pages_needed(&pool, rows);
+        while self.spare.len() < need {
+            let Some(p) = pool.alloc(rec) else {
+                return Err(Error::new(
+                    Status::ErrOutOfMemory,
+                    format!(
+                        "the device's KV pool of this session and its forks is full: {} positions of {} floats, the most one binding of this device holds",
+                        pool.max_pages * pool.page_rows,
+                        self.width
+                    ),
+                ));
+            };
+            self.spare.push(p);
+        }
+        Ok(())
+    }
+
     /// A page of the pass: a reserved one, else a new one.
     fn take(&mut self, pool: &mut Pool, rec: &mut Recorder) -> u32 {
         self.spare.pop().or_else(|| pool.alloc(rec)).expect("a pass's KV pages are reserved before it runs (GpuKv::reserve)")
@@ -292,29 +314,5 @@ impl KvStore for GpuKv {
     }
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
-    }
-}
-
-impl Plane {
-    /// Takes the pages an append of `rows` rows needs, or fails with ErrOutOfMemory (the pages
-    /// taken stay spare, let go by the next truncate).
-    fn reserve(&mut self, rec: &mut Recorder, rows: usize) -> Result<()> {
-        let pool = self.pool.clone();
-        let mut pool = lock(&pool);
-        let need = self.pages_needed(&pool, rows);
-        while self.spare.len() < need {
-            let Some(p) = pool.alloc(rec) else {
-                return Err(Error::new(
-                    Status::ErrOutOfMemory,
-                    format!(
-                        "the device's KV pool of this session and its forks is full: {} positions of {} floats, the most one binding of this device holds",
-                        pool.max_pages * pool.page_rows,
-                        self.width
-                    ),
-                ));
-            };
-            self.spare.push(p);
-        }
-        Ok(())
     }
 }
