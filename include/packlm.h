@@ -57,6 +57,12 @@
 #define PACKLM_GRAMMAR_REGEX 2
 
 /**
+ * `kind` of packlm_constraint_new: llama.cpp's GBNF grammar text (rule `root` the start),
+ * translated to llguidance's grammar. Its syntax errors name the line and column.
+ */
+#define PACKLM_GRAMMAR_GBNF 3
+
+/**
  * Most bytes of grammar text packlm_constraint_new takes (PACKLM_ERR_LIMIT_EXCEEDED past it).
  */
 #define PACKLM_MAX_GRAMMAR_BYTES (4 << 20)

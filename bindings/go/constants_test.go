@@ -50,6 +50,7 @@ var headerConstants = map[string]uint64{
 	"PACKLM_GRAMMAR_JSON_SCHEMA":       uint64(GrammarJSONSchema),
 	"PACKLM_GRAMMAR_LARK":              uint64(GrammarLark),
 	"PACKLM_GRAMMAR_REGEX":             uint64(GrammarRegex),
+	"PACKLM_GRAMMAR_GBNF":              uint64(GrammarGBNF),
 	"PACKLM_MAX_GRAMMAR_BYTES":         uint64(MaxGrammarBytes),
 	"PACKLM_TOKENIZE_ADD_SPECIAL":      uint64(TokenizeAddSpecial),
 	"PACKLM_TOKENIZE_PARSE_SPECIAL":    uint64(TokenizeParseSpecial),

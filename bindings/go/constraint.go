@@ -21,6 +21,8 @@ const (
 	GrammarLark GrammarKind = C.PACKLM_GRAMMAR_LARK
 	// GrammarRegex: a regular expression the whole output matches.
 	GrammarRegex GrammarKind = C.PACKLM_GRAMMAR_REGEX
+	// GrammarGBNF: llama.cpp's GBNF grammar text (rule root the start).
+	GrammarGBNF GrammarKind = C.PACKLM_GRAMMAR_GBNF
 )
 
 // MaxGrammarBytes is the most bytes of grammar text NewConstraint takes (ErrLimitExceeded past

@@ -1,5 +1,5 @@
-//! [`Constraint`]: structured output. A grammar (a JSON schema, llguidance's Lark, or a regular
-//! expression) over a model's vocabulary, used alone (mask a logits row, accept a token, roll
+//! [`Constraint`]: structured output. A grammar (a JSON schema, llguidance's Lark, llama.cpp's
+//! GBNF, or a regular expression) over a model's vocabulary, used alone (mask a logits row, accept a token, roll
 //! back) or held by a session ([`Session::set_constraint`](crate::Session::set_constraint)),
 //! whose logits it then masks, steps and verifies included.
 
@@ -23,6 +23,12 @@ impl Constraint {
     pub fn new(model: &Model, kind: GrammarKind, text: &str) -> Result<Constraint> {
         let env = model.engine().constraint_env()?;
         Ok(Constraint { inner: constrain::Constraint::new(env, kind, text)?, model: model.clone() })
+    }
+    /// A constraint of llama.cpp's GBNF `text` whose start is rule `root` (where `new` with
+    /// [`GrammarKind::Gbnf`] starts at `root`).
+    pub fn gbnf(model: &Model, text: &str, root: &str) -> Result<Constraint> {
+        let env = model.engine().constraint_env()?;
+        Ok(Constraint { inner: constrain::Constraint::with_start(env, GrammarKind::Gbnf, text, root)?, model: model.clone() })
     }
     /// The model it was made for.
     pub fn model(&self) -> &Model {

@@ -306,7 +306,8 @@ fn parallel_replies(m: &Model, prompts: &[&[u32]], seeds: &[u64], replies: &mut 
     }
 }
 
-/// `--json-schema FILE`, `--grammar FILE` (llguidance's Lark) or `--regex RE`: at most one.
+/// `--json-schema FILE`, `--grammar FILE` (llama.cpp's GBNF or llguidance's Lark, told apart by
+/// `GrammarKind::of_grammar`) or `--regex RE`: at most one.
 fn grammar_arg(args: &mut Args) -> Result<Option<(GrammarKind, String)>> {
     let read = |flag: &str, path: String| std::fs::read_to_string(&path).map_err(|e| Error::io(Path::new(&path), e)).map_err(|e| Error::new(e.status, format!("{flag}: {}", e.message)));
     let mut found = Vec::new();
@@ -314,7 +315,8 @@ fn grammar_arg(args: &mut Args) -> Result<Option<(GrammarKind, String)>> {
         found.push((GrammarKind::JsonSchema, read("--json-schema", p)?));
     }
     if let Some(p) = args.value(&["--grammar"])? {
-        found.push((GrammarKind::Lark, read("--grammar", p)?));
+        let text = read("--grammar", p)?;
+        found.push((GrammarKind::of_grammar(&text), text));
     }
     if let Some(re) = args.value(&["--regex"])? {
         found.push((GrammarKind::Regex, re));

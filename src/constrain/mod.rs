@@ -1,5 +1,5 @@
-//! Structured output: a constraint holds a grammar (a JSON schema, llguidance's Lark, or a
-//! regular expression) and says, after the tokens it has taken, which tokens may come next.
+//! Structured output: a constraint holds a grammar (a JSON schema, llguidance's Lark, llama.cpp's
+//! GBNF, or a regular expression) and says, after the tokens it has taken, which tokens may come next.
 //! Grammars are compiled and run by llguidance against a token table made from the pack's own
 //! vocabulary: each token's raw bytes (`Vocab::token_bytes`), special tokens marked as toktrie
 //! expects (0xFF then their text), the pack's stop tokens (end-of-turn included) as the EOS set,
@@ -9,6 +9,7 @@
 //! A stop token is allowed exactly where the grammar may end, and taking one finishes the
 //! constraint. A constraint of one model is refused by a session of another.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
@@ -17,6 +18,8 @@ use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 
 use crate::error::{Error, Result, Status};
 use crate::pack::vocab::{TokenKind, Vocab};
+
+pub mod gbnf;
 
 /// Most bytes of grammar text a constraint is made from: 4 MiB (a schema or grammar past that
 /// is `ErrLimitExceeded`).
@@ -33,6 +36,25 @@ pub enum GrammarKind {
     Lark,
     /// A regular expression the whole output must match.
     Regex,
+    /// llama.cpp's GBNF grammar text, translated to llguidance's grammar (`gbnf.rs` says how).
+    Gbnf,
+}
+
+impl GrammarKind {
+    /// The kind of grammar text: GBNF when a line defines a rule with `::=` (`name ::= ...`,
+    /// comments aside), else llguidance's Lark. What `packlm generate --grammar FILE` reads.
+    pub fn of_grammar(text: &str) -> GrammarKind {
+        let gbnf = text.lines().any(|line| {
+            let line = line.split('#').next().unwrap_or("").trim_start();
+            let name = line.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '-');
+            name.len() < line.len() && name.trim_start().starts_with("::=")
+        });
+        if gbnf {
+            GrammarKind::Gbnf
+        } else {
+            GrammarKind::Lark
+        }
+    }
 }
 
 /// Tokenizes plain text with the model's tokenizer (no special tokens, no BOS).
@@ -67,6 +89,8 @@ pub struct ConstraintEnv {
     pub(crate) vocab_size: usize,
     /// The stop tokens: the EOS set.
     stop: Vec<u32>,
+    /// Control tokens by their text: a GBNF grammar's `<name>`.
+    specials: HashMap<String, u32>,
 }
 
 impl ConstraintEnv {
@@ -74,11 +98,14 @@ impl ConstraintEnv {
     pub(crate) fn new(vocab: &Vocab, model_key: usize, encode: Encode) -> Result<ConstraintEnv> {
         let n = vocab.size;
         let mut words: Vec<Vec<u8>> = Vec::with_capacity(n);
+        let mut specials = HashMap::new();
         for id in 0..n as u32 {
             let w = match vocab.token_kind(id) {
                 Some(TokenKind::Control) => {
+                    let text = vocab.token_text(id).unwrap_or_default();
+                    specials.entry(text.to_string()).or_insert(id);
                     let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-                    w.extend_from_slice(vocab.token_text(id).unwrap_or_default().as_bytes());
+                    w.extend_from_slice(text.as_bytes());
                     w
                 }
                 _ => vocab.token_bytes(id, false).unwrap_or_default(),
@@ -95,7 +122,7 @@ impl ConstraintEnv {
         let env: TokEnv = Arc::new(PackTokEnv { trie, encode });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| Error::new(Status::ErrTokenizer, format!("the token table: {e}")))?;
         factory.quiet();
-        Ok(ConstraintEnv { factory, model_key, vocab_size: n, stop })
+        Ok(ConstraintEnv { factory, model_key, vocab_size: n, stop, specials })
     }
 }
 
@@ -141,6 +168,12 @@ impl Constraint {
     /// A constraint of `kind` over `text`. Refused: text over MAX_GRAMMAR_BYTES, a NUL byte, a
     /// JSON schema that is not JSON, and anything llguidance refuses, with its message.
     pub fn new(env: Arc<ConstraintEnv>, kind: GrammarKind, text: &str) -> Result<Constraint> {
+        Constraint::with_start(env, kind, text, "root")
+    }
+
+    /// As `new`; a GBNF grammar starts at rule `root` (llama.cpp's `grammar_root`). Other kinds
+    /// ignore it.
+    pub fn with_start(env: Arc<ConstraintEnv>, kind: GrammarKind, text: &str, root: &str) -> Result<Constraint> {
         if text.len() > MAX_GRAMMAR_BYTES {
             return Err(Error::new(Status::ErrLimitExceeded, format!("the grammar is {} bytes; at most {MAX_GRAMMAR_BYTES} are taken", text.len())));
         }
@@ -163,6 +196,10 @@ impl Constraint {
             }
             GrammarKind::Lark => TopLevelGrammar::from_lark(text.to_string()),
             GrammarKind::Regex => TopLevelGrammar::from_regex(text),
+            GrammarKind::Gbnf => {
+                let lark = gbnf::to_lark(text, root, &|name| env.specials.get(name).copied()).map_err(Error::invalid)?;
+                TopLevelGrammar::from_lark(lark)
+            }
         };
         // llguidance reports a bad grammar as an error; a panic inside it is caught too, so
         // that a hostile grammar never takes the host down.

@@ -1,5 +1,5 @@
 //! `packlm_constraint`: structured output. A grammar over a model's vocabulary (a JSON schema,
-//! llguidance's Lark, or a regular expression) that masks logits, takes tokens and rolls
+//! llguidance's Lark, llama.cpp's GBNF, or a regular expression) that masks logits, takes tokens and rolls
 //! back; or, copied into a session with packlm_session_set_constraint, masks what the session
 //! hands back and judges its verifies. Owned as `Box<packlm_constraint>`, holding its own `Arc`
 //! of the model. Safe to move to any thread; one thread at a time (its calls change it).
@@ -24,6 +24,9 @@ pub const PACKLM_GRAMMAR_JSON_SCHEMA: u32 = 0;
 pub const PACKLM_GRAMMAR_LARK: u32 = 1;
 /// `kind` of packlm_constraint_new: a regular expression the whole output matches.
 pub const PACKLM_GRAMMAR_REGEX: u32 = 2;
+/// `kind` of packlm_constraint_new: llama.cpp's GBNF grammar text (rule `root` the start),
+/// translated to llguidance's grammar. Its syntax errors name the line and column.
+pub const PACKLM_GRAMMAR_GBNF: u32 = 3;
 /// Most bytes of grammar text packlm_constraint_new takes (PACKLM_ERR_LIMIT_EXCEEDED past it).
 pub const PACKLM_MAX_GRAMMAR_BYTES: usize = 4 << 20;
 const _: () = assert!(PACKLM_MAX_GRAMMAR_BYTES == crate::constrain::MAX_GRAMMAR_BYTES);
@@ -45,6 +48,7 @@ pub unsafe extern "C" fn packlm_constraint_new(model: *const packlm_model, kind:
             PACKLM_GRAMMAR_JSON_SCHEMA => GrammarKind::JsonSchema,
             PACKLM_GRAMMAR_LARK => GrammarKind::Lark,
             PACKLM_GRAMMAR_REGEX => GrammarKind::Regex,
+            PACKLM_GRAMMAR_GBNF => GrammarKind::Gbnf,
             other => return Err(Error::invalid(format!("unknown grammar kind {other}"))),
         };
         if len > PACKLM_MAX_GRAMMAR_BYTES {

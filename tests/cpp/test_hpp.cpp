@@ -132,6 +132,12 @@ int main(int argc, char **argv) {
         }
         const std::string bad = expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Constraint(model, PACKLM_GRAMMAR_REGEX, "(["); });
         CHECK(bad.find("regex") != std::string::npos);
+        // GBNF: the regex's language masks as the regex does.
+        packlm::Constraint gb(model, PACKLM_GRAMMAR_GBNF, "root ::= [a-z]{2,4}\n"), rx2(model, PACKLM_GRAMMAR_REGEX, "[a-z]{2,4}");
+        std::vector<float> ra = row, rb = row;
+        gb.mask(ra);
+        rx2.mask(rb);
+        CHECK(ra == rb);
         packlm::Constraint js(model, PACKLM_GRAMMAR_JSON_SCHEMA, R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
         CHECK(!js.finished() && !js.can_end() && !js.forced().empty());
 

@@ -218,6 +218,14 @@ try:
     check(False, "restore with a constraint set was taken")
 except packlm.PacklmError as e:
     check(e.status == packlm.ERR_INVALID_ARGUMENT, f"restore under a constraint: {e}")
+# GBNF: the same language as a regex masks the same row the same way; a syntax error names its line.
+gb, rx2 = packlm.Constraint(m, packlm.GRAMMAR_GBNF, "root ::= [a-z]{2,4}\n"), packlm.Constraint(m, packlm.GRAMMAR_REGEX, "[a-z]{2,4}")
+check(list(gb.mask(row)) == list(rx2.mask(row)), "a GBNF grammar masks as the regex of its language")
+try:
+    packlm.Constraint(m, packlm.GRAMMAR_GBNF, "root ::= \"a\"\nitem ::= (\"b\"\n")
+    check(False, "a bad GBNF grammar was taken")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "line 2" in str(e), f"bad GBNF: {e}")
 js = packlm.Constraint(m, packlm.GRAMMAR_JSON_SCHEMA, '{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}')
 check(js.state() == (False, False), f"a fresh schema constraint's state {js.state()}")
 forced = js.forced()

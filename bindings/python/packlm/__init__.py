@@ -102,7 +102,7 @@ _PRECISION_CODES: Dict[Optional[str], int] = {None: PRECISION_DEFAULT, "exact": 
 _PRECISION_NAMES: Dict[int, str] = {PRECISION_EXACT: "exact", PRECISION_FAST: "fast"}
 LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 MAX_STEP_ITEMS = 4096  # the most items of one step_sessions call
-GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK, GRAMMAR_REGEX = 0, 1, 2  # Constraint kinds
+GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK, GRAMMAR_REGEX, GRAMMAR_GBNF = 0, 1, 2, 3  # Constraint kinds
 MAX_GRAMMAR_BYTES = 4 << 20  # the most bytes of grammar text a Constraint takes
 
 
@@ -473,8 +473,9 @@ class AbortFlag(_Handle):
 
 
 class Constraint(_Handle):
-    """A grammar over a model's vocabulary (GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK or GRAMMAR_REGEX):
-    masks logits, takes tokens, rolls back; Session.set_constraint makes a session follow a copy."""
+    """A grammar over a model's vocabulary (GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK, GRAMMAR_REGEX or
+    GRAMMAR_GBNF): masks logits, takes tokens, rolls back; Session.set_constraint makes a session
+    follow a copy."""
 
     _free = _lib.packlm_constraint_free
 

@@ -12,6 +12,8 @@ public struct GrammarKind: RawRepresentable, Equatable, Hashable, Sendable {
     public static let lark = GrammarKind(rawValue: UInt32(PACKLM_GRAMMAR_LARK))
     /// A regular expression the whole output matches.
     public static let regex = GrammarKind(rawValue: UInt32(PACKLM_GRAMMAR_REGEX))
+    /// llama.cpp's GBNF grammar text (rule `root` the start).
+    public static let gbnf = GrammarKind(rawValue: UInt32(PACKLM_GRAMMAR_GBNF))
 }
 
 /// A grammar over a model's vocabulary and the tokens it has taken (structured output): it masks

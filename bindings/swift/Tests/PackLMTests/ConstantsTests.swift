@@ -47,6 +47,7 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_GRAMMAR_JSON_SCHEMA": UInt64(GrammarKind.jsonSchema.rawValue),
         "PACKLM_GRAMMAR_LARK": UInt64(GrammarKind.lark.rawValue),
         "PACKLM_GRAMMAR_REGEX": UInt64(GrammarKind.regex.rawValue),
+        "PACKLM_GRAMMAR_GBNF": UInt64(GrammarKind.gbnf.rawValue),
         "PACKLM_MAX_GRAMMAR_BYTES": UInt64(Constraint.maxGrammarBytes),
         "PACKLM_TOKENIZE_ADD_SPECIAL": UInt64(TokenizeFlags.addSpecial.rawValue),
         "PACKLM_TOKENIZE_PARSE_SPECIAL": UInt64(TokenizeFlags.parseSpecial.rawValue),
