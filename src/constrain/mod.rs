@@ -94,6 +94,11 @@ pub struct ConstraintEnv {
 }
 
 impl ConstraintEnv {
+    /// Entries of the vocabulary (the length of a logits row a mask covers).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
     /// The table of `vocab` (its stop tokens the EOS set). `encode` tokenizes plain text.
     pub(crate) fn new(vocab: &Vocab, model_key: usize, encode: Encode) -> Result<ConstraintEnv> {
         let n = vocab.size;
