@@ -42,7 +42,10 @@ llama-test: models llama
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32
 
+# tests/llama/fetch.sh first: tests/constraint.rs reads llama.cpp's sample grammars from the
+# sdist it caches.
 rust-test: models
+	./tests/llama/fetch.sh >/dev/null
 	PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
 
 c-test: models build

@@ -1,6 +1,7 @@
 //! Structured output (`Constraint`, `Session::set_constraint`): masks checked against oracles
 //! written from the grammars themselves (a regular expression's language, a JSON schema's rules
-//! checked by a small validator here), on the tiny fixture and both real GGUFs; a session's
+//! checked by a small validator here, GBNF by the recognizer in common/gbnf.rs) and against
+//! llguidance's own Matcher, on the tiny fixture and both real GGUFs; a session's
 //! constraint masks what it hands back, rolls back with truncate, survives fork, and judges
 //! verify (speculative output under a constraint equals the plain constrained output); bad
 //! grammars and misuse are refused with nothing changed.
@@ -350,6 +351,8 @@ fn bad_grammars_are_refused_with_their_reason() {
         (GrammarKind::JsonSchema, "{\"type\": \"objekt\"}", "objekt"),
         (GrammarKind::Regex, "([", "regex"),
         (GrammarKind::Lark, "start: foo", "foo"),
+        (GrammarKind::Gbnf, "root ::= item\nitem ::= \"a\" bar\n", "\"bar\" is used but never defined"),
+        (GrammarKind::Gbnf, "root ::= \"a\"\nitem ::= \"b\" )\n", "line 2"),
         (GrammarKind::Regex, "a\0b", "NUL"),
     ] {
         let e = Constraint::new(&m, kind, text).unwrap_err();
@@ -404,4 +407,120 @@ fn stop_tokens_after_the_end_are_taken_and_rolled_back() {
     assert_bits_equal(&mask(&mut c), &ended, "the ended state again");
     c.rollback(1).unwrap();
     assert_bits_equal(&mask(&mut c), &masks[masks.len() - 2], "the state before the last letter");
+}
+
+/// llguidance's own `Matcher`, run directly over a token table built here from the model's
+/// public vocabulary calls (raw token bytes; control tokens marked 0xFF + text; the stop tokens
+/// as the EOS set; text tokenized by the model's tokenizer), against `Constraint` on the same tokens: the same mask at every step, on
+/// every kind (a GBNF grammar's Matcher runs on the Lark text it translates to).
+#[test]
+fn masks_agree_with_llguidances_matcher() {
+    use llguidance::api::TopLevelGrammar;
+    use llguidance::{Matcher, ParserFactory};
+    use toktrie::{TokEnv, TokRxInfo, TokTrie};
+    for (name, m) in models() {
+        let n = m.info().n_vocab;
+        let stop = m.info().stop_tokens.clone();
+        let words: Vec<Vec<u8>> = (0..n as u32)
+            .map(|t| match m.token_kind(t) {
+                Some(packlm::TokenKind::Control) => [vec![TokTrie::SPECIAL_TOKEN_MARKER], m.token_text(t).unwrap_or_default().into_bytes()].concat(),
+                _ => m.token_bytes(t, false).unwrap(),
+            })
+            .collect();
+        let mut info = TokRxInfo::new(n as u32, stop[0]);
+        info.tok_bos = m.info().bos;
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(&stop);
+        // Text llguidance tokenizes (the forced runs; what the mask allows in front of them
+        // depends on it) goes through the model's tokenizer, as a caller's would.
+        struct Env(TokTrie, Model);
+        impl toktrie::TokenizerEnv for Env {
+            fn tok_trie(&self) -> &TokTrie {
+                &self.0
+            }
+            fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+                match std::str::from_utf8(s) {
+                    Ok(text) => self.1.tokenize(text, false, false).unwrap(),
+                    Err(_) => self.0.greedy_tokenize(s),
+                }
+            }
+        }
+        let env: TokEnv = std::sync::Arc::new(Env(trie, m.clone()));
+        let mut factory = ParserFactory::new_simple(&env).unwrap();
+        factory.quiet();
+        let gbnf = "root ::= \"{\" pair (\", \" pair)* \"}\"\npair ::= [a-z]{1,4} \": \" [0-9]{1,3}\n";
+        let schema = r#"{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},"b":{"enum":["x","yz"]}},"required":["a","b"],"x-guidance":{"whitespace_flexible":false,"item_separator":", ","key_separator":": "}}"#;
+        let lark = "start: \"say \" WORD (\" \" WORD)*\nWORD: /[a-z]{1,5}/\n";
+        for (kind, text, grammar) in [
+            (GrammarKind::Regex, "[a-c]{1,3}(x|yz)", TopLevelGrammar::from_regex("[a-c]{1,3}(x|yz)")),
+            (GrammarKind::Lark, lark, TopLevelGrammar::from_lark(lark.to_string())),
+            (GrammarKind::JsonSchema, schema, TopLevelGrammar::from_json_schema(serde_json::from_str(schema).unwrap())),
+            (GrammarKind::Gbnf, gbnf, TopLevelGrammar::from_lark(packlm::constrain::gbnf::to_lark(gbnf, "root", &|_| None).unwrap())),
+        ] {
+            let mut ours = Constraint::new(&m, kind, text).unwrap();
+            let mut theirs = Matcher::new(factory.create_parser(grammar));
+            // Take the allowed token with the most bytes (then the lowest id), a path through
+            // the grammar that both must agree on, until the end.
+            for step in 0..40 {
+                let mut row = vec![0.0f32; n];
+                ours.mask(&mut row).unwrap();
+                let vob = theirs.compute_mask_or_eos().unwrap();
+                for t in 0..n {
+                    assert_eq!(row[t] == 0.0, vob.is_allowed(t as u32), "{name}, {kind:?}, step {step}, token {t} ({:?})", String::from_utf8_lossy(&words[t]));
+                }
+                let t = (0..n as u32).filter(|&t| row[t as usize] == 0.0).max_by_key(|&t| (words[t as usize].len(), std::cmp::Reverse(t))).unwrap();
+                ours.accept(t).unwrap();
+                if stop.contains(&t) && theirs.is_stopped() {
+                    break;
+                }
+                theirs.consume_token(t).unwrap();
+                if stop.contains(&t) {
+                    assert!(ours.is_finished() && theirs.is_stopped(), "{name}, {kind:?}: a stop token ends both");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The sample grammars that ship with llama.cpp (read from the llama-cpp-python 0.3.36 sdist
+/// that tests/llama/fetch.sh caches, never copied here) are accepted as GBNF, and on each model
+/// their replies at temperature 0 and at temperature 1 with 3 seeds parse by the grammar: by a
+/// recognizer written from the GBNF rules (tests/common/gbnf.rs), the whole reply where a stop
+/// token ended it, a prefix of a sentence of the grammar where the token limit did. Some
+/// replies end.
+#[test]
+fn llama_cpp_sample_grammars_give_replies_that_parse() {
+    let Some(dir) = common::gbnf::samples() else { return };
+    let files = ["json.gbnf", "json_arr.gbnf", "list.gbnf", "arithmetic.gbnf", "c.gbnf", "chess.gbnf", "english.gbnf", "japanese.gbnf"];
+    let mut ended = 0;
+    for (name, m) in models() {
+        let prompt = m.tokenize("Write one short example.\n", true, false).unwrap();
+        for file in files {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            let oracle = common::gbnf::Gbnf::parse(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let c = Constraint::new(&m, GrammarKind::Gbnf, &text).unwrap_or_else(|e| panic!("{name}, {file}: {e}"));
+            for (temp, seed) in [(0.0, 0), (1.0, 1), (1.0, 2), (1.0, 3)] {
+                let mut s = m.session().unwrap();
+                let options = GenerateOptions { max_tokens: 48, sampler: SamplerParams { temperature: temp, ..Default::default() }, seed, constraint: Some(c.clone()), ..Default::default() };
+                let ids: Vec<u32> = s.generate(&prompt, options).map(|t| t.unwrap().id).collect();
+                let n = ids.len();
+                // The reply's bytes; where the token limit cut a character, the whole
+                // characters before the cut.
+                let bytes: Vec<u8> = ids.iter().filter(|&&t| !m.is_stop(t)).flat_map(|&t| m.token_bytes(t, false).unwrap()).collect();
+                let reply = match std::str::from_utf8(&bytes) {
+                    Ok(r) => r.to_string(),
+                    Err(e) if n == 48 && e.error_len().is_none() => String::from_utf8(bytes[..e.valid_up_to()].to_vec()).unwrap(),
+                    Err(e) => panic!("{name}, {file}: the reply is not UTF-8: {e}"),
+                };
+                let what = format!("{name}, {file}, temperature {temp}, seed {seed}: {reply:?}");
+                if n < 48 {
+                    ended += 1;
+                    assert!(oracle.accepts(&reply), "{what}: ended, but is not a sentence of the grammar");
+                } else {
+                    assert!(oracle.accepts_prefix(&reply), "{what}: not a prefix of a sentence of the grammar");
+                }
+            }
+        }
+    }
+    assert!(ended > 0, "no reply ended: the whole-sentence check never ran");
 }

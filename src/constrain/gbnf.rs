@@ -237,7 +237,13 @@ impl<'a, 'f> Parser<'a, 'f> {
                         ranges.push((lo, hi));
                     }
                     self.pos += 1;
-                    Node::Class { negated, ranges }
+                    // An empty class, `[]` or `[^]`, holds no character element: llama.cpp
+                    // reads it as the empty string.
+                    if ranges.is_empty() {
+                        Node::Literal(String::new())
+                    } else {
+                        Node::Class { negated, ranges }
+                    }
                 }
                 b'<' | b'!' => self.token()?,
                 b'(' => {
@@ -340,8 +346,9 @@ fn emit(node: &Node, names: &[String], out: &mut String) {
         Node::Literal(s) => out.push_str(&serde_json::Value::String(s.clone()).to_string()),
         Node::Class { negated, ranges } => {
             if ranges.is_empty() {
-                // `.`, or `[^]`: any character, newlines included.
-                out.push_str(if *negated { "/(?s:.)/" } else { "/[^\\x{0}-\\x{10ffff}]/" });
+                // `.`: any character, newlines included. (`[]` and `[^]` are parsed as empty
+                // literals, as llama.cpp reads them.)
+                out.push_str("/(?s:.)/");
                 return;
             }
             out.push_str(if *negated { "/[^" } else { "/[" });

@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests: fixture paths, golden files, opening models.
 #![allow(dead_code)]
 
+pub mod gbnf;
 pub mod quant;
 
 use std::path::PathBuf;

@@ -222,7 +222,7 @@ except packlm.PacklmError as e:
 gb, rx2 = packlm.Constraint(m, packlm.GRAMMAR_GBNF, "root ::= [a-z]{2,4}\n"), packlm.Constraint(m, packlm.GRAMMAR_REGEX, "[a-z]{2,4}")
 check(list(gb.mask(row)) == list(rx2.mask(row)), "a GBNF grammar masks as the regex of its language")
 try:
-    packlm.Constraint(m, packlm.GRAMMAR_GBNF, "root ::= \"a\"\nitem ::= (\"b\"\n")
+    packlm.Constraint(m, packlm.GRAMMAR_GBNF, "root ::= \"a\"\nitem ::= \"b\" )\n")
     check(False, "a bad GBNF grammar was taken")
 except packlm.PacklmError as e:
     check(e.status == packlm.ERR_INVALID_ARGUMENT and "line 2" in str(e), f"bad GBNF: {e}")
