@@ -257,3 +257,33 @@ fn generate_samples_answer_as_alone_with_successive_seeds() {
     }
     assert!(!packlm(&["generate", d, "--parallel", "2", "--samples", "0", "--prompt", "x"]).status.success());
 }
+
+/// `generate --grammar FILE` reads llama.cpp's GBNF (a line defines a rule with `::=`) and
+/// llguidance's Lark otherwise: a reply under either grammar of the language (ab|cd){1,3}"."
+/// is a sentence of it, at several seeds; a GBNF syntax error names its line.
+#[test]
+fn generate_grammar_reads_gbnf_and_lark() {
+    let dir = std::env::temp_dir().join(format!("packlm-cli-grammar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gbnf = dir.join("g.gbnf");
+    let lark = dir.join("g.lark");
+    let bad = dir.join("bad.gbnf");
+    std::fs::write(&gbnf, "# two letters, up to three times\nroot ::= pair{1,3} \".\"\npair ::= \"ab\" | \"cd\"\n").unwrap();
+    std::fs::write(&lark, "start: (\"ab\" | \"cd\")~1..3 \".\"\n").unwrap();
+    std::fs::write(&bad, "root ::= \"a\"\npair ::= \"ab\" )\n").unwrap();
+    let pack = tiny("llama");
+    for file in [&gbnf, &lark] {
+        for seed in ["1", "2", "3"] {
+            let o = packlm(&["generate", pack.to_str().unwrap(), "--prompt", "Hello", "-n", "12", "--temp", "1", "--seed", seed, "--grammar", file.to_str().unwrap()]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let reply = String::from_utf8(o.stdout).unwrap();
+            let body = reply.trim_end_matches('\n').strip_suffix('.').unwrap_or_else(|| panic!("{file:?}, seed {seed}: {reply:?} does not end with '.'"));
+            assert!(!body.is_empty() && body.len() <= 6 && body.len() % 2 == 0, "{file:?}, seed {seed}: {reply:?}");
+            assert!(body.as_bytes().chunks(2).all(|p| p == b"ab" || p == b"cd"), "{file:?}, seed {seed}: {reply:?}");
+        }
+    }
+    let o = packlm(&["generate", pack.to_str().unwrap(), "--prompt", "Hello", "--grammar", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("GBNF line 2"), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+}
