@@ -89,6 +89,66 @@ impl Engine {
     pub fn new_session(&self, n_ctx: usize) -> Result<Session> {
         self.model.session_with_context(n_ctx)
     }
+    /// llama.cpp's GBNF `text` over this model's vocabulary, starting at rule `root`.
+    pub fn gbnf(&self, text: &str, root: &str) -> Result<Grammar> {
+        let constraint = packlm::Constraint::gbnf(&self.model, text, root)?;
+        Ok(Grammar { constraint, n_vocab: self.n_vocab() })
+    }
+}
+
+/// A GBNF grammar and the tokens it has taken (packlm's `Constraint`), with the vocabulary
+/// calls a grammar sampler makes. It keeps its model alive; a clone is independent.
+#[derive(Clone)]
+pub struct Grammar {
+    constraint: packlm::Constraint,
+    n_vocab: usize,
+}
+
+impl Grammar {
+    /// Entries of a logits row (what `mask` takes).
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+    /// Sets every entry of `row` (at least `n_vocab` long) whose token may not come next to
+    /// -infinity; a stop token may come exactly where the grammar may end.
+    pub fn mask(&mut self, row: &mut [f32]) -> Result<()> {
+        self.constraint.mask(row)
+    }
+    /// Takes `token`; refused, with nothing changed, when the grammar does not allow it.
+    pub fn accept(&mut self, token: u32) -> Result<()> {
+        self.constraint.accept(token)
+    }
+    /// Whether the text so far is a whole match (a stop token may come now).
+    pub fn can_end(&mut self) -> Result<bool> {
+        self.constraint.can_end()
+    }
+    pub fn is_stop(&self, token: u32) -> bool {
+        self.constraint.model().is_stop(token)
+    }
+    /// The token's bytes, a control token's text included (llama.cpp's `token_to_piece`).
+    pub fn piece(&self, token: u32) -> Result<Vec<u8>> {
+        self.constraint.model().token_bytes(token, true)
+    }
+    /// Tokens whose bytes joined are `bytes`: the text's own tokens, and where `bytes` ends
+    /// inside a character, one token per byte of that end (a byte-level vocabulary has one
+    /// for each). None when some byte has no token of its own.
+    pub fn tokens_of(&self, bytes: &[u8]) -> Result<Option<Vec<u32>>> {
+        let text_len = match std::str::from_utf8(bytes) {
+            Ok(_) => bytes.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let model = self.constraint.model();
+        let text = std::str::from_utf8(&bytes[..text_len]).unwrap_or_default();
+        let mut ids = model.tokenize(text, false, false)?;
+        for &b in &bytes[text_len..] {
+            let one = (0..self.n_vocab as u32).find(|&t| model.token_kind(t) != Some(TokenKind::Control) && model.token_bytes(t, false).is_ok_and(|w| w == [b]));
+            match one {
+                Some(t) => ids.push(t),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(ids))
+    }
 }
 
 /// Which rows of a pass give logits.

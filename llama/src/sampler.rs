@@ -2,6 +2,7 @@
 //! chain applies its samplers in the order they were added, each to the candidate array
 //! the previous one left; temperature is its own step wherever it stands; `greedy` and `dist`
 //! select. A sampler the client defines (its own `llama_sampler_i`) runs through its vtable.
+//! The grammar sampler's state and rules are in `grammar`.
 //! Samplers this library cannot build return NULL, and a chain given NULL refuses to sample,
 //! so nothing samples without a constraint the client asked for.
 
@@ -11,7 +12,9 @@ use std::ptr;
 
 use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
 use crate::context::{candidates_for_sampling, LlamaContext};
+use crate::grammar::{self, GrammarSampler, Lazy};
 use crate::log::{error, guard, unsupported};
+use crate::model::LlamaModel;
 
 /// `LLAMA_DEFAULT_SEED`: draw a seed.
 const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
@@ -27,6 +30,8 @@ enum Kind {
     Typical { p: f32, min_keep: usize },
     Temp(f32),
     LogitBias(Vec<LogitBias>),
+    /// None: made with no grammar text, and does nothing (as llama.cpp's).
+    Grammar(Option<Box<GrammarSampler>>),
 }
 
 impl Kind {
@@ -42,6 +47,7 @@ impl Kind {
             Kind::Typical { .. } => c"typical",
             Kind::Temp(_) => c"temp",
             Kind::LogitBias(_) => c"logit-bias",
+            Kind::Grammar(_) => c"grammar",
         }
     }
 }
@@ -100,6 +106,7 @@ unsafe extern "C" fn builtin_accept(s: *mut Sampler, token: Token) {
             }
             history.push_back(token);
         }
+        Some(Kind::Grammar(Some(g))) => g.accept(token),
         _ => {}
     }
 }
@@ -113,6 +120,7 @@ unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
         }
         Some(Kind::Penalties { history, .. }) => history.clear(),
         Some(Kind::Dist { seed, rng }) => *rng = seed_state(*seed),
+        Some(Kind::Grammar(Some(g))) => g.reset(),
         _ => {}
     }
 }
@@ -145,6 +153,7 @@ unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
         Kind::Typical { p, min_keep } => Kind::Typical { p: *p, min_keep: *min_keep },
         Kind::Temp(t) => Kind::Temp(*t),
         Kind::LogitBias(b) => Kind::LogitBias(b.clone()),
+        Kind::Grammar(g) => Kind::Grammar(g.clone()),
     };
     new_sampler(copy)
 }
@@ -368,6 +377,12 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
                 }
             }
             *sorted = false;
+        }
+        Kind::Grammar(g) => {
+            // A candidate set to -infinity may stand anywhere in a sorted array.
+            if g.as_mut().is_some_and(|g| g.apply(v)) {
+                *sorted = false;
+            }
         }
     }
 }
@@ -693,6 +708,65 @@ pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaCo
     })
 }
 
+/// The grammar sampler over `vocab` (the model): masks every candidate the GBNF grammar
+/// `grammar_str`, from rule `grammar_root`, does not allow next. A NULL or empty grammar gives
+/// a sampler that does nothing; a grammar that does not parse gives NULL (logged).
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_init_grammar(vocab: *const LlamaModel, grammar_str: *const c_char, grammar_root: *const c_char) -> *mut Sampler {
+    const F: &str = "llama_sampler_init_grammar";
+    guard(F, ptr::null_mut(), || grammar_sampler(grammar::from_c(F, vocab, grammar_str, grammar_root, Lazy::No)))
+}
+
+/// As `llama_sampler_init_grammar`, but lazy: the grammar changes nothing until a token of
+/// `trigger_tokens` is taken or the text taken contains one of `trigger_words`; it then
+/// starts from that token or word.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_init_grammar_lazy(
+    vocab: *const LlamaModel,
+    grammar_str: *const c_char,
+    grammar_root: *const c_char,
+    trigger_words: *const *const c_char,
+    num_trigger_words: usize,
+    trigger_tokens: *const Token,
+    num_trigger_tokens: usize,
+) -> *mut Sampler {
+    const F: &str = "llama_sampler_init_grammar_lazy";
+    guard(F, ptr::null_mut(), || {
+        let Some(words) = grammar::c_texts(F, "trigger_words", trigger_words, num_trigger_words) else { return ptr::null_mut() };
+        let Some(tokens) = grammar::c_tokens(F, trigger_tokens, num_trigger_tokens) else { return ptr::null_mut() };
+        grammar_sampler(grammar::from_c(F, vocab, grammar_str, grammar_root, Lazy::Words(words, tokens)))
+    })
+}
+
+/// As `llama_sampler_init_grammar_lazy` with regular expressions: the grammar starts where
+/// one of `trigger_patterns` matches the text taken (at its first non-empty group, else at
+/// the match; a pattern `^...$` must match all of it). A pattern that does not compile gives
+/// NULL (logged).
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_init_grammar_lazy_patterns(
+    vocab: *const LlamaModel,
+    grammar_str: *const c_char,
+    grammar_root: *const c_char,
+    trigger_patterns: *const *const c_char,
+    num_trigger_patterns: usize,
+    trigger_tokens: *const Token,
+    num_trigger_tokens: usize,
+) -> *mut Sampler {
+    const F: &str = "llama_sampler_init_grammar_lazy_patterns";
+    guard(F, ptr::null_mut(), || {
+        let Some(patterns) = grammar::c_texts(F, "trigger_patterns", trigger_patterns, num_trigger_patterns) else { return ptr::null_mut() };
+        let Some(tokens) = grammar::c_tokens(F, trigger_tokens, num_trigger_tokens) else { return ptr::null_mut() };
+        grammar_sampler(grammar::from_c(F, vocab, grammar_str, grammar_root, Lazy::Patterns(patterns, tokens)))
+    })
+}
+
+fn grammar_sampler(state: Result<Option<GrammarSampler>, grammar::Refused>) -> *mut Sampler {
+    match state {
+        Ok(g) => new_sampler(Kind::Grammar(g.map(Box::new))),
+        Err(grammar::Refused) => ptr::null_mut(),
+    }
+}
+
 macro_rules! no_sampler {
     ($name:ident ( $($arg:ident : $ty:ty),* )) => {
         /// Not supported: NULL (logged), so that a chain given it refuses to sample.
@@ -710,9 +784,6 @@ no_sampler!(llama_sampler_init_xtc(p: f32, t: f32, min_keep: usize, seed: u32));
 no_sampler!(llama_sampler_init_top_n_sigma(n: f32));
 no_sampler!(llama_sampler_init_mirostat(n_vocab: i32, seed: u32, tau: f32, eta: f32, m: i32));
 no_sampler!(llama_sampler_init_mirostat_v2(seed: u32, tau: f32, eta: f32));
-no_sampler!(llama_sampler_init_grammar(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char));
-no_sampler!(llama_sampler_init_grammar_lazy(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char, trigger_words: *const *const c_char, num_trigger_words: usize, trigger_tokens: *const Token, num_trigger_tokens: usize));
-no_sampler!(llama_sampler_init_grammar_lazy_patterns(vocab: *const c_void, grammar_str: *const c_char, grammar_root: *const c_char, trigger_patterns: *const *const c_char, num_trigger_patterns: usize, trigger_tokens: *const Token, num_trigger_tokens: usize));
 no_sampler!(llama_sampler_init_dry(vocab: *const c_void, multiplier: f32, base: f32, allowed_length: i32, penalty_last_n: i32, seq_breakers: *const *const c_char, num_breakers: usize));
 no_sampler!(llama_sampler_init_adaptive_p(a: f32, b: f32, seed: u32));
 no_sampler!(llama_sampler_init_infill(vocab: *const c_void));
@@ -847,7 +918,7 @@ mod tests {
             assert!(t >= 0, "greedy alone samples");
 
             let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
-            llama_sampler_chain_add(chain, llama_sampler_init_grammar(ptr::null(), c"root ::= \"a\"".as_ptr(), c"root".as_ptr()));
+            llama_sampler_chain_add(chain, llama_sampler_init_mirostat_v2(1, 5.0, 0.1));
             llama_sampler_chain_add(chain, llama_sampler_init_greedy());
             assert_eq!(llama_sampler_sample(chain, ctx, -1), -1, "the chain must refuse");
 

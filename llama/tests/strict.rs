@@ -34,9 +34,9 @@ fn a_chain_holding_a_sampler_that_could_not_be_built_never_selects() {
     let c = context(m);
     assert_eq!(decode(c, &[0, 5, 7]), 0);
     unsafe {
-        // inner: a grammar (unsupported: NULL) then greedy; outer: inner then greedy.
+        // inner: mirostat v2 (unsupported: NULL) then greedy; outer: inner then greedy.
         let inner = chain();
-        llama_sampler_chain_add(inner, llama_sampler_init_grammar(ptr::null(), c"root ::= \"a\"".as_ptr(), c"root".as_ptr()));
+        llama_sampler_chain_add(inner, llama_sampler_init_mirostat_v2(1, 5.0, 0.1));
         llama_sampler_chain_add(inner, llama_sampler_init_greedy());
         let outer = chain();
         llama_sampler_chain_add(outer, inner);

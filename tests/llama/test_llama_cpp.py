@@ -6,8 +6,8 @@ token pieces equal to llama.cpp's own, recorded in tests/fixtures/llama_cpp/toke
 equal to `packlm tokenize`; multi-byte text, special tokens), greedy completion (deterministic,
 streamed == whole, equal to `packlm generate`), seeded sampling, stop sequences, chat with the
 GGUF's own template, eval / sample / save_state / load_state, prefix reuse, logit_bias,
-logprobs; then bad input (a missing file, an out-of-range token, a corrupted state) raising in
-Python, never aborting it.
+logprobs, grammars (GBNF, llama-cpp-python's JSON grammar, a JSON schema); then bad input (a
+missing file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
 Prints 'N passed, M failed'."""
 import ctypes
 import hashlib
@@ -110,6 +110,44 @@ def llama_cpp_tokens(name, llm, path):
             got = [piece(llm, t, special) for t in ref]
             want = [bytes.fromhex(h) for h in c[key]]
             check(got == want, f"{what}: pieces(special={special}) {got} != llama.cpp's {want}")
+
+
+def grammar_checks(name, llm, json_too):
+    """llama.cpp's grammar sampler (llama_sampler_init_grammar, as Llama builds its chain with
+    a LlamaGrammar): the reply is in the grammar's language, streamed == whole; a grammar that
+    does not parse makes sampling fail rather than run unconstrained. With json_too (a model
+    that follows instructions), JSON from llama-cpp-python's own JSON grammar and from a
+    JSON schema (response_format) parses and has the schema's required keys and types."""
+    yes_no = llama_cpp.LlamaGrammar.from_string('root ::= "yes" | "no"')
+    out = llm.create_completion("Is Paris in France? Answer:", max_tokens=4, temperature=0, grammar=yes_no)
+    check(text_of(out) in ("yes", "no") and out["choices"][0]["finish_reason"] == "stop", f"{name}: grammar yes|no gives {text_of(out)!r}, {out['choices'][0]['finish_reason']}")
+    bad = llama_cpp.LlamaGrammar.from_string('root ::= "yes')
+    check(raises(lambda: llm.create_completion(PROMPT, max_tokens=4, temperature=0, grammar=bad), RuntimeError),
+          f"{name}: a grammar that does not parse makes sampling fail")
+    if not json_too:
+        return
+    json_grammar = llama_cpp.LlamaGrammar.from_string(llama_cpp.llama_grammar.JSON_GBNF)
+    prompt = "A JSON object describing a cat:"
+    out = llm(prompt, max_tokens=96, temperature=0, grammar=json_grammar)
+    try:
+        value = json.loads(text_of(out))
+    except ValueError:
+        value = None
+    check(isinstance(value, dict) and out["choices"][0]["finish_reason"] == "stop", f"{name}: JSON grammar gives a JSON object: {text_of(out)!r}")
+    streamed = "".join(text_of(c) for c in llm(prompt, max_tokens=96, temperature=0, grammar=json_grammar, stream=True))
+    check(streamed == text_of(out), f"{name}: JSON grammar streamed {streamed!r} == whole")
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "pets": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+              "required": ["name", "age", "pets"]}
+    msgs = [{"role": "user", "content": "Give the name, age and pets of a person as JSON."}]
+    out = llm.create_chat_completion(messages=msgs, response_format={"type": "json_object", "schema": schema}, max_tokens=96, temperature=0)
+    content = out["choices"][0]["message"]["content"]
+    try:
+        value = json.loads(content)
+    except ValueError:
+        value = None
+    ok = (isinstance(value, dict) and isinstance(value.get("name"), str) and type(value.get("age")) is int
+          and isinstance(value.get("pets"), list) and all(isinstance(p, str) for p in value["pets"]))
+    check(ok, f"{name}: chat with a JSON schema gives {content!r}")
 
 
 def run_model(name, path, chat_word, marker, expected_meta):
@@ -218,11 +256,9 @@ def run_model(name, path, chat_word, marker, expected_meta):
     got = llm.tokenize(text_of(processed).encode(), add_bos=False)
     check(got[:1] != [first], f"{name}: logits_processor through the sampler vtable (got {got})")
 
-    # A grammar sampler cannot be built here: the chain refuses to sample rather than
-    # generate unconstrained text.
-    grammar = llama_cpp.LlamaGrammar.from_string('root ::= "yes" | "no"')
-    check(raises(lambda: llm.create_completion(PROMPT, max_tokens=4, temperature=0, grammar=grammar), RuntimeError),
-          f"{name}: a grammar that cannot be applied makes sampling fail")
+    # Grammars, on a Llama of their own: Llama.sample goes on using the chain of the last
+    # completion, its grammar included.
+    grammar_checks(name, Llama(model_path=path, n_ctx=512, verbose=False, seed=7), chat_word is not None)
 
     # logprobs with logits_all: each greedy token is the top-1 entry, with log-softmax of the logits.
     la = Llama(model_path=path, n_ctx=512, verbose=False, logits_all=True)
