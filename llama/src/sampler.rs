@@ -14,6 +14,7 @@ use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenD
 use crate::context::{candidates_for_sampling, LlamaContext};
 use crate::grammar::{self, GrammarSampler, Lazy};
 use crate::log::{error, guard, unsupported};
+use crate::rng::Mt19937;
 use crate::model::LlamaModel;
 
 /// `LLAMA_DEFAULT_SEED`: draw a seed.
@@ -22,7 +23,8 @@ const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
 enum Kind {
     Chain { samplers: Vec<*mut Sampler>, broken: bool },
     Greedy,
-    Dist { seed: u32, rng: u64 },
+    /// llama.cpp's generator, seeded with `seed` (the drawn one for LLAMA_DEFAULT_SEED).
+    Dist { seed: u32, rng: Box<Mt19937> },
     Penalties { last_n: usize, repeat: f32, freq: f32, present: f32, history: VecDeque<Token> },
     TopK(i32),
     TopP { p: f32, min_keep: usize },
@@ -119,7 +121,7 @@ unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
             }
         }
         Some(Kind::Penalties { history, .. }) => history.clear(),
-        Some(Kind::Dist { seed, rng }) => *rng = seed_state(*seed),
+        Some(Kind::Dist { seed, rng }) => **rng = Mt19937::new(*seed),
         Some(Kind::Grammar(Some(g))) => g.reset(),
         _ => {}
     }
@@ -143,7 +145,7 @@ unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
             Kind::Chain { samplers: out, broken: *broken }
         }
         Kind::Greedy => Kind::Greedy,
-        Kind::Dist { seed, rng } => Kind::Dist { seed: *seed, rng: *rng },
+        Kind::Dist { seed, rng } => Kind::Dist { seed: *seed, rng: rng.clone() },
         Kind::Penalties { last_n, repeat, freq, present, history } => {
             Kind::Penalties { last_n: *last_n, repeat: *repeat, freq: *freq, present: *present, history: history.clone() }
         }
@@ -257,22 +259,39 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
             }
             *selected = if v.is_empty() { -1 } else { best as i64 };
         }
+        // llama.cpp's draw (llama_sampler_dist_apply): p = expf(logit - max) in f32, summed in
+        // f64; one uniform double u; the first candidate where the running f64 sum reaches
+        // sum * u; the probabilities then normalized. One candidate still takes a draw.
         Kind::Dist { rng, .. } => {
             if v.is_empty() {
                 *selected = -1;
                 return;
             }
-            softmax(v, sorted);
-            let u = next_uniform(rng);
-            let mut acc = 0.0f64;
-            *selected = (v.len() - 1) as i64;
-            for (i, d) in v.iter().enumerate() {
-                acc += d.p as f64;
-                if u < acc {
-                    *selected = i as i64;
-                    break;
-                }
+            *selected = 0;
+            if v.len() == 1 {
+                rng.uniform();
+                v[0].p = 1.0;
+                return;
             }
+            let max_l = if *sorted { v[0].logit } else { v.iter().fold(v[0].logit, |m, d| m.max(d.logit)) };
+            let mut sum = 0.0f64;
+            for d in v.iter_mut() {
+                d.p = (d.logit - max_l).exp();
+                sum += d.p as f64;
+            }
+            let target = sum * rng.uniform();
+            let mut run = 0.0f64;
+            let mut found = None;
+            for (i, d) in v.iter_mut().enumerate() {
+                if found.is_none() {
+                    run += d.p as f64;
+                    if run >= target {
+                        found = Some(i);
+                    }
+                }
+                d.p = (d.p as f64 / sum) as f32;
+            }
+            *selected = found.unwrap_or(v.len() - 1) as i64;
         }
         Kind::Penalties { last_n, repeat, freq, present, history } => {
             if *last_n == 0 || (*repeat == 1.0 && *freq == 0.0 && *present == 0.0) {
@@ -396,15 +415,6 @@ fn next_u64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Uniform in [0, 1) with 53 random bits.
-fn next_uniform(state: &mut u64) -> f64 {
-    (next_u64(state) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn seed_state(seed: u32) -> u64 {
-    u64::from(seed) ^ 0x5DEE_CE66_D1CE_4E5B
-}
-
 fn draw_seed() -> u32 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let mut s = t ^ (std::process::id() as u64) << 32;
@@ -502,7 +512,7 @@ pub extern "C" fn llama_sampler_init_greedy() -> *mut Sampler {
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_dist(seed: u32) -> *mut Sampler {
     let seed = if seed == DEFAULT_SEED { draw_seed() } else { seed };
-    new_sampler(Kind::Dist { seed, rng: seed_state(seed) })
+    new_sampler(Kind::Dist { seed, rng: Box::new(Mt19937::new(seed)) })
 }
 
 #[no_mangle]

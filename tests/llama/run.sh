@@ -1,7 +1,8 @@
 #!/bin/sh
 # The llama.cpp API tests: struct layouts against llama.h, then llama-cpp-python 0.3.36's
 # public API (its Python sources from the sdist, no llama.cpp build) on libllama.so from
-# `make llama`, with the SmolLM2 and Gemma3 GGUFs of models/ (tests/llama/test_llama_cpp.py).
+# `make llama`, with the SmolLM2 and Gemma3 GGUFs of models/ (tests/llama/test_llama_cpp.py);
+# seeded sampler chains draw for draw against real llama.cpp (tests/llama/sampler_draws.py).
 # Without the models it says so and skips them, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,3 +35,7 @@ LLAMA_CPP_LIB_PATH=$lib \
 PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
 PACKLM_BIN=$root/target/release/packlm \
   python3 "$root/tests/llama/test_llama_cpp.py" "$root/models"
+# Seeded sampler chains on synthetic logits, draw for draw against real llama.cpp's recording.
+LLAMA_CPP_LIB_PATH=$lib \
+PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
+  python3 "$root/tests/llama/sampler_draws.py" check
