@@ -19,12 +19,60 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 pub struct Engine {
     model: Model,
     info: packlm::ModelInfo,
+    /// The fill-in-the-middle tokens, in `FimRole` order.
+    fim: [Option<u32>; 6],
+}
+
+/// llama.cpp's fill-in-the-middle roles, in the order of `Engine::fim`.
+#[derive(Clone, Copy)]
+pub enum FimRole {
+    Pre,
+    Suf,
+    Mid,
+    Pad,
+    Rep,
+    Sep,
+}
+
+/// Where llama.cpp finds each fill-in-the-middle token (llama-vocab.cpp, `load`): the id under
+/// the GGUF key (a deprecated key, where set, after it and over it), else a token whose text
+/// is one of these names. A row per role, in `FimRole` order.
+const FIM_ROLES: [(&str, Option<&str>, &[&str]); 6] = [
+    ("tokenizer.ggml.fim_pre_token_id", Some("tokenizer.ggml.prefix_token_id"), &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"]),
+    ("tokenizer.ggml.fim_suf_token_id", Some("tokenizer.ggml.suffix_token_id"), &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"]),
+    ("tokenizer.ggml.fim_mid_token_id", Some("tokenizer.ggml.middle_token_id"), &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"]),
+    ("tokenizer.ggml.fim_pad_token_id", None, &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"]),
+    ("tokenizer.ggml.fim_rep_token_id", None, &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"]),
+    ("tokenizer.ggml.fim_sep_token_id", None, &["<|file_sep|>"]),
+];
+
+/// `Engine::fim`, found as llama.cpp finds it. Where several tokens carry a role's names,
+/// llama.cpp takes whichever its hash map gives first; this takes the lowest id.
+fn find_fim(model: &Model, n_vocab: usize) -> [Option<u32>; 6] {
+    let key = |k: &str| model.metadata().iter().find(|kv| kv.0 == k).and_then(|kv| kv.1.parse::<u32>().ok()).filter(|&id| (id as usize) < n_vocab);
+    let mut fim = [None; 6];
+    for (slot, (k, deprecated, _)) in fim.iter_mut().zip(FIM_ROLES) {
+        *slot = deprecated.and_then(key).or_else(|| key(k));
+    }
+    if fim.iter().any(Option::is_none) {
+        for id in 0..n_vocab as u32 {
+            let Some(text) = model.token_text(id) else { continue };
+            for (slot, (_, _, names)) in fim.iter_mut().zip(FIM_ROLES) {
+                if slot.is_none() && names.contains(&text.as_str()) {
+                    *slot = Some(id);
+                }
+            }
+        }
+    }
+    fim
 }
 
 impl Engine {
     pub fn open(path: &Path) -> Result<Engine> {
         let model = Model::open(path)?;
-        Ok(Engine { info: model.info(), model })
+        let info = model.info();
+        let fim = find_fim(&model, info.n_vocab);
+        Ok(Engine { info, model, fim })
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -64,6 +112,26 @@ impl Engine {
     }
     pub fn is_stop(&self, id: u32) -> bool {
         self.model.is_stop(id)
+    }
+    /// The fill-in-the-middle token of `role` (llama.cpp's `llama_vocab_fim_*`).
+    pub fn fim(&self, role: FimRole) -> Option<u32> {
+        self.fim[role as usize]
+    }
+    /// End of generation as llama.cpp counts it (llama-vocab.cpp, `special_eog_ids`): the
+    /// pack's stop tokens (EOS, end of turn) and the fill-in-the-middle pad, repository and
+    /// file-separator tokens.
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.model.is_stop(id) || [FimRole::Pad, FimRole::Rep, FimRole::Sep].iter().any(|&r| self.fim(r) == Some(id))
+    }
+    /// The end-of-turn token: a stop token that is not the EOS.
+    pub fn eot(&self) -> Option<u32> {
+        let eos = self.eos();
+        (0..self.n_vocab() as u32).find(|&t| self.model.is_stop(t) && Some(t) != eos)
+    }
+    /// The vocabulary calls of the DRY and infill samplers, holding the model.
+    pub fn vocab(&self) -> Vocab {
+        let eog = (0..self.n_vocab() as u32).filter(|&t| self.is_eog(t)).collect();
+        Vocab { model: self.model.clone(), n_vocab: self.n_vocab(), eog, eot: self.eot(), eos: self.eos() }
     }
     pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
         self.model.token_kind(id)
@@ -148,6 +216,42 @@ impl Grammar {
             }
         }
         Ok(Some(ids))
+    }
+}
+
+/// What the DRY and infill samplers ask of the vocabulary. llama.cpp's keep a `llama_vocab*`
+/// the client must keep alive; this holds the model itself. A clone shares it.
+#[derive(Clone)]
+pub struct Vocab {
+    model: Model,
+    n_vocab: usize,
+    /// The end-of-generation tokens (`Engine::is_eog`), ascending.
+    eog: Vec<u32>,
+    eot: Option<u32>,
+    eos: Option<u32>,
+}
+
+impl Vocab {
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+    pub fn eot(&self) -> Option<u32> {
+        self.eot
+    }
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+    /// The token's bytes, a control token's text only when `special` (llama.cpp's
+    /// `token_to_piece` with no lstrip); empty outside the vocabulary.
+    pub fn piece(&self, id: u32, special: bool) -> Vec<u8> {
+        self.model.token_bytes(id, special).unwrap_or_default()
+    }
+    /// `text` tokenized as plain text: no BOS, special tokens' texts not parsed.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        self.model.tokenize(text, false, false)
     }
 }
 

@@ -1,10 +1,25 @@
-//! Samplers (`llama_sampler_*`) with llama.cpp's semantics (its src/llama-sampling.cpp): a
+//! Samplers (`llama_sampler_*`) with llama.cpp's semantics (its src/llama-sampler.cpp): a
 //! chain applies its samplers in the order they were added, each to the candidate array
-//! the previous one left; temperature is its own step wherever it stands; `greedy` and `dist`
-//! select. A sampler the client defines (its own `llama_sampler_i`) runs through its vtable.
-//! The grammar sampler's state and rules are in `grammar`.
+//! the previous one left; temperature is its own step wherever it stands; `greedy`, `dist`,
+//! the mirostats and adaptive-p select. A sampler the client defines (its own
+//! `llama_sampler_i`) runs through its vtable. Where llama.cpp builds an empty sampler for
+//! settings that change nothing ("?xtc" and the like), so does this.
+//! The grammar sampler's state and rules are in `grammar`; dynamic temperature, XTC and
+//! top-n-sigma in `filters`; the mirostats and adaptive-p in `mirostat`; DRY in `dry`;
+//! infill in `infill` (each with its `llama_sampler_init_*`); this file holds the kinds, the
+//! vtable, the chain and the rest of the API. Seeded samplers draw as llama.cpp's do (`rng`).
 //! Samplers this library cannot build return NULL, and a chain given NULL refuses to sample,
 //! so nothing samples without a constraint the client asked for.
+
+mod dry;
+mod filters;
+mod infill;
+mod mirostat;
+
+pub use dry::llama_sampler_init_dry;
+pub use filters::{llama_sampler_init_temp_ext, llama_sampler_init_top_n_sigma, llama_sampler_init_xtc};
+pub use infill::llama_sampler_init_infill;
+pub use mirostat::{llama_sampler_init_adaptive_p, llama_sampler_init_mirostat, llama_sampler_init_mirostat_v2};
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void};
@@ -13,9 +28,13 @@ use std::ptr;
 use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
 use crate::context::{candidates_for_sampling, LlamaContext};
 use crate::grammar::{self, GrammarSampler, Lazy};
-use crate::log::{error, guard, unsupported};
+use crate::log::{error, guard};
 use crate::rng::Mt19937;
 use crate::model::LlamaModel;
+use dry::Dry;
+use filters::{TempExt, Xtc};
+use infill::Infill;
+use mirostat::{AdaptiveP, Mirostat, MirostatV2};
 
 /// `LLAMA_DEFAULT_SEED`: draw a seed.
 const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
@@ -34,6 +53,16 @@ enum Kind {
     LogitBias(Vec<LogitBias>),
     /// None: made with no grammar text, and does nothing (as llama.cpp's).
     Grammar(Option<Box<GrammarSampler>>),
+    /// llama.cpp's empty sampler, named for the settings that made it ("?xtc"): does nothing.
+    Empty(&'static std::ffi::CStr),
+    TempExt(TempExt),
+    Xtc(Box<Xtc>),
+    TopNSigma(f32),
+    Mirostat(Box<Mirostat>),
+    MirostatV2(Box<MirostatV2>),
+    AdaptiveP(Box<AdaptiveP>),
+    Dry(Box<Dry>),
+    Infill(Box<Infill>),
 }
 
 impl Kind {
@@ -50,6 +79,15 @@ impl Kind {
             Kind::Temp(_) => c"temp",
             Kind::LogitBias(_) => c"logit-bias",
             Kind::Grammar(_) => c"grammar",
+            Kind::Empty(name) => name,
+            Kind::TempExt(_) => c"temp-ext",
+            Kind::Xtc(_) => c"xtc",
+            Kind::TopNSigma(_) => c"top-n-sigma",
+            Kind::Mirostat(_) => c"mirostat",
+            Kind::MirostatV2(_) => c"mirostat-v2",
+            Kind::AdaptiveP(_) => c"adaptive-p",
+            Kind::Dry(_) => c"dry",
+            Kind::Infill(_) => c"infill",
         }
     }
 }
@@ -109,6 +147,8 @@ unsafe extern "C" fn builtin_accept(s: *mut Sampler, token: Token) {
             history.push_back(token);
         }
         Some(Kind::Grammar(Some(g))) => g.accept(token),
+        Some(Kind::Dry(d)) => d.accept(token),
+        Some(Kind::AdaptiveP(a)) => a.accept(token),
         _ => {}
     }
 }
@@ -123,6 +163,11 @@ unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
         Some(Kind::Penalties { history, .. }) => history.clear(),
         Some(Kind::Dist { seed, rng }) => **rng = Mt19937::new(*seed),
         Some(Kind::Grammar(Some(g))) => g.reset(),
+        Some(Kind::Xtc(x)) => x.reset(),
+        Some(Kind::Mirostat(m)) => m.reset(),
+        Some(Kind::MirostatV2(m)) => m.reset(),
+        Some(Kind::AdaptiveP(a)) => a.reset(),
+        Some(Kind::Dry(d)) => d.reset(),
         _ => {}
     }
 }
@@ -156,6 +201,15 @@ unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
         Kind::Temp(t) => Kind::Temp(*t),
         Kind::LogitBias(b) => Kind::LogitBias(b.clone()),
         Kind::Grammar(g) => Kind::Grammar(g.clone()),
+        Kind::Empty(name) => Kind::Empty(name),
+        Kind::TempExt(t) => Kind::TempExt(t.clone()),
+        Kind::Xtc(x) => Kind::Xtc(x.clone()),
+        Kind::TopNSigma(n) => Kind::TopNSigma(*n),
+        Kind::Mirostat(m) => Kind::Mirostat(m.clone()),
+        Kind::MirostatV2(m) => Kind::MirostatV2(m.clone()),
+        Kind::AdaptiveP(a) => Kind::AdaptiveP(Box::new(a.clone_as_llama_cpp())),
+        Kind::Dry(d) => Kind::Dry(d.clone()),
+        Kind::Infill(i) => Kind::Infill(i.clone()),
     };
     new_sampler(copy)
 }
@@ -215,13 +269,16 @@ unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
     let mut v: Vec<TokenData> = if cur.data.is_null() { Vec::new() } else { std::slice::from_raw_parts(cur.data, cur.size).to_vec() };
     let mut sorted = cur.sorted;
     let mut selected = cur.selected;
-    apply_kind(k, &mut v, &mut sorted, &mut selected);
+    let dropped = apply_kind(k, &mut v, &mut sorted, &mut selected);
     // Filters only shrink the array: write the survivors back in place.
     let n = v.len().min(cur.size);
     if n > 0 {
         ptr::copy_nonoverlapping(v.as_ptr(), cur.data, n);
     }
-    cur.size = n;
+    // XTC drops leading candidates as llama.cpp does, by moving `data` past them.
+    let dropped = dropped.min(n);
+    cur.data = cur.data.add(dropped);
+    cur.size = n - dropped;
     cur.sorted = sorted;
     cur.selected = selected;
 }
@@ -235,8 +292,28 @@ fn sort_desc(v: &mut [TokenData], sorted: &mut bool) {
 
 /// llama.cpp's softmax over the candidates: sorted by logit, p = exp(l - max) / sum.
 fn softmax(v: &mut [TokenData], sorted: &mut bool) {
-    sort_desc(v, sorted);
-    let Some(max) = v.first().map(|d| d.logit) else { return };
+    softmax_impl(v, sorted, true);
+}
+
+/// llama.cpp's `llama_sampler_softmax_impl`: p = expf(logit - max) / sum in float, sorted
+/// first when `do_sort`. The max is the first logit when the array says it is sorted (even
+/// where a sampler has since changed the logits, as llama.cpp reads it), else the largest.
+fn softmax_impl(v: &mut [TokenData], sorted: &mut bool, do_sort: bool) {
+    if v.is_empty() {
+        return;
+    }
+    if do_sort {
+        sort_desc(v, sorted);
+    }
+    let mut max = v[0].logit;
+    if !*sorted {
+        for d in v.iter() {
+            // std::max(a, b): b only when a < b.
+            if max < d.logit {
+                max = d.logit;
+            }
+        }
+    }
     let mut sum = 0.0f32;
     for d in v.iter_mut() {
         d.p = (d.logit - max).exp();
@@ -247,7 +324,40 @@ fn softmax(v: &mut [TokenData], sorted: &mut bool) {
     }
 }
 
-fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected: &mut i64) {
+/// llama.cpp's `llama_sampler_temp_impl`: logits over `t`; for `t` <= 0 only the first
+/// largest logit stays finite.
+fn temp_impl(v: &mut [TokenData], t: f32) {
+    if t <= 0.0 {
+        let mut best = 0;
+        for (i, d) in v.iter().enumerate() {
+            if d.logit > v[best].logit {
+                best = i;
+            }
+        }
+        for (i, d) in v.iter_mut().enumerate() {
+            if i != best {
+                d.logit = f32::NEG_INFINITY;
+            }
+        }
+        return;
+    }
+    for d in v.iter_mut() {
+        d.logit /= t;
+    }
+}
+
+/// llama.cpp's `get_rng_seed`: the seed, or a drawn one for LLAMA_DEFAULT_SEED.
+fn rng_seed(seed: u32) -> u32 {
+    if seed == DEFAULT_SEED {
+        draw_seed()
+    } else {
+        seed
+    }
+}
+
+/// Applies one sampler (not a chain) to the candidates; returns how many leading candidates
+/// it dropped by moving the array's start (XTC's way), 0 for every other.
+fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected: &mut i64) -> usize {
     match k {
         Kind::Chain { .. } => {}
         Kind::Greedy => {
@@ -265,13 +375,13 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
         Kind::Dist { rng, .. } => {
             if v.is_empty() {
                 *selected = -1;
-                return;
+                return 0;
             }
             *selected = 0;
             if v.len() == 1 {
                 rng.uniform();
                 v[0].p = 1.0;
-                return;
+                return 0;
             }
             let max_l = if *sorted { v[0].logit } else { v.iter().fold(v[0].logit, |m, d| m.max(d.logit)) };
             let mut sum = 0.0f64;
@@ -295,7 +405,7 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
         }
         Kind::Penalties { last_n, repeat, freq, present, history } => {
             if *last_n == 0 || (*repeat == 1.0 && *freq == 0.0 && *present == 0.0) {
-                return;
+                return 0;
             }
             let mut counts = std::collections::HashMap::new();
             for &t in history.iter() {
@@ -314,14 +424,14 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
         }
         Kind::TopK(k) => {
             if *k <= 0 {
-                return;
+                return 0;
             }
             sort_desc(v, sorted);
             v.truncate(*k as usize);
         }
         Kind::TopP { p, min_keep } => {
             if *p >= 1.0 {
-                return;
+                return 0;
             }
             softmax(v, sorted);
             let mut cum = 0.0f32;
@@ -337,7 +447,7 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
         }
         Kind::MinP { p, min_keep } => {
             if *p <= 0.0 || v.is_empty() {
-                return;
+                return 0;
             }
             let max = v.iter().map(|d| d.logit).fold(f32::NEG_INFINITY, f32::max);
             let min_logit = max + p.ln();
@@ -351,7 +461,7 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
         }
         Kind::Typical { p, min_keep } => {
             if *p >= 1.0 {
-                return;
+                return 0;
             }
             softmax(v, sorted);
             let entropy: f32 = v.iter().filter(|d| d.p > 0.0).map(|d| -d.p * d.p.ln()).sum();
@@ -369,26 +479,7 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
             *v = scored.into_iter().take(keep).map(|(_, d)| d).collect();
             *sorted = false;
         }
-        Kind::Temp(t) => {
-            if *t <= 0.0 {
-                // llama.cpp: only the highest logit stays possible.
-                let mut best = 0;
-                for (i, d) in v.iter().enumerate() {
-                    if d.logit > v[best].logit {
-                        best = i;
-                    }
-                }
-                for (i, d) in v.iter_mut().enumerate() {
-                    if i != best {
-                        d.logit = f32::NEG_INFINITY;
-                    }
-                }
-                return;
-            }
-            for d in v.iter_mut() {
-                d.logit /= *t;
-            }
-        }
+        Kind::Temp(t) => temp_impl(v, *t),
         Kind::LogitBias(biases) => {
             for b in biases.iter() {
                 if let Some(d) = v.iter_mut().find(|d| d.id == b.token) {
@@ -403,7 +494,17 @@ fn apply_kind(k: &mut Kind, v: &mut Vec<TokenData>, sorted: &mut bool, selected:
                 *sorted = false;
             }
         }
+        Kind::Empty(_) => {}
+        Kind::TempExt(t) => t.apply(v, sorted),
+        Kind::Xtc(x) => return x.apply(v, sorted),
+        Kind::TopNSigma(n) => filters::top_n_sigma(v, *n),
+        Kind::Mirostat(m) => m.apply(v, sorted, selected),
+        Kind::MirostatV2(m) => m.apply(v, sorted, selected),
+        Kind::AdaptiveP(a) => a.apply(v, sorted, selected),
+        Kind::Dry(d) => d.apply(v, sorted),
+        Kind::Infill(i) => i.apply(v, sorted),
     }
+    0
 }
 
 /// splitmix64 (Steele, Lea and Flood): the state advances by a constant, the output is mixed.
@@ -674,13 +775,17 @@ pub unsafe extern "C" fn llama_sampler_free(s: *mut Sampler) {
     })
 }
 
-/// The seed of a `dist` sampler (the first in a chain); LLAMA_DEFAULT_SEED when none.
+/// The seed in use by a `dist` or mirostat sampler (the last such in a chain);
+/// LLAMA_DEFAULT_SEED when none.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_get_seed(s: *const Sampler) -> u32 {
     match kind(s) {
         Some(Kind::Dist { seed, .. }) => *seed,
+        Some(Kind::Mirostat(m)) => m.gen.seed_cur,
+        Some(Kind::MirostatV2(m)) => m.gen.seed_cur,
         Some(Kind::Chain { samplers, .. }) => samplers
             .iter()
+            .rev()
             .map(|&x| llama_sampler_get_seed(x))
             .find(|&seed| seed != DEFAULT_SEED)
             .unwrap_or(DEFAULT_SEED),
@@ -706,8 +811,9 @@ pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaCo
         let Some(mut data) = candidates_for_sampling(F, ctx, idx) else { return -1 };
         let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
         llama_sampler_apply(s, &mut cur);
-        let token = match usize::try_from(cur.selected).ok().filter(|&i| i < cur.size.min(data.len())) {
-            Some(i) => data[i].id,
+        // The array's start may have moved (XTC moves it past what it drops): read through it.
+        let token = match usize::try_from(cur.selected).ok().filter(|&i| i < cur.size) {
+            Some(i) => (*cur.data.add(i)).id,
             None => {
                 error(F, &format!("no token selected (selected = {}): the chain needs a greedy or dist sampler", cur.selected));
                 return -1;
@@ -777,165 +883,5 @@ fn grammar_sampler(state: Result<Option<GrammarSampler>, grammar::Refused>) -> *
     }
 }
 
-macro_rules! no_sampler {
-    ($name:ident ( $($arg:ident : $ty:ty),* )) => {
-        /// Not supported: NULL (logged), so that a chain given it refuses to sample.
-        #[no_mangle]
-        pub extern "C" fn $name($($arg: $ty),*) -> *mut Sampler {
-            $(let _ = $arg;)*
-            unsupported(stringify!($name));
-            ptr::null_mut()
-        }
-    };
-}
-
-no_sampler!(llama_sampler_init_temp_ext(t: f32, delta: f32, exponent: f32));
-no_sampler!(llama_sampler_init_xtc(p: f32, t: f32, min_keep: usize, seed: u32));
-no_sampler!(llama_sampler_init_top_n_sigma(n: f32));
-no_sampler!(llama_sampler_init_mirostat(n_vocab: i32, seed: u32, tau: f32, eta: f32, m: i32));
-no_sampler!(llama_sampler_init_mirostat_v2(seed: u32, tau: f32, eta: f32));
-no_sampler!(llama_sampler_init_dry(vocab: *const c_void, multiplier: f32, base: f32, allowed_length: i32, penalty_last_n: i32, seq_breakers: *const *const c_char, num_breakers: usize));
-no_sampler!(llama_sampler_init_adaptive_p(a: f32, b: f32, seed: u32));
-no_sampler!(llama_sampler_init_infill(vocab: *const c_void));
-
 #[cfg(test)]
-mod tests {
-    //! Each sampler against values worked out by hand from llama.cpp's definitions
-    //! (src/llama-sampling.cpp), on the logits [1, 2, 3, 4] of tokens 0..3.
-    use super::*;
-
-    fn run(samplers: Vec<*mut Sampler>, logits: &[f32]) -> (Vec<TokenData>, i64) {
-        let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
-        for s in samplers {
-            unsafe { llama_sampler_chain_add(chain, s) };
-        }
-        let mut data: Vec<TokenData> = logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
-        let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
-        unsafe { llama_sampler_apply(chain, &mut cur) };
-        let (size, selected) = (cur.size, cur.selected);
-        unsafe { llama_sampler_free(chain) };
-        data.truncate(size);
-        (data, selected)
-    }
-
-    fn ids(v: &[TokenData]) -> Vec<Token> {
-        v.iter().map(|d| d.id).collect()
-    }
-
-    const L: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
-
-    #[test]
-    fn top_k_keeps_the_k_largest_sorted() {
-        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(2)], &L).0), vec![3, 2]);
-        // k <= 0 leaves the array as it is.
-        assert_eq!(ids(&run(vec![llama_sampler_init_top_k(0)], &L).0), vec![0, 1, 2, 3]);
-    }
-
-    #[test]
-    fn top_p_keeps_the_smallest_prefix_reaching_p() {
-        // softmax([4, 3, 2, 1]) = 0.6439, 0.2369, 0.0871, 0.0321.
-        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 1)], &L).0), vec![3]);
-        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.7, 1)], &L).0), vec![3, 2]);
-        assert_eq!(ids(&run(vec![llama_sampler_init_top_p(0.5, 3)], &L).0), vec![3, 2, 1]);
-    }
-
-    #[test]
-    fn min_p_keeps_logits_within_log_p_of_the_max() {
-        // 4 + ln 0.3 = 2.796: tokens 2 and 3 stay, in their order.
-        assert_eq!(ids(&run(vec![llama_sampler_init_min_p(0.3, 1)], &L).0), vec![2, 3]);
-    }
-
-    #[test]
-    fn temperature_is_its_own_step_wherever_it_stands() {
-        let (v, _) = run(vec![llama_sampler_init_temp(0.5)], &L);
-        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![2.0, 4.0, 6.0, 8.0]);
-        // After top-p (which saw the unscaled logits) temperature changes no membership.
-        let (v, _) = run(vec![llama_sampler_init_top_p(0.7, 1), llama_sampler_init_temp(0.5)], &L);
-        assert_eq!(ids(&v), vec![3, 2]);
-        // Before it, the sharper distribution (softmax([8, 6, 4, 2]) = 0.8668, 0.1173, ...)
-        // reaches 0.7 with one token.
-        let (v, _) = run(vec![llama_sampler_init_temp(0.5), llama_sampler_init_top_p(0.7, 1)], &L);
-        assert_eq!(ids(&v), vec![3]);
-        // Temperature 0 leaves only the largest logit finite.
-        let (v, _) = run(vec![llama_sampler_init_temp(0.0)], &L);
-        assert_eq!(v.iter().filter(|d| d.logit.is_finite()).map(|d| d.id).collect::<Vec<_>>(), vec![3]);
-    }
-
-    #[test]
-    fn penalties_divide_positive_logits_multiply_negative_and_subtract_counts() {
-        let pen = llama_sampler_init_penalties(4, 8, 2.0, 0.5, 0.25);
-        unsafe {
-            llama_sampler_accept(pen, 3);
-            llama_sampler_accept(pen, 3);
-            llama_sampler_accept(pen, 0);
-        }
-        let (v, _) = run(vec![pen], &[-1.0, 2.0, 3.0, 4.0]);
-        // token 3: 4 / 2 - 2 * 0.5 - 0.25 = 0.75; token 0: -1 * 2 - 0.5 - 0.25 = -2.75.
-        assert_eq!(v.iter().map(|d| d.logit).collect::<Vec<_>>(), vec![-2.75, 2.0, 3.0, 0.75]);
-    }
-
-    #[test]
-    fn logit_bias_then_greedy_selects_the_new_maximum() {
-        let bias = [LogitBias { token: 3, bias: -10.0 }];
-        let b = unsafe { llama_sampler_init_logit_bias(4, 1, bias.as_ptr()) };
-        let (v, selected) = run(vec![b, llama_sampler_init_greedy()], &L);
-        assert_eq!(v[selected as usize].id, 2);
-        // A token outside the vocabulary is refused.
-        let bad = [LogitBias { token: 4, bias: 1.0 }];
-        assert!(unsafe { llama_sampler_init_logit_bias(4, 1, bad.as_ptr()) }.is_null());
-    }
-
-    #[test]
-    fn dist_is_reproducible_per_seed_and_follows_the_distribution() {
-        let draw = |seed| {
-            let s = llama_sampler_init_dist(seed);
-            let mut counts = [0usize; 4];
-            for _ in 0..4000 {
-                let (v, sel) = run(vec![unsafe { llama_sampler_clone(s) }], &L);
-                counts[v[sel as usize].id as usize] += 1;
-                // Advance the original's state as a real chain would.
-                let mut data: Vec<TokenData> = L.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
-                let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: 4, selected: -1, sorted: false };
-                unsafe { llama_sampler_apply(s, &mut cur) };
-            }
-            unsafe { llama_sampler_free(s) };
-            counts
-        };
-        let a = draw(42);
-        assert_eq!(a, draw(42));
-        // Expected 0.6439 * 4000 = 2576 for token 3; 0.0321 * 4000 = 128 for token 0.
-        assert!((2400..2750).contains(&a[3]), "{a:?}");
-        assert!((70..200).contains(&a[0]), "{a:?}");
-    }
-
-    #[test]
-    fn a_chain_given_null_refuses_to_sample() {
-        // A real context (the tiny llama fixture) with logits to sample from.
-        let path = std::ffi::CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap();
-        unsafe {
-            let model = crate::model::llama_model_load_from_file(path.as_ptr(), crate::model::llama_model_default_params());
-            assert!(!model.is_null());
-            // n_ctx 0: the fixture's own 128 positions (more than a model's length is refused).
-            let params = crate::abi::ContextParams { n_ctx: 0, ..crate::context::llama_context_default_params() };
-            let ctx = crate::context::llama_init_from_model(model, params);
-            assert!(!ctx.is_null());
-            let mut toks = [0 as Token, 5, 7];
-            assert_eq!(crate::context::llama_decode(ctx, crate::context::llama_batch_get_one(toks.as_mut_ptr(), 3)), 0);
-
-            let plain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
-            llama_sampler_chain_add(plain, llama_sampler_init_greedy());
-            let t = llama_sampler_sample(plain, ctx, -1);
-            assert!(t >= 0, "greedy alone samples");
-
-            let chain = llama_sampler_chain_init(SamplerChainParams { no_perf: true });
-            llama_sampler_chain_add(chain, llama_sampler_init_mirostat_v2(1, 5.0, 0.1));
-            llama_sampler_chain_add(chain, llama_sampler_init_greedy());
-            assert_eq!(llama_sampler_sample(chain, ctx, -1), -1, "the chain must refuse");
-
-            llama_sampler_free(plain);
-            llama_sampler_free(chain);
-            crate::context::llama_free(ctx);
-            crate::model::llama_model_free(model);
-        }
-    }
-}
+mod tests;

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use std::ptr;
 
 use crate::abi::Token;
-use crate::adapter::TokenKind;
+use crate::adapter::{FimRole, TokenKind};
 use crate::log::{error, guard};
 use crate::model::{deprecated_name, model_ref, LlamaModel};
 
@@ -49,18 +49,16 @@ vocab_fact!(llama_vocab_get_add_eos, bool, false, |_m| false);
 // No pack states these roles; LLAMA_TOKEN_NULL is llama.cpp's "none".
 vocab_fact!(llama_vocab_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
 vocab_fact!(llama_vocab_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_pre, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_suf, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_mid, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_rep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_fim_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
 vocab_fact!(llama_vocab_mask, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_eot, Token, NULL_TOKEN, |m| {
-    // The chat end-of-turn token: a stop token that is not the EOS.
-    let eos = m.engine.eos();
-    id_or_null((0..m.engine.n_vocab() as u32).find(|&t| m.engine.is_stop(t) && Some(t) != eos))
-});
+// The fill-in-the-middle tokens, by GGUF key or by llama.cpp's names (`Engine::fim`).
+vocab_fact!(llama_vocab_fim_pre, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Pre)));
+vocab_fact!(llama_vocab_fim_suf, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Suf)));
+vocab_fact!(llama_vocab_fim_mid, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Mid)));
+vocab_fact!(llama_vocab_fim_pad, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Pad)));
+vocab_fact!(llama_vocab_fim_rep, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Rep)));
+vocab_fact!(llama_vocab_fim_sep, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Sep)));
+// The chat end-of-turn token: a stop token that is not the EOS.
+vocab_fact!(llama_vocab_eot, Token, NULL_TOKEN, |m| id_or_null(m.engine.eot()));
 vocab_fact!(llama_vocab_nl, Token, NULL_TOKEN, |m| {
     match m.engine.tokenize("\n", false, false) {
         Ok(ids) if ids.len() == 1 => id_or_null(ids.first().copied()),
@@ -81,8 +79,9 @@ macro_rules! token_fact {
     };
 }
 
-// End of generation: any of the pack's stop tokens (EOS, end of turn).
-token_fact!(llama_vocab_is_eog, bool, false, |m, t| m.engine.is_stop(t));
+// End of generation: the pack's stop tokens (EOS, end of turn) and, as llama.cpp counts
+// them, the fill-in-the-middle pad, repository and file-separator tokens.
+token_fact!(llama_vocab_is_eog, bool, false, |m, t| m.engine.is_eog(t));
 token_fact!(llama_vocab_is_control, bool, false, |m, t| m.engine.token_kind(t) == Some(TokenKind::Control));
 token_fact!(llama_vocab_get_text, *const c_char, ptr::null(), |m, t| m
     .texts()

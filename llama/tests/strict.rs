@@ -34,9 +34,11 @@ fn a_chain_holding_a_sampler_that_could_not_be_built_never_selects() {
     let c = context(m);
     assert_eq!(decode(c, &[0, 5, 7]), 0);
     unsafe {
-        // inner: mirostat v2 (unsupported: NULL) then greedy; outer: inner then greedy.
+        // inner: a grammar that does not parse (NULL) then greedy; outer: inner then greedy.
         let inner = chain();
-        llama_sampler_chain_add(inner, llama_sampler_init_mirostat_v2(1, 5.0, 0.1));
+        let bad = llama_sampler_init_grammar(m, c"root ::= (".as_ptr(), c"root".as_ptr());
+        assert!(bad.is_null());
+        llama_sampler_chain_add(inner, bad);
         llama_sampler_chain_add(inner, llama_sampler_init_greedy());
         let outer = chain();
         llama_sampler_chain_add(outer, inner);

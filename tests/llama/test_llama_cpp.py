@@ -319,7 +319,7 @@ def run_model(name, path, chat_word, marker, expected_meta):
     check(llama_cpp.llama_token_to_piece(vocab, llm.n_vocab() + 1, buf, 8, 0, False) == 0, f"{name}: piece of an out-of-range token is empty")
     out = (llama_cpp.llama_token * 2)()
     check(llama_cpp.llama_tokenize(vocab, MULTI.encode(), len(MULTI.encode()), out, 2, False, False) == -len(ids), f"{name}: tokenize into a short buffer gives minus the count")
-    check(not llama_cpp.llama_sampler_init_mirostat_v2(1, 5.0, 0.1), f"{name}: an unsupported sampler is NULL")
+    check(not llama_cpp.llama_sampler_init_grammar(vocab, b"root ::= (", b"root"), f"{name}: a grammar that does not parse gives NULL")
 
 
 check(raises(lambda: Llama(model_path=os.path.join(models, "missing.gguf"), verbose=False), ValueError), "missing file raises ValueError")
