@@ -26,18 +26,27 @@ build:
 
 # libllama.so, the llama.cpp C API over packlm (llama/), in target/release/llama-lib/ with its
 # SONAME libllama.so.0 (set by llama/build.rs) beside it: point LLAMA_CPP_LIB_PATH at that folder.
+# Beside it libggml.so and libggml-base.so (llama/ggml, llama/ggml-base), the ggml functions a
+# program built against llama.cpp calls directly, each with its SONAME (.so.0): such a program
+# links -lllama -lggml -lggml-base.
 LLAMA_LIB := target/release/llama-lib
 llama: build
-	$(CARGO) build --release -p llama
+	$(CARGO) build --release -p llama -p ggml -p ggml-base
 	mkdir -p $(LLAMA_LIB)
 	cp target/release/libllama.so $(LLAMA_LIB)/libllama.so
 	ln -sf libllama.so $(LLAMA_LIB)/libllama.so.0
+	cp target/release/libggml.so $(LLAMA_LIB)/libggml.so
+	ln -sf libggml.so $(LLAMA_LIB)/libggml.so.0
+	cp target/release/libggml_base.so $(LLAMA_LIB)/libggml-base.so
+	ln -sf libggml-base.so $(LLAMA_LIB)/libggml-base.so.0
 
 # The facade's unit tests, then llama-cpp-python 0.3.36 (its Python sources, no llama.cpp
-# build) against libllama.so (tests/llama/run.sh).
+# build) against libllama.so (tests/llama/run.sh), then llama.cpp's own examples built and
+# linked against the facade folder (tests/llama/examples.sh).
 llama-test: models llama
 	$(CARGO) test --release -p llama
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/run.sh
+	PACKLM_REQUIRE_MODELS=1 ./tests/llama/examples.sh
 
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32

@@ -16,6 +16,7 @@
 
 pub mod abi;
 pub mod adapter;
+pub mod batch_ext;
 pub mod context;
 pub mod grammar;
 pub mod log;

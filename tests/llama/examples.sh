@@ -1,0 +1,129 @@
+#!/bin/sh
+# Programs built against llama.cpp, run on the facade folder of `make llama`
+# (target/release/llama-lib: libllama.so, libggml.so, libggml-base.so): llama.cpp's own
+# examples simple and simple-chat (from the llama-cpp-python 0.3.36 sdist that
+# tests/llama/fetch.sh caches) and tests/llama/ggml_app.c, each compiled with the sdist's
+# headers and linked -lllama -lggml -lggml-base, as such a program is.
+#   - each program records the SONAMEs of the libraries it uses (libllama.so.0,
+#     libggml-base.so.0, and libggml.so.0 for ggml_app) and each resolves into the folder;
+#   - ggml_app's checks pass, and GGML_ABORT prints its message and aborts (with and without
+#     an abort callback);
+#   - simple, greedy, prints the prompt's pieces then exactly what `packlm generate --temp 0`
+#     continues the same prompt with (and "Paris" for SmolLM2);
+#   - simple-chat answers two scripted user turns and exits 0 at the end of input (it needs
+#     llama_chat_apply_template: while that is a stub in libllama, the run is noted, not checked).
+# Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+cache=$("$root/tests/llama/fetch.sh")
+src=$cache/llama_cpp_python-0.3.36/vendor/llama.cpp
+lib=$root/target/release/llama-lib
+packlm=$root/target/release/packlm
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for name in libllama libggml libggml-base; do
+  [ -f "$lib/$name.so" ] || fail "$lib/$name.so is missing: run make llama"
+  soname=$(objdump -p "$lib/$name.so" | sed -n 's/^ *SONAME *//p')
+  [ "$soname" = "$name.so.0" ] || fail "$lib/$name.so has SONAME '$soname', not $name.so.0"
+  [ "$(readlink "$lib/$name.so.0")" = "$name.so" ] || fail "$lib/$name.so.0 is not a link to $name.so"
+done
+echo "sonames: libllama.so.0 libggml.so.0 libggml-base.so.0"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+inc="-I$src/include -I$src/ggml/include"
+link="-L$lib -lllama -lggml -lggml-base"
+# shellcheck disable=SC2086 # $inc and $link are lists of flags
+{
+  ${CXX:-c++} $inc "$src/examples/simple/simple.cpp" $link -o "$work/simple"
+  ${CXX:-c++} $inc "$src/examples/simple-chat/simple-chat.cpp" $link -o "$work/simple-chat"
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/ggml_app.c" $link -o "$work/ggml_app"
+}
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# needs PROGRAM SONAME...: PROGRAM records each SONAME, and every library of the folder it
+# records resolves into the folder.
+needs() {
+  prog=$1
+  shift
+  recorded=$(readelf -d "$work/$prog" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  for want in "$@"; do
+    echo "$recorded" | grep -qx "$want" || fail "$prog does not record $want (it records: $(echo $recorded))"
+  done
+  for so in $(echo "$recorded" | grep -E '^lib(llama|ggml|ggml-base)\.so\.0$'); do
+    where=$(ldd "$work/$prog" | sed -n "s/^[[:space:]]*$so => \([^ ]*\).*/\1/p")
+    [ "$where" = "$lib/$so" ] || fail "$prog: $so resolves to '$where', not $lib/$so"
+  done
+  echo "$prog: records $(echo "$recorded" | grep -E '^lib(llama|ggml|ggml-base)\.so\.0$' | tr '\n' ' ')"
+}
+needs simple libllama.so.0 libggml-base.so.0
+needs simple-chat libllama.so.0 libggml-base.so.0
+needs ggml_app libllama.so.0 libggml.so.0 libggml-base.so.0
+
+"$work/ggml_app" || fail "tests/llama/ggml_app.c's checks"
+# GGML_ABORT: the program prints the message it expects on stdout, then aborts (status 134,
+# SIGABRT); ggml prints the message on stderr, or gives it to the callback, which prints it.
+# (The shell may add its own "Aborted" line to stderr: only the first line is ggml's.)
+rc=0
+"$work/ggml_app" abort >"$work/abort.out" 2>"$work/abort.err" || rc=$?
+[ "$rc" = 134 ] || fail "ggml_app abort exited $rc, not 134 (SIGABRT)"
+[ "$(head -n 1 "$work/abort.err")" = "$(cat "$work/abort.out")" ] ||
+  fail "GGML_ABORT printed '$(cat "$work/abort.err")', not '$(cat "$work/abort.out")'"
+rc=0
+"$work/ggml_app" abort-cb >"$work/abort.out" 2>"$work/abort.err" || rc=$?
+[ "$rc" = 134 ] || fail "ggml_app abort-cb exited $rc, not 134 (SIGABRT)"
+! grep -q 'with callback' "$work/abort.err" || fail "GGML_ABORT with a callback printed on stderr: $(cat "$work/abort.err")"
+[ "$(sort -u "$work/abort.out" | wc -l)" = 1 ] && [ "$(wc -l <"$work/abort.out")" = 2 ] ||
+  fail "the abort callback's message differs from the expected one: $(cat "$work/abort.out")"
+echo "ggml_abort: the message on stderr or to the callback, then SIGABRT"
+
+# Each model and what simple prints before the prompt's text: the piece of the BOS token the
+# tokenizer adds (SmolLM2 adds none).
+prompt="The capital of France is"
+ran=0
+for entry in "SmolLM2-135M-Instruct.Q4_1.gguf|" "gemma3-270m-Q4_K_M.gguf|<bos>"; do
+  model=$root/models/${entry%%|*}
+  bos=${entry#*|}
+  if [ ! -f "$model" ]; then
+    [ -z "${PACKLM_REQUIRE_MODELS:-}" ] || fail "$model is missing and PACKLM_REQUIRE_MODELS is set"
+    echo "note: $model absent; simple and simple-chat not run on it"
+    continue
+  fi
+  ran=$((ran + 1))
+  m=$(basename "$model")
+  # simple: greedy, 16 tokens; its stdout is the prompt's pieces, the continuation, a newline.
+  "$work/simple" -m "$model" -n 16 "$prompt" >"$work/simple.out" 2>"$work/simple.err" ||
+    { cat "$work/simple.err" >&2; fail "simple on $m"; }
+  { printf '%s%s' "$bos" "$prompt"; "$packlm" generate "$model" --prompt "$prompt" -n 16 --temp 0; } >"$work/simple.expected"
+  cmp -s "$work/simple.expected" "$work/simple.out" ||
+    fail "simple on $m printed '$(cat "$work/simple.out")'; packlm generate continues with '$(cat "$work/simple.expected")'"
+  case $m in SmolLM2*) grep -q Paris "$work/simple.out" || fail "simple on $m: no Paris in '$(cat "$work/simple.out")'" ;; esac
+  echo "simple on $m: $(head -n 1 "$work/simple.out")... (= packlm generate)"
+
+  # simple-chat: two user turns, then the end of input ends it. It colours each reply:
+  # ESC[33m, the reply, a newline, ESC[0m.
+  printf 'What is the capital of France?\nAnd of Italy?\n' >"$work/chat.in"
+  rc=0
+  "$work/simple-chat" -m "$model" -c 1024 <"$work/chat.in" >"$work/chat.out" 2>"$work/chat.err" || rc=$?
+  # simple-chat formats the chat with llama_chat_apply_template: while libllama has only its
+  # stub (llama/src/unsupported.rs), that is said and the run not checked.
+  if [ "$rc" != 0 ] && grep -q "llama_chat_apply_template: not supported" "$work/chat.err"; then
+    echo "note: simple-chat on $m not checked: libllama's llama_chat_apply_template is a stub"
+    continue
+  fi
+  [ "$rc" = 0 ] || { cat "$work/chat.err" >&2; fail "simple-chat on $m exited $rc"; }
+  # It exits 0 also when a reply fills the context (without an end of generation).
+  ! grep -q "context size exceeded" "$work/chat.err" || fail "simple-chat on $m: a reply filled the context"
+  replies=$(python3 - "$work/chat.out" <<'EOF'
+import re, sys
+out = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+replies = re.findall("\x1b\\[33m(.*?)\n\x1b\\[0m", out, re.S)
+if len(replies) != 2 or not all(r.strip() for r in replies):
+    sys.exit("expected two non-empty replies in %r" % out)
+print(" | ".join(r.strip().replace("\n", " ")[:60] for r in replies))
+EOF
+  ) || fail "simple-chat on $m"
+  echo "simple-chat on $m: $replies"
+done
+[ "$ran" -gt 0 ] || echo "note: no model in models/; simple and simple-chat only built"
