@@ -142,6 +142,11 @@ impl Engine {
     pub fn chat_template(&self) -> Option<String> {
         self.model.chat_template().map(str::to_string)
     }
+    /// The pack's own (Jinja) chat template over `msgs` (role, content).
+    pub fn chat_apply(&self, msgs: &[(&str, &str)], add_generation_prompt: bool) -> Result<String> {
+        let msgs: Vec<packlm::ChatMessage> = msgs.iter().map(|(r, c)| packlm::ChatMessage { role: r.to_string(), content: c.to_string() }).collect();
+        self.model.chat_apply(&msgs, add_generation_prompt)
+    }
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.model.token_text(id)
     }

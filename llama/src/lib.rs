@@ -17,6 +17,8 @@
 pub mod abi;
 pub mod adapter;
 pub mod batch_ext;
+pub mod chat;
+pub mod chat_builtin;
 pub mod context;
 pub mod grammar;
 pub mod log;

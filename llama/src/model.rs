@@ -161,7 +161,9 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
                 if let Some(cb) = params.progress_callback {
                     cb(1.0, params.progress_callback_user_data);
                 }
-                Box::into_raw(Box::new(LlamaModel::new(engine)))
+                let m = Box::into_raw(Box::new(LlamaModel::new(engine)));
+                crate::chat::opened(m);
+                m
             }
             Err(e) => {
                 error(F, &format!("{path}: {e}"));
@@ -181,6 +183,7 @@ pub unsafe extern "C" fn llama_load_model_from_file(path: *const c_char, params:
 pub unsafe extern "C" fn llama_model_free(model: *mut LlamaModel) {
     guard("llama_model_free", (), || {
         if !model.is_null() {
+            crate::chat::closed(model);
             drop(Box::from_raw(model));
         }
     })

@@ -100,8 +100,6 @@ unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> 
 unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
 unsupported_fn!(llama_vocab_get_add_sep(_a0: *mut c_void) -> bool = false);
 unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_chat_apply_template(_a0: *const c_char, _a1: *mut c_void, _a2: usize, _a3: bool, _a4: *const c_char, _a5: i32) -> i32 = -1);
-unsupported_fn!(llama_chat_builtin_templates(_a0: *mut c_void, _a1: usize) -> i32 = -1);
 unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
 unsupported_fn!(llama_sampler_copy(_a0: *mut c_void, _a1: *mut c_void));
 unsupported_fn!(llama_split_path(_a0: *const c_char, _a1: usize, _a2: *const c_char, _a3: i32, _a4: i32) -> i32 = -1);
