@@ -29,6 +29,22 @@ pub fn set(callback: Option<Callback>, user_data: *mut c_void) {
     }
 }
 
+/// The callback and user data `llama_log_get` reports: the ones set, or (none set, or NULL
+/// set) the default that writes to stderr, as llama.cpp reports ggml's default callback.
+pub fn get() -> (Callback, *mut c_void) {
+    match SINK.lock() {
+        Ok(s) => (s.callback.unwrap_or(log_to_stderr), s.user_data as *mut c_void),
+        Err(_) => (log_to_stderr, std::ptr::null_mut()),
+    }
+}
+
+/// The default sink: the text as it is, on stderr.
+unsafe extern "C" fn log_to_stderr(_level: i32, text: *const c_char, _user_data: *mut c_void) {
+    if !text.is_null() {
+        eprint!("{}", std::ffi::CStr::from_ptr(text).to_string_lossy());
+    }
+}
+
 /// Sends one line to the client's callback, or to stderr when none is set. The lock is not
 /// held while the callback runs (it may call back in).
 pub fn log(level: Level, msg: &str) {
@@ -61,4 +77,24 @@ pub fn guard<T>(function: &str, failure: T, body: impl FnOnce() -> T) -> T {
 /// For functions this library does not implement: names the function, says why.
 pub fn unsupported(function: &str) {
     error(function, "not supported by this llama.cpp API over packlm");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn quiet(_level: i32, _text: *const c_char, _user_data: *mut c_void) {}
+
+    #[test]
+    fn get_gives_back_what_was_set_or_the_default() {
+        let mut marker = 7u8;
+        let data = &mut marker as *mut u8 as *mut c_void;
+        set(Some(quiet), data);
+        let (cb, ud) = get();
+        assert_eq!((cb as usize, ud), (quiet as usize, data));
+        // NULL restores the default callback (llama.cpp: ggml's default is reported, never NULL).
+        set(None, std::ptr::null_mut());
+        let (cb, ud) = get();
+        assert_eq!((cb as usize, ud), (log_to_stderr as usize, std::ptr::null_mut()));
+    }
 }

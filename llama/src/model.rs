@@ -73,6 +73,19 @@ pub extern "C" fn llama_log_set(callback: Option<log::Callback>, user_data: *mut
     log::set(callback, user_data)
 }
 
+/// `llama_log_get`: writes the callback and user data now in use (see `log::get`); a NULL
+/// out-pointer is skipped.
+#[no_mangle]
+pub unsafe extern "C" fn llama_log_get(callback: *mut Option<log::Callback>, user_data: *mut *mut c_void) {
+    let (cb, ud) = log::get();
+    if !callback.is_null() {
+        *callback = Some(cb);
+    }
+    if !user_data.is_null() {
+        *user_data = ud;
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn llama_max_devices() -> usize {
     1

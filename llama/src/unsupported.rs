@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_void};
 use std::ptr;
 
-use crate::abi::{Embd, ModelParams, ModelQuantizeParams, OptParams, PerfSamplerData};
+use crate::abi::{Embd, ModelParams, OptParams, PerfSamplerData};
 use crate::log::unsupported;
 
 macro_rules! unsupported_fn {
@@ -31,11 +31,6 @@ macro_rules! unsupported_fn {
     };
 }
 
-unsupported_fn!(llama_model_quantize_default_params() -> ModelQuantizeParams = ModelQuantizeParams::ZERO);
-unsupported_fn!(llama_flash_attn_type_name(_a0: i32) -> *const c_char = ptr::null());
-unsupported_fn!(llama_load_mode_name(_a0: i32) -> *const c_char = ptr::null());
-unsupported_fn!(llama_load_mode_from_str(_a0: *const c_char) -> i32 = -1);
-unsupported_fn!(llama_ftype_name(_a0: i32) -> *const c_char = ptr::null());
 unsupported_fn!(llama_model_load_from_splits(_a0: *mut c_void, _a1: usize, _a2: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_load_from_file_ptr(_a0: *mut c_void, _a1: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
@@ -102,9 +97,6 @@ unsupported_fn!(llama_vocab_get_add_sep(_a0: *mut c_void) -> bool = false);
 unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
 unsupported_fn!(llama_sampler_copy(_a0: *mut c_void, _a1: *mut c_void));
-unsupported_fn!(llama_split_path(_a0: *const c_char, _a1: usize, _a2: *const c_char, _a3: i32, _a4: i32) -> i32 = -1);
-unsupported_fn!(llama_split_prefix(_a0: *const c_char, _a1: usize, _a2: *const c_char, _a3: i32, _a4: i32) -> i32 = -1);
-unsupported_fn!(llama_log_get(_a0: *mut c_void, _a1: *mut c_void));
 unsupported_fn!(llama_perf_sampler(_a0: *mut c_void) -> PerfSamplerData = PerfSamplerData::default());
 unsupported_fn!(llama_perf_sampler_print(_a0: *mut c_void));
 unsupported_fn!(llama_perf_sampler_reset(_a0: *mut c_void));
