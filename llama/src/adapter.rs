@@ -95,6 +95,13 @@ impl Engine {
     pub fn n_head_kv(&self) -> usize {
         self.info.n_kv_heads.first().copied().unwrap_or(0)
     }
+    /// The attention window of the sliding-window layers, 0 when every layer attends to all
+    /// positions (from packlm's layer table, `Model::info_json`'s per-layer `window`).
+    pub fn sliding_window(&self) -> usize {
+        let info: serde_json::Value = serde_json::from_str(&self.model.info_json()).unwrap_or_default();
+        let layers = info["layers"].as_array().map(Vec::as_slice).unwrap_or_default();
+        layers.iter().filter_map(|l| l["window"].as_u64()).max().unwrap_or(0) as usize
+    }
     pub fn metadata(&self) -> &[(String, String)] {
         self.model.metadata()
     }

@@ -6,9 +6,10 @@
 //! chain. Every other function of the API exists and fails loudly (a log line naming it, and
 //! NULL, an error code or false), never silently wrong.
 //!
-//! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `context`,
-//! `vocab`, `sampler` (its grammar sampler in `grammar`, its generator in `rng`) the implemented API; `names`
-//! the pure functions over names (enum names, split-file names); `unsupported` the rest; `log` the log sink and the
+//! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `model_facts`
+//! (the hyperparameter getters), `context`, `vocab`, `sampler` (its grammar sampler in
+//! `grammar`, its generator in `rng`) the implemented API; `names` the pure functions over
+//! names (enum names, split-file names); `unsupported` the rest; `log` the log sink and the
 //! panic guard every entry point runs in.
 
 // Every `unsafe extern "C" fn` here is an entry point of the C API: its safety contract is the
@@ -24,6 +25,7 @@ pub mod context;
 pub mod grammar;
 pub mod log;
 pub mod model;
+pub mod model_facts;
 pub mod names;
 pub mod rng;
 pub mod sampler;

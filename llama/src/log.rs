@@ -91,10 +91,10 @@ mod tests {
         let data = &mut marker as *mut u8 as *mut c_void;
         set(Some(quiet), data);
         let (cb, ud) = get();
-        assert_eq!((cb as usize, ud), (quiet as usize, data));
+        assert_eq!((cb as *const () as usize, ud), (quiet as *const () as usize, data));
         // NULL restores the default callback (llama.cpp: ggml's default is reported, never NULL).
         set(None, std::ptr::null_mut());
         let (cb, ud) = get();
-        assert_eq!((cb as usize, ud), (log_to_stderr as usize, std::ptr::null_mut()));
+        assert_eq!((cb as *const () as usize, ud), (log_to_stderr as *const () as usize, std::ptr::null_mut()));
     }
 }

@@ -30,6 +30,17 @@ impl LlamaModel {
         LlamaModel { engine, meta, desc, texts: OnceLock::new(), template }
     }
 
+    /// The metadata value under `key`.
+    pub fn meta_value(&self, key: &str) -> Option<&str> {
+        self.meta.iter().find(|kv| kv.0 == key).map(|kv| kv.1.as_str())
+    }
+
+    /// `general.architecture` (GGUF's name of the architecture; packlm states it for a
+    /// folder too), else packlm's family.
+    pub fn arch(&self) -> String {
+        self.meta_value("general.architecture").map(str::to_string).unwrap_or_else(|| self.engine.family())
+    }
+
     pub fn texts(&self) -> &[CString] {
         self.texts.get_or_init(|| {
             (0..self.engine.n_vocab() as u32)
@@ -223,6 +234,8 @@ macro_rules! model_fact {
         }
     };
 }
+
+pub(crate) use model_fact;
 
 model_fact!(llama_model_n_ctx_train, i32, -1, |m| m.engine.n_ctx_train() as i32);
 model_fact!(llama_model_n_embd, i32, -1, |m| m.engine.n_embd() as i32);

@@ -173,6 +173,29 @@ pub unsafe extern "C" fn llama_split_prefix(split_prefix: *mut c_char, maxlen: u
     })
 }
 
+/// `enum llama_model_meta_key` in order, each key's name (llama-model.cpp,
+/// `llama_model_meta_key_str`).
+const META_KEYS: [&CStr; 12] = [
+    c"general.sampling.sequence",
+    c"general.sampling.top_k",
+    c"general.sampling.top_p",
+    c"general.sampling.min_p",
+    c"general.sampling.xtc_probability",
+    c"general.sampling.xtc_threshold",
+    c"general.sampling.temp",
+    c"general.sampling.penalty_last_n",
+    c"general.sampling.penalty_repeat",
+    c"general.sampling.mirostat",
+    c"general.sampling.mirostat_tau",
+    c"general.sampling.mirostat_eta",
+];
+
+/// `llama_model_meta_key_str`: the metadata key's name; NULL for a value outside the enum.
+#[no_mangle]
+pub extern "C" fn llama_model_meta_key_str(key: i32) -> *const c_char {
+    usize::try_from(key).ok().and_then(|k| META_KEYS.get(k)).map_or(std::ptr::null(), |k| k.as_ptr())
+}
+
 /// `LLAMA_QUANT_MAX_BUF_SIZE` (llama-quant.cpp): 8 GiB.
 const QUANT_MAX_BUF_SIZE: usize = 8 << 30;
 /// `LLAMA_FTYPE_MOSTLY_Q8_0`.
@@ -217,6 +240,15 @@ mod tests {
         assert_eq!(text(llama_load_mode_name(5)), None);
         assert_eq!(unsafe { llama_load_mode_from_str(c"MMAP".as_ptr()) }, LOAD_MODE_UNKNOWN);
         assert_eq!(unsafe { llama_load_mode_from_str(std::ptr::null()) }, LOAD_MODE_UNKNOWN);
+    }
+
+    #[test]
+    fn meta_key_names_are_llama_cpps() {
+        assert_eq!(text(llama_model_meta_key_str(0)).as_deref(), Some("general.sampling.sequence"));
+        assert_eq!(text(llama_model_meta_key_str(6)).as_deref(), Some("general.sampling.temp"));
+        assert_eq!(text(llama_model_meta_key_str(11)).as_deref(), Some("general.sampling.mirostat_eta"));
+        assert_eq!(text(llama_model_meta_key_str(12)), None);
+        assert_eq!(text(llama_model_meta_key_str(-1)), None);
     }
 
     #[test]

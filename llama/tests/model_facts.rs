@@ -1,0 +1,62 @@
+//! The hyperparameter getters on the tiny fixtures: expected values are each fixture's
+//! config.json (`sliding_window`, `hidden_size`) and llama.cpp's rope type of its architecture
+//! (llama-model.cpp, `llama_model_rope_type`).
+
+mod common;
+
+use std::ffi::CString;
+
+use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
+use llama::model_facts::*;
+
+fn open(name: &str) -> *mut LlamaModel {
+    let path = CString::new(format!("{}/../tests/fixtures/tiny/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let m = unsafe { llama_model_load_from_file(path.as_ptr(), llama_model_default_params()) };
+    assert!(!m.is_null(), "{name} opens");
+    m
+}
+
+#[test]
+fn rope_type_and_sliding_window_per_fixture() {
+    // (fixture, rope type, its config.json's sliding_window as the layers use it)
+    let cases = [
+        ("llama", ROPE_TYPE_NORM, 0),
+        ("mistral", ROPE_TYPE_NORM, 5),
+        ("qwen2", ROPE_TYPE_NEOX, 0),
+        ("qwen3", ROPE_TYPE_NEOX, 0),
+        ("gemma", ROPE_TYPE_NEOX, 0),
+        ("gemma2", ROPE_TYPE_NEOX, 6),
+        ("gemma3", ROPE_TYPE_NEOX, 5),
+        ("gemma3_pattern", ROPE_TYPE_NEOX, 4),
+    ];
+    for (name, rope, swa) in cases {
+        let m = open(name);
+        unsafe {
+            assert_eq!(llama_model_rope_type(m), rope, "{name}");
+            assert_eq!(llama_model_n_swa(m), swa, "{name}");
+            llama_model_free(m);
+        }
+    }
+}
+
+#[test]
+fn llama_fixture_facts() {
+    common::capture_log();
+    let m = common::model();
+    unsafe {
+        // hidden_size 64.
+        assert_eq!(llama_model_n_embd_inp(m), 64);
+        assert_eq!(llama_model_n_embd_out(m), 64);
+        assert_eq!(llama_model_n_layer_nextn(m), 0);
+        assert_eq!(llama_model_n_cls_out(m), 0);
+        assert!(llama_model_cls_label(m, 0).is_null());
+        assert_eq!(llama_model_decoder_start_token(m), -1);
+        // A folder states no general.file_type.
+        assert_eq!(llama_model_ftype(m), -1);
+        assert!(common::logged(&["llama_model_ftype", "general.file_type"]));
+        // NULL model: the failure values, logged.
+        assert_eq!(llama_model_rope_type(std::ptr::null()), ROPE_TYPE_NONE);
+        assert_eq!(llama_model_n_swa(std::ptr::null()), -1);
+        llama_model_free(m);
+    }
+}
