@@ -313,6 +313,10 @@ impl Sequence {
     pub fn n_past(&self) -> usize {
         self.session.n_past()
     }
+    /// Stops this sequence's pass from another thread (`Session::abort_handle`).
+    pub fn abort_handle(&self) -> packlm::AbortHandle {
+        self.session.abort_handle()
+    }
     /// Steps `tokens` in one pass; returns the logits of the rows `rows` asks for.
     pub fn step(&mut self, tokens: &[u32], rows: Rows) -> Result<Vec<f32>> {
         self.session.step_batch(tokens, want(rows))

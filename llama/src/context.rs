@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId, Token, TokenData};
 use crate::adapter::{self, Rows, Sequence};
+use crate::context_settings::{run_abortable, Settings};
 use crate::log::{error, guard};
 use crate::model::{model_ref, LlamaModel};
 
@@ -20,11 +21,14 @@ use crate::model::{model_ref, LlamaModel};
 pub struct LlamaContext {
     model: *const LlamaModel,
     n_ctx: u32,
+    /// Positions each sequence may hold (llama.cpp's n_ctx_seq).
+    n_ctx_seq: u32,
     n_batch: u32,
     n_ubatch: u32,
     /// Its sequences, seq_id 0 to n_seq_max - 1 (never changes).
     n_seq_max: u32,
     in_use: AtomicBool,
+    pub settings: Settings,
     /// Reached only through `Held`, which holds `in_use`.
     state: UnsafeCell<State>,
 }
@@ -191,6 +195,9 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
         if params.embeddings {
             return refuse("embeddings are not supported".into());
         }
+        if params.attention_type == 1 {
+            return refuse("non-causal attention (LLAMA_ATTENTION_TYPE_NON_CAUSAL) is not supported".into());
+        }
         if params.n_seq_max > MAX_SEQ {
             return refuse(format!("n_seq_max {} is more than the {MAX_SEQ} sequences a context may have", params.n_seq_max));
         }
@@ -225,10 +232,12 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
         Box::into_raw(Box::new(LlamaContext {
             model,
             n_ctx,
+            n_ctx_seq: per_seq as u32,
             n_batch,
             n_ubatch: params.n_ubatch.min(n_batch).max(1),
             n_seq_max: n_seq as u32,
             in_use: AtomicBool::new(false),
+            settings: Settings::new(params.n_threads, params.n_threads_batch, params.abort_callback, params.abort_callback_data),
             state: UnsafeCell::new(State { n_vocab, seqs, outputs: Vec::new(), output_of: Vec::new() }),
         }))
     })
@@ -262,6 +271,7 @@ macro_rules! ctx_fact {
 }
 
 ctx_fact!(llama_n_ctx, u32, 0, |c| c.n_ctx);
+ctx_fact!(llama_n_ctx_seq, u32, 0, |c| c.n_ctx_seq);
 ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
 ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
 ctx_fact!(llama_n_seq_max, u32, 0, |c| c.n_seq_max);
@@ -270,10 +280,6 @@ ctx_fact!(llama_get_model, *const LlamaModel, ptr::null(), |c| c.model);
 ctx_fact!(llama_pooling_type, i32, -1, |_c| 0);
 ctx_fact!(llama_get_memory, *mut c_void, ptr::null_mut(), |c| c as *const LlamaContext as *mut c_void);
 ctx_fact!(llama_perf_context, PerfContextData, PerfContextData::default(), |_c| PerfContextData::default());
-
-/// packlm's worker pool is shared by the process and sized at open; the counts are ignored.
-#[no_mangle]
-pub extern "C" fn llama_set_n_threads(_ctx: *mut LlamaContext, _n_threads: i32, _n_threads_batch: i32) {}
 
 #[no_mangle]
 pub extern "C" fn llama_synchronize(_ctx: *mut LlamaContext) {}
@@ -460,7 +466,9 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
             }
         };
         let v = c.n_vocab;
-        let result = {
+        let handles: Vec<_> = plan.items.iter().map(|it| c.seqs[it.seq].abort_handle()).collect();
+        let settings = &(*ctx).settings;
+        let result = run_abortable(settings, &handles, || {
             let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(plan.items.len());
             let mut rest: &mut [Sequence] = &mut c.seqs;
             let mut base = 0;
@@ -476,6 +484,10 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
             } else {
                 Sequence::step_many(&mut items)
             }
+        });
+        let Some(result) = result else {
+            error(F, "aborted by the abort callback before the pass; nothing was decoded");
+            return 2;
         };
         match result {
             Ok(logits) => {

@@ -7,7 +7,7 @@
 //! NULL, an error code or false), never silently wrong.
 //!
 //! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `model_facts`
-//! (the hyperparameter getters), `context`, `vocab`, `sampler` (its grammar sampler in
+//! (the hyperparameter getters), `context` (its settings in `context_settings`), `vocab`, `sampler` (its grammar sampler in
 //! `grammar`, its generator in `rng`) the implemented API; `names` the pure functions over
 //! names (enum names, split-file names); `unsupported` the rest; `log` the log sink and the
 //! panic guard every entry point runs in.
@@ -22,6 +22,7 @@ pub mod batch_ext;
 pub mod chat;
 pub mod chat_builtin;
 pub mod context;
+pub mod context_settings;
 pub mod grammar;
 pub mod log;
 pub mod model;
