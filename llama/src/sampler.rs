@@ -15,6 +15,7 @@ mod dry;
 mod filters;
 mod infill;
 mod mirostat;
+mod perf;
 
 pub use dry::llama_sampler_init_dry;
 pub use filters::{llama_sampler_init_temp_ext, llama_sampler_init_top_n_sigma, llama_sampler_init_xtc};
@@ -24,6 +25,7 @@ pub use mirostat::{llama_sampler_init_adaptive_p, llama_sampler_init_mirostat, l
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void};
 use std::ptr;
+use std::time::Instant;
 
 use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
 use crate::context::{candidates_for_sampling, LlamaContext};
@@ -34,13 +36,14 @@ use crate::model::LlamaModel;
 use dry::Dry;
 use filters::{TempExt, Xtc};
 use infill::Infill;
+use perf::ChainPerf;
 use mirostat::{AdaptiveP, Mirostat, MirostatV2};
 
 /// `LLAMA_DEFAULT_SEED`: draw a seed.
 const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
 
 enum Kind {
-    Chain { samplers: Vec<*mut Sampler>, broken: bool },
+    Chain { samplers: Vec<*mut Sampler>, broken: bool, perf: ChainPerf },
     Greedy,
     /// llama.cpp's generator, seeded with `seed` (the drawn one for LLAMA_DEFAULT_SEED).
     Dist { seed: u32, rng: Box<Mt19937> },
@@ -135,10 +138,13 @@ unsafe extern "C" fn builtin_name(s: *const Sampler) -> *const c_char {
 
 unsafe extern "C" fn builtin_accept(s: *mut Sampler, token: Token) {
     match kind(s) {
-        Some(Kind::Chain { samplers, .. }) => {
+        Some(Kind::Chain { samplers, perf, .. }) => {
+            let start = Instant::now();
             for &x in samplers.iter() {
                 llama_sampler_accept(x, token);
             }
+            perf.add_time(start);
+            perf.n_sample += 1;
         }
         Some(Kind::Penalties { last_n, history, .. }) if *last_n > 0 => {
             if history.len() == *last_n {
@@ -175,7 +181,7 @@ unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
 unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
     let Some(k) = kind(s) else { return ptr::null_mut() };
     let copy = match k {
-        Kind::Chain { samplers, broken } => {
+        Kind::Chain { samplers, broken, perf } => {
             let mut out = Vec::with_capacity(samplers.len());
             for &x in samplers.iter() {
                 let c = llama_sampler_clone(x);
@@ -187,7 +193,7 @@ unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
                 }
                 out.push(c);
             }
-            Kind::Chain { samplers: out, broken: *broken }
+            Kind::Chain { samplers: out, broken: *broken, perf: *perf }
         }
         Kind::Greedy => Kind::Greedy,
         Kind::Dist { seed, rng } => Kind::Dist { seed: *seed, rng: rng.clone() },
@@ -242,7 +248,7 @@ unsafe fn holds(s: *const Sampler, x: *const Sampler) -> bool {
 /// Whether `s` is a chain that holds, at any depth, a sampler that could not be built.
 unsafe fn is_broken(s: *const Sampler) -> bool {
     match kind(s) {
-        Some(Kind::Chain { samplers, broken }) => *broken || samplers.iter().any(|&x| is_broken(x)),
+        Some(Kind::Chain { samplers, broken, .. }) => *broken || samplers.iter().any(|&x| is_broken(x)),
         _ => false,
     }
 }
@@ -255,15 +261,17 @@ unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
         return;
     }
     let cur = &mut *cur;
-    if let Kind::Chain { samplers, .. } = k {
+    if let Kind::Chain { samplers, perf, .. } = k {
         if is_broken(s) {
             error("llama_sampler_apply", BROKEN);
             cur.selected = -1;
             return;
         }
+        let start = Instant::now();
         for &x in samplers.iter() {
             llama_sampler_apply(x, cur);
         }
+        perf.add_time(start);
         return;
     }
     let mut v: Vec<TokenData> = if cur.data.is_null() { Vec::new() } else { std::slice::from_raw_parts(cur.data, cur.size).to_vec() };
@@ -530,8 +538,8 @@ pub extern "C" fn llama_sampler_chain_default_params() -> SamplerChainParams {
 }
 
 #[no_mangle]
-pub extern "C" fn llama_sampler_chain_init(_params: SamplerChainParams) -> *mut Sampler {
-    new_sampler(Kind::Chain { samplers: Vec::new(), broken: false })
+pub extern "C" fn llama_sampler_chain_init(params: SamplerChainParams) -> *mut Sampler {
+    new_sampler(Kind::Chain { samplers: Vec::new(), broken: false, perf: ChainPerf::new(params.no_perf) })
 }
 
 /// Takes ownership of `s`. NULL (a sampler that could not be built) marks the chain as
@@ -540,7 +548,7 @@ pub extern "C" fn llama_sampler_chain_init(_params: SamplerChainParams) -> *mut 
 pub unsafe extern "C" fn llama_sampler_chain_add(chain: *mut Sampler, s: *mut Sampler) {
     const F: &str = "llama_sampler_chain_add";
     guard(F, (), || match kind(chain) {
-        Some(Kind::Chain { samplers, broken }) => {
+        Some(Kind::Chain { samplers, broken, .. }) => {
             if s.is_null() {
                 error(F, "the sampler added is NULL (it could not be built); this chain will refuse to sample");
                 *broken = true;

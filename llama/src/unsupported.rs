@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_void};
 use std::ptr;
 
-use crate::abi::{Embd, ModelParams, OptParams, PerfSamplerData};
+use crate::abi::{Embd, ModelParams, OptParams};
 use crate::log::unsupported;
 
 macro_rules! unsupported_fn {
@@ -76,13 +76,9 @@ unsupported_fn!(llama_get_sampled_logits_ith(_a0: *mut c_void, _a1: i32) -> *mut
 unsupported_fn!(llama_get_sampled_logits_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
 unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
-unsupported_fn!(llama_vocab_get_add_sep(_a0: *mut c_void) -> bool = false);
 unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
 unsupported_fn!(llama_sampler_copy(_a0: *mut c_void, _a1: *mut c_void));
-unsupported_fn!(llama_perf_sampler(_a0: *mut c_void) -> PerfSamplerData = PerfSamplerData::default());
-unsupported_fn!(llama_perf_sampler_print(_a0: *mut c_void));
-unsupported_fn!(llama_perf_sampler_reset(_a0: *mut c_void));
 unsupported_fn!(llama_opt_param_filter_all(_a0: *mut c_void, _a1: *mut c_void) -> bool = false);
 unsupported_fn!(llama_opt_init(_a0: *mut c_void, _a1: *mut c_void, _a2: OptParams));
 unsupported_fn!(llama_opt_epoch(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: *mut c_void, _a4: i64, _a5: *mut c_void, _a6: *mut c_void));

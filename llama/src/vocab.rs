@@ -46,6 +46,9 @@ vocab_fact!(llama_vocab_bos, Token, NULL_TOKEN, |m| id_or_null(m.engine.bos()));
 vocab_fact!(llama_vocab_eos, Token, NULL_TOKEN, |m| id_or_null(m.engine.eos()));
 vocab_fact!(llama_vocab_get_add_bos, bool, false, |m| m.engine.add_bos());
 vocab_fact!(llama_vocab_get_add_eos, bool, false, |_m| false);
+// `tokenizer.ggml.add_sep_token` when the model states it; false otherwise (llama.cpp's
+// default for BPE and SentencePiece vocabularies, the ones packlm reads).
+vocab_fact!(llama_vocab_get_add_sep, bool, false, |m| m.meta_value("tokenizer.ggml.add_sep_token") == Some("true"));
 // No pack states these roles; LLAMA_TOKEN_NULL is llama.cpp's "none".
 vocab_fact!(llama_vocab_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
 vocab_fact!(llama_vocab_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);

@@ -60,3 +60,13 @@ fn llama_fixture_facts() {
         llama_model_free(m);
     }
 }
+
+#[test]
+fn add_sep_only_where_the_metadata_says() {
+    // No fixture states tokenizer.ggml.add_sep_token: llama.cpp's default for BPE is false.
+    let m = common::model();
+    unsafe {
+        assert!(!llama::vocab::llama_vocab_get_add_sep(m));
+        llama_model_free(m);
+    }
+}
