@@ -581,13 +581,5 @@ pub fn samples() -> Option<PathBuf> {
     let cache = env("PACKLM_CACHE")
         .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("packlm")))
         .or_else(|| env("HOME").map(|p| p.join(".cache/packlm")))?;
-    let dir = cache.join("llama_cpp_python-0.3.36/vendor/llama.cpp/grammars");
-    if dir.is_dir() {
-        Some(dir)
-    } else if std::env::var("PACKLM_REQUIRE_MODELS").is_ok() {
-        panic!("{} is missing and PACKLM_REQUIRE_MODELS is set; run tests/llama/fetch.sh", dir.display());
-    } else {
-        eprintln!("note: {} absent; run tests/llama/fetch.sh", dir.display());
-        None
-    }
+    super::fetched(cache.join("llama_cpp_python-0.3.36/vendor/llama.cpp/grammars"), "tests/llama/fetch.sh")
 }

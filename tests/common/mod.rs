@@ -29,13 +29,18 @@ pub fn gemma3_270m() -> Option<PathBuf> {
 }
 
 fn real_model(name: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
-    if p.is_file() {
+    fetched(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models").join(name), "scripts/fetch_models.sh")
+}
+
+/// `p` where it exists; where not, None with a note naming `fetch` (the script that makes it),
+/// or a panic when PACKLM_REQUIRE_MODELS is set.
+pub fn fetched(p: PathBuf, fetch: &str) -> Option<PathBuf> {
+    if p.exists() {
         Some(p)
     } else if std::env::var("PACKLM_REQUIRE_MODELS").is_ok() {
-        panic!("{} is missing and PACKLM_REQUIRE_MODELS is set", p.display());
+        panic!("{} is missing and PACKLM_REQUIRE_MODELS is set; run {fetch}", p.display());
     } else {
-        eprintln!("note: {} absent; run scripts/fetch_models.sh", p.display());
+        eprintln!("note: {} absent; run {fetch}", p.display());
         None
     }
 }
