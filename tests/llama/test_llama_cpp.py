@@ -158,6 +158,20 @@ def run_model(name, path, chat_word, marker, expected_meta):
     # architecture, max_position_embeddings, the tokenizer kind).
     for key, want in expected_meta.items():
         check(llm.metadata.get(key) == want, f"{name}: metadata {key} = {llm.metadata.get(key)!r}, expected {want!r}")
+    # The hyperparameter getters against the GGUF's own keys; the rope type is llama.cpp's for
+    # the architecture (llama-model.cpp: NORM 0 for llama, NEOX 2 for gemma3).
+    arch = llm.metadata["general.architecture"]
+    facts = {
+        "n_swa": (llama_cpp.llama_model_n_swa(llm.model), int(llm.metadata.get(f"{arch}.attention.sliding_window", 0))),
+        "ftype": (llama_cpp.llama_model_ftype(llm.model), int(llm.metadata["general.file_type"])),
+        "n_embd_inp": (llama_cpp.llama_model_n_embd_inp(llm.model), int(llm.metadata[f"{arch}.embedding_length"])),
+        "n_embd_out": (llama_cpp.llama_model_n_embd_out(llm.model), int(llm.metadata[f"{arch}.embedding_length"])),
+        "rope_type": (llama_cpp.llama_model_rope_type(llm.model), {"llama": 0, "gemma3": 2}[arch]),
+        "n_ctx_seq": (llama_cpp.llama_n_ctx_seq(llm.ctx), 512),
+        "n_threads": (llama_cpp.llama_n_threads(llm.ctx), llm.n_threads),
+    }
+    for fact, (got, want) in facts.items():
+        check(got == want, f"{name}: {fact} = {got}, expected {want}")
 
     # Tokenize: ids equal packlm's tokenizer (tied to HF's by the golden tests), with and
     # without special tokens; detokenize gives the bytes back, multi-byte characters whole.
