@@ -272,6 +272,9 @@ macro_rules! ctx_fact {
 
 ctx_fact!(llama_n_ctx, u32, 0, |c| c.n_ctx);
 ctx_fact!(llama_n_ctx_seq, u32, 0, |c| c.n_ctx_seq);
+// llama.cpp clamps n_rs_seq to 0 for an architecture without recurrent-state rollback,
+// which is every one packlm runs.
+ctx_fact!(llama_n_rs_seq, u32, 0, |_c| 0);
 ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
 ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
 ctx_fact!(llama_n_seq_max, u32, 0, |c| c.n_seq_max);

@@ -75,6 +75,16 @@ pub unsafe extern "C" fn llama_set_warmup(ctx: *mut LlamaContext, _warmup: bool)
     let _ = ctx_ref("llama_set_warmup", ctx);
 }
 
+/// Embeddings output is not supported: false (the default) is accepted, true is refused with
+/// a log line and logits stay the output.
+#[no_mangle]
+pub unsafe extern "C" fn llama_set_embeddings(ctx: *mut LlamaContext, embeddings: bool) {
+    const F: &str = "llama_set_embeddings";
+    if ctx_ref(F, ctx).is_some() && embeddings {
+        error(F, "embeddings are not supported; the context keeps giving logits");
+    }
+}
+
 /// Attention is causal in every model packlm runs (decoders). Setting it false (llama.cpp
 /// allows it, for embeddings) is refused with a log line; attention stays causal.
 #[no_mangle]

@@ -102,6 +102,12 @@ pub extern "C" fn llama_max_devices() -> usize {
     1
 }
 
+/// llama.cpp's limit on tensor buffer-type overrides (4096); this library refuses any.
+#[no_mangle]
+pub extern "C" fn llama_max_tensor_buft_overrides() -> usize {
+    4096
+}
+
 #[no_mangle]
 pub extern "C" fn llama_max_parallel_sequences() -> usize {
     1

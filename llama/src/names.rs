@@ -290,6 +290,11 @@ mod tests {
     }
 
     #[test]
+    fn tensor_override_limit_is_llama_cpps() {
+        assert_eq!(crate::model::llama_max_tensor_buft_overrides(), 4096);
+    }
+
+    #[test]
     fn quantize_defaults_are_llama_cpps() {
         let p = llama_model_quantize_default_params();
         assert_eq!((p.nthread, p.ftype, p.output_tensor_type, p.token_embedding_type), (0, 7, 43, 43));

@@ -35,8 +35,6 @@ unsupported_fn!(llama_model_load_from_splits(_a0: *mut c_void, _a1: usize, _a2: 
 unsupported_fn!(llama_model_load_from_file_ptr(_a0: *mut c_void, _a1: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
 unsupported_fn!(llama_model_init_from_user(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: ModelParams) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_max_tensor_buft_overrides() -> usize = 0);
-unsupported_fn!(llama_n_rs_seq(_a0: *mut c_void) -> u32 = 0);
 unsupported_fn!(llama_model_size(_a0: *mut c_void) -> usize = 0);
 unsupported_fn!(llama_model_n_params(_a0: *mut c_void) -> usize = 0);
 unsupported_fn!(llama_model_quantize(_a0: *const c_char, _a1: *const c_char, _a2: *mut c_void) -> u32 = 0);
@@ -65,7 +63,6 @@ unsupported_fn!(llama_state_seq_set_data_ext(_a0: *mut c_void, _a1: *mut c_void,
 unsupported_fn!(llama_batch_ext_add_embd(_a0: *mut c_void, _a1: i32, _a2: Embd) -> i32 = -1);
 unsupported_fn!(llama_batch_ext_set_embd_token(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
 unsupported_fn!(llama_batch_ext_set_embd_state(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
-unsupported_fn!(llama_set_embeddings(_a0: *mut c_void, _a1: bool));
 unsupported_fn!(llama_get_embeddings(_a0: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_get_embeddings_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_get_embeddings_seq(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
