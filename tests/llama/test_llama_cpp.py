@@ -329,6 +329,26 @@ def run_model(name, path, chat_word, marker, expected_meta):
     check(not llama_cpp.llama_memory_seq_rm(mem, 0, 1, 2), f"{name}: removing positions from the middle is refused")
     check(llama_cpp.llama_memory_seq_pos_max(mem, 0) == n_past, f"{name}: a refused removal changes nothing")
     check(llama_cpp.llama_memory_seq_rm(mem, 0, 2, -1) and llama_cpp.llama_memory_seq_pos_max(mem, 0) == 1, f"{name}: removing the tail keeps positions 0 and 1")
+    # The abort callback: asked before the pass (a stop there decodes nothing) and during it
+    # from a watcher (the first ask says go, the next says stop, while a 400-token pass runs):
+    # llama_decode gives 2 either way and the sequence keeps its 2 positions.
+    asks = []
+    def stop_after(n):
+        return llama_cpp.ggml_abort_callback(lambda _data: asks.append(1) or len(asks) > n)
+    big = llama_cpp.llama_batch_init(400, 0, 1)
+    big.n_tokens = 400
+    for i in range(400):
+        big.token[i], big.pos[i], big.n_seq_id[i], big.seq_id[i][0], big.logits[i] = toks[i % len(toks)], 2 + i, 1, 0, 0
+    big.logits[399] = 1
+    for n, when in [(0, "before the pass"), (1, "during the pass")]:
+        asks.clear()
+        cb = stop_after(n)
+        llama_cpp.llama_set_abort_callback(ctx, cb, None)
+        check(llama_cpp.llama_decode(ctx, big) == 2, f"{name}: an abort callback that stops {when} makes llama_decode give 2")
+        check(llama_cpp.llama_memory_seq_pos_max(mem, 0) == 1, f"{name}: an aborted decode ({when}) changes nothing")
+    llama_cpp.llama_set_abort_callback(ctx, llama_cpp.ggml_abort_callback(0), None)
+    check(llama_cpp.llama_decode(ctx, big) == 0 and llama_cpp.llama_memory_seq_pos_max(mem, 0) == 401, f"{name}: with the callback cleared the same batch decodes")
+    llama_cpp.llama_batch_free(big)
     buf = (ctypes.c_char * 8)()
     check(llama_cpp.llama_token_to_piece(vocab, llm.n_vocab() + 1, buf, 8, 0, False) == 0, f"{name}: piece of an out-of-range token is empty")
     out = (llama_cpp.llama_token * 2)()
