@@ -30,5 +30,6 @@ pub mod model_facts;
 pub mod names;
 pub mod rng;
 pub mod sampler;
+pub mod state_file;
 pub mod unsupported;
 pub mod vocab;

@@ -51,12 +51,6 @@ unsupported_fn!(llama_set_adapters_lora(_a0: *mut c_void, _a1: *mut c_void, _a2:
 unsupported_fn!(llama_set_adapter_cvec(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: i32, _a5: i32) -> i32 = -1);
 unsupported_fn!(llama_memory_seq_add(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
 unsupported_fn!(llama_memory_seq_div(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
-unsupported_fn!(llama_state_load_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize, _a4: *mut c_void) -> bool = false);
-unsupported_fn!(llama_load_session_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize, _a4: *mut c_void) -> bool = false);
-unsupported_fn!(llama_state_save_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize) -> bool = false);
-unsupported_fn!(llama_save_session_file(_a0: *mut c_void, _a1: *const c_char, _a2: *mut c_void, _a3: usize) -> bool = false);
-unsupported_fn!(llama_state_seq_save_file(_a0: *mut c_void, _a1: *const c_char, _a2: i32, _a3: *mut c_void, _a4: usize) -> usize = 0);
-unsupported_fn!(llama_state_seq_load_file(_a0: *mut c_void, _a1: *const c_char, _a2: i32, _a3: *mut c_void, _a4: usize, _a5: *mut c_void) -> usize = 0);
 unsupported_fn!(llama_state_seq_get_size_ext(_a0: *mut c_void, _a1: i32, _a2: u32) -> usize = 0);
 unsupported_fn!(llama_state_seq_get_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
 unsupported_fn!(llama_state_seq_set_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
