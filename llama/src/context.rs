@@ -1018,6 +1018,45 @@ pub unsafe extern "C" fn llama_state_seq_set_data(ctx: *mut LlamaContext, src: *
     })
 }
 
+/// `flags` of the `_ext` state calls: LLAMA_STATE_SEQ_FLAGS_ON_DEVICE (2) asks to keep the bytes
+/// on the device, a hint (packlm's states are host bytes); LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+/// (1), a state of only the sliding-window or recurrent part, is refused (logged): packlm
+/// saves a sequence whole.
+fn ext_flags_ok(f: &str, flags: u32) -> bool {
+    if flags & !2 != 0 {
+        error(f, &format!("state flags {flags:#x}: only LLAMA_STATE_SEQ_FLAGS_ON_DEVICE is taken; partial states are not made"));
+        return false;
+    }
+    true
+}
+
+/// `llama_state_seq_get_size` with flags (see `ext_flags_ok`).
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_get_size_ext(ctx: *mut LlamaContext, seq_id: SeqId, flags: u32) -> usize {
+    if !ext_flags_ok("llama_state_seq_get_size_ext", flags) {
+        return 0;
+    }
+    llama_state_seq_get_size(ctx, seq_id)
+}
+
+/// `llama_state_seq_get_data` with flags (see `ext_flags_ok`).
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_get_data_ext(ctx: *mut LlamaContext, dst: *mut u8, size: usize, seq_id: SeqId, flags: u32) -> usize {
+    if !ext_flags_ok("llama_state_seq_get_data_ext", flags) {
+        return 0;
+    }
+    llama_state_seq_get_data(ctx, dst, size, seq_id)
+}
+
+/// `llama_state_seq_set_data` with flags (see `ext_flags_ok`).
+#[no_mangle]
+pub unsafe extern "C" fn llama_state_seq_set_data_ext(ctx: *mut LlamaContext, src: *const u8, size: usize, dest_seq_id: SeqId, flags: u32) -> usize {
+    if !ext_flags_ok("llama_state_seq_set_data_ext", flags) {
+        return 0;
+    }
+    llama_state_seq_set_data(ctx, src, size, dest_seq_id)
+}
+
 /// `llama_state_get_size` (its deprecated name).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_state_size(ctx: *mut LlamaContext) -> usize {

@@ -765,6 +765,51 @@ pub unsafe extern "C" fn llama_sampler_clone(s: *const Sampler) -> *mut Sampler 
 
 /// Frees a sampler (a chain frees what it holds); NULL is a no-op. A sampler the client made
 /// itself (not through `llama_sampler_init`) gets only its `free` called.
+/// Gives `dst` the state of `src`, a sampler of the same kind (llama.cpp's semantics: the
+/// interface's `copy_state` when it has one, else a clone of `src` whose state replaces
+/// `dst`'s). NULL, the same sampler, or samplers of different kinds (logged; llama.cpp aborts)
+/// change nothing.
+#[no_mangle]
+pub unsafe extern "C" fn llama_sampler_copy(src: *const Sampler, dst: *mut Sampler) {
+    const F: &str = "llama_sampler_copy";
+    guard(F, (), || {
+        if src.is_null() || dst.is_null() || ptr::eq(src, dst) || (*dst).iface.is_null() {
+            return;
+        }
+        // This library's samplers share one interface: their kinds tell them apart.
+        let same_kind = match (kind(src), kind(dst)) {
+            (Some(a), Some(b)) => std::mem::discriminant(a) == std::mem::discriminant(b),
+            _ => ptr::eq((*src).iface, (*dst).iface),
+        };
+        if !same_kind {
+            error(F, "cannot copy between different sampler types");
+            return;
+        }
+        let iface = &*(*dst).iface;
+        if !iface.copy_state.is_null() {
+            // SAFETY: llama.h's `void (*copy_state)(const struct llama_sampler * src, struct llama_sampler * dst)`.
+            let f: unsafe extern "C" fn(*const Sampler, *mut Sampler) = std::mem::transmute(iface.copy_state);
+            f(src, dst);
+            return;
+        }
+        let tmp = llama_sampler_clone(src);
+        if tmp.is_null() {
+            return;
+        }
+        if let Some(free) = iface.free {
+            free(dst);
+        }
+        (*dst).ctx = (*tmp).ctx;
+        (*tmp).ctx = ptr::null_mut();
+        // The emptied shell: this library's allocation (its own samplers', and those made by
+        // llama_sampler_init, which a clone of a client's sampler calls).
+        let ours = is_builtin(tmp) || MADE_BY_INIT.lock().map(|mut m| m.remove(&(tmp as usize))).unwrap_or(false);
+        if ours {
+            drop(Box::from_raw(tmp));
+        }
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_free(s: *mut Sampler) {
     guard("llama_sampler_free", (), || {

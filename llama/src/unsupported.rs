@@ -51,9 +51,6 @@ unsupported_fn!(llama_set_adapters_lora(_a0: *mut c_void, _a1: *mut c_void, _a2:
 unsupported_fn!(llama_set_adapter_cvec(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: i32, _a5: i32) -> i32 = -1);
 unsupported_fn!(llama_memory_seq_add(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
 unsupported_fn!(llama_memory_seq_div(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
-unsupported_fn!(llama_state_seq_get_size_ext(_a0: *mut c_void, _a1: i32, _a2: u32) -> usize = 0);
-unsupported_fn!(llama_state_seq_get_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
-unsupported_fn!(llama_state_seq_set_data_ext(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: u32) -> usize = 0);
 unsupported_fn!(llama_batch_ext_add_embd(_a0: *mut c_void, _a1: i32, _a2: Embd) -> i32 = -1);
 unsupported_fn!(llama_batch_ext_set_embd_token(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
 unsupported_fn!(llama_batch_ext_set_embd_state(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
@@ -69,7 +66,6 @@ unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> 
 unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
 unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
-unsupported_fn!(llama_sampler_copy(_a0: *mut c_void, _a1: *mut c_void));
 unsupported_fn!(llama_opt_param_filter_all(_a0: *mut c_void, _a1: *mut c_void) -> bool = false);
 unsupported_fn!(llama_opt_init(_a0: *mut c_void, _a1: *mut c_void, _a2: OptParams));
 unsupported_fn!(llama_opt_epoch(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: *mut c_void, _a4: i64, _a5: *mut c_void, _a6: *mut c_void));

@@ -125,3 +125,34 @@ fn a_sequence_file_restores_that_sequence() {
         llama::model::llama_model_free(m);
     }
 }
+
+/// The `_ext` state calls: flags 0 and LLAMA_STATE_SEQ_FLAGS_ON_DEVICE (2) are the plain calls;
+/// LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (1) is refused (0) with the context unchanged.
+#[test]
+fn the_ext_state_calls_take_the_device_hint_and_refuse_partial_states() {
+    let m = model();
+    let (a, b) = (context(m), context(m));
+    assert_eq!(decode(a, &[0, 4, 6]), 0);
+    unsafe {
+        let n = llama_state_seq_get_size(a, 0);
+        for flags in [0u32, 2] {
+            assert_eq!(llama_state_seq_get_size_ext(a, 0, flags), n);
+            let mut buf = vec![0u8; n];
+            assert_eq!(llama_state_seq_get_data_ext(a, buf.as_mut_ptr(), n, 0, flags), n);
+            let mut plain = vec![0u8; n];
+            assert_eq!(llama_state_seq_get_data(a, plain.as_mut_ptr(), n, 0), n);
+            assert!(buf == plain);
+            assert_eq!(llama_state_seq_set_data_ext(b, buf.as_ptr(), n, 0, flags), n);
+        }
+        assert_eq!(llama_state_seq_get_size_ext(a, 0, 1), 0);
+        let mut buf = vec![0u8; n];
+        assert_eq!(llama_state_seq_get_data_ext(a, buf.as_mut_ptr(), n, 0, 1), 0);
+        assert_eq!(llama_state_seq_set_data_ext(b, buf.as_ptr(), n, 0, 1), 0);
+        assert_eq!(decode(a, &[9]), 0);
+        assert_eq!(decode(b, &[9]), 0);
+        assert_eq!(last_logits(b), last_logits(a));
+        llama_free(a);
+        llama_free(b);
+        llama::model::llama_model_free(m);
+    }
+}

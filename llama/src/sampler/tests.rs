@@ -299,3 +299,45 @@ fn dry_breakers_are_texts_matched_over_the_vocabulary() {
         crate::model::llama_model_free(model);
     }
 }
+
+/// llama_sampler_copy: a seeded dist given another's state draws what that one draws next
+/// (its generator copied, not its seed); a chain's children are copied with it; samplers of
+/// different kinds are left as they are.
+#[test]
+fn copy_gives_the_destination_the_sources_state() {
+    let draw = |s: *mut Sampler| {
+        let mut data: Vec<TokenData> = L.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect();
+        let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: 4, selected: -1, sorted: false };
+        unsafe { llama_sampler_apply(s, &mut cur) };
+        cur.selected
+    };
+    unsafe {
+        let (src, dst) = (llama_sampler_init_dist(42), llama_sampler_init_dist(7));
+        for _ in 0..5 {
+            draw(src);
+        }
+        llama_sampler_copy(src, dst);
+        let a: Vec<i64> = (0..50).map(|_| draw(src)).collect();
+        let b: Vec<i64> = (0..50).map(|_| draw(dst)).collect();
+        assert_eq!(a, b);
+        // Not what a fresh dist(42) draws: the state, not the seed, was copied.
+        let fresh = llama_sampler_init_dist(42);
+        let c: Vec<i64> = (0..55).map(|_| draw(fresh)).collect();
+        assert_eq!(&c[5..], &a[..], "five draws in, a fresh generator agrees");
+        // Chains: the copy's child draws as the source's child.
+        let (ca, cb) = (llama_sampler_chain_init(SamplerChainParams { no_perf: true }), llama_sampler_chain_init(SamplerChainParams { no_perf: true }));
+        llama_sampler_chain_add(ca, llama_sampler_init_dist(3));
+        llama_sampler_chain_add(cb, llama_sampler_init_greedy());
+        draw(ca);
+        llama_sampler_copy(ca, cb);
+        assert_eq!(name(llama_sampler_chain_get(cb, 0)), "dist");
+        assert_eq!((0..20).map(|_| draw(ca)).collect::<Vec<_>>(), (0..20).map(|_| draw(cb)).collect::<Vec<_>>());
+        // Different kinds: nothing changes.
+        let g = llama_sampler_init_greedy();
+        llama_sampler_copy(src, g);
+        assert_eq!(name(g), "greedy");
+        for s in [src, dst, fresh, ca, cb, g] {
+            llama_sampler_free(s);
+        }
+    }
+}
