@@ -143,6 +143,42 @@ func TestConstraintRegexMasksLikeSession(t *testing.T) {
 	checkMask(t, raw, masked(t, c, raw), allowedUnder(t, m, done))
 }
 
+// A GBNF grammar of the same language, root ::= [a-z]{6}: along greedy decoding each row it
+// masks allows exactly the tokens Go's regexp says may come next, and it finishes on the sixth
+// letter.
+func TestConstraintGBNFMasksItsLanguage(t *testing.T) {
+	m := openTiny(t)
+	c := newConstraint(t, m, GrammarGBNF, "root ::= [a-z]{6}\n")
+	s := newSession(t, m)
+	raw, err := s.Step(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := ""
+	for step := 0; step < 7; step++ {
+		row := masked(t, c, raw)
+		checkMask(t, raw, row, allowedUnder(t, m, done))
+		token := uint32(Argmax(row))
+		if err := c.Accept(token); err != nil {
+			t.Fatalf("accept the masked argmax %d: %v", token, err)
+		}
+		piece, err := m.TokenToPiece(token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done += piece
+		if finished, _, _ := c.State(); finished {
+			break
+		}
+		if raw, err = s.Step(token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !regexp.MustCompile(`^` + lettersRegex + `$`).MatchString(done) {
+		t.Fatalf("greedy decoding under the GBNF grammar gave %q", done)
+	}
+}
+
 // Rollback(1) after each Accept restores the mask from before it, bit for bit, from the
 // finished grammar back to its start; rolling back more than was taken is refused and changes nothing.
 func TestConstraintRollback(t *testing.T) {

@@ -46,6 +46,26 @@ final class ConstraintTests: XCTestCase {
         }
     }
 
+    /// A GBNF grammar of the same language, root ::= [a-z]{6}: along greedy decoding each row it
+    /// masks allows exactly the tokens the reference allows, and it finishes on the sixth letter.
+    func testGBNFMasksItsLanguage() throws {
+        let model = try openTiny()
+        let c = try Constraint(model: model, kind: .gbnf, text: "root ::= [a-z]{6}\n")
+        let s = try Session(model: model)
+        var raw = try s.step(0)
+        var done = ""
+        for _ in 0..<7 {
+            let row = try masked(c, raw)
+            assertMask(raw, row, try allowed(model, after: done))
+            let token = try UInt32(XCTUnwrap(argmax(row)))
+            try c.accept(token)
+            done += try model.tokenToPiece(token)
+            if try c.state().finished { break }
+            raw = try s.step(token)
+        }
+        XCTAssertNotNil(done.range(of: "^[a-z]{6}$", options: .regularExpression), "greedy decoding gave \(done)")
+    }
+
     /// Greedy decoding under [a-z]{6}: each row a standalone constraint masks allows exactly
     /// the tokens the reference allows (kept bit for bit, the rest -infinity), so its argmax is
     /// allowed; a second session holding a copy set after the prompt hands back, for the same
