@@ -305,18 +305,15 @@ mod tests {
     use std::ptr;
 
     use crate::abi::{Sampler, SamplerChainParams, Token, TokenData, TokenDataArray};
-    use crate::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
+    use crate::model::{llama_model_free, LlamaModel};
     use crate::sampler::*;
     use crate::vocab::{llama_token_to_piece, llama_vocab_is_eog};
 
     const N_VOCAB: usize = 300;
     const THE: Token = 282;
-    const RE: Token = 262;
-    const ER: Token = 266;
-    const A: Token = 66;
+    // The tiny fixture's tokens, as the sampler tests name them (and check), and "z" 91.
+    use crate::sampler::tests::{tiny, A, EOS, ER, R, RE};
     const Z: Token = 91;
-    const R: Token = 83;
-    const EOS: Token = 1;
 
     /// The language `lit` then at least `min` characters of a..=e, as llama.cpp's GBNF
     /// `root ::= "lit" [a-e]+` (min 1) or `[a-e]*` (min 0) defines it.
@@ -341,13 +338,6 @@ mod tests {
         fn complete(&self, text: &[u8]) -> bool {
             self.tail(text).is_some_and(|n| n >= self.min)
         }
-    }
-
-    fn tiny() -> *mut LlamaModel {
-        let path = CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap();
-        let model = unsafe { llama_model_load_from_file(path.as_ptr(), llama_model_default_params()) };
-        assert!(!model.is_null());
-        model
     }
 
     fn piece(model: *const LlamaModel, t: Token) -> Vec<u8> {

@@ -801,12 +801,8 @@ pub unsafe extern "C" fn llama_sampler_copy(src: *const Sampler, dst: *mut Sampl
         }
         (*dst).ctx = (*tmp).ctx;
         (*tmp).ctx = ptr::null_mut();
-        // The emptied shell: this library's allocation (its own samplers', and those made by
-        // llama_sampler_init, which a clone of a client's sampler calls).
-        let ours = is_builtin(tmp) || MADE_BY_INIT.lock().map(|mut m| m.remove(&(tmp as usize))).unwrap_or(false);
-        if ours {
-            drop(Box::from_raw(tmp));
-        }
+        // The emptied shell (a clone of a client's sampler is made by llama_sampler_init).
+        release_shell(tmp);
     })
 }
 
@@ -821,11 +817,17 @@ pub unsafe extern "C" fn llama_sampler_free(s: *mut Sampler) {
                 f(s);
             }
         }
-        let ours = is_builtin(s) || MADE_BY_INIT.lock().map(|mut m| m.remove(&(s as usize))).unwrap_or(false);
-        if ours {
-            drop(Box::from_raw(s));
-        }
+        release_shell(s);
     })
+}
+
+/// Frees the `struct llama_sampler` itself (its state already freed) where this library
+/// allocated it: its own samplers and those made by llama_sampler_init.
+unsafe fn release_shell(s: *mut Sampler) {
+    let ours = is_builtin(s) || MADE_BY_INIT.lock().map(|mut m| m.remove(&(s as usize))).unwrap_or(false);
+    if ours {
+        drop(Box::from_raw(s));
+    }
 }
 
 /// The seed in use by a `dist` or mirostat sampler (the last such in a chain);
@@ -937,4 +939,4 @@ fn grammar_sampler(state: Result<Option<GrammarSampler>, grammar::Refused>) -> *
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

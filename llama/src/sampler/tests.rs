@@ -142,7 +142,7 @@ fn a_chain_given_null_refuses_to_sample() {
     }
 }
 
-fn tiny() -> *mut LlamaModel {
+pub(crate) fn tiny() -> *mut LlamaModel {
     let path = std::ffi::CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap();
     let model = unsafe { crate::model::llama_model_load_from_file(path.as_ptr(), crate::model::llama_model_default_params()) };
     assert!(!model.is_null());
@@ -155,13 +155,13 @@ fn name(s: *const Sampler) -> String {
 
 /// The tiny fixture's tokens (a byte-level BPE of 300): `</s>` 1 ends generation; "e" 70,
 /// "r" 83, "a" 66, "b" 67, "re" 262, "er" 266.
-const EOS: Token = 1;
-const E: Token = 70;
-const R: Token = 83;
-const A: Token = 66;
-const B: Token = 67;
-const RE: Token = 262;
-const ER: Token = 266;
+pub(crate) const EOS: Token = 1;
+pub(crate) const E: Token = 70;
+pub(crate) const R: Token = 83;
+pub(crate) const A: Token = 66;
+pub(crate) const B: Token = 67;
+pub(crate) const RE: Token = 262;
+pub(crate) const ER: Token = 266;
 
 #[test]
 fn the_tiny_fixture_tokens_are_as_named() {
