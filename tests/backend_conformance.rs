@@ -324,8 +324,24 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
     let layers = [layer_like(&base, 6, 2, 11, KvSource::Own), layer_like(&base, 6, 2, 11, KvSource::SharedWith { owner: 0 })];
     let (qw, kvw) = (6 * 11, 2 * 11);
     let shapes = [
-        AttentionShape { n_heads: 6, n_kv_heads: 2, head_dim: 11, scale: 0.3, softcap: None, window: None },
-        AttentionShape { n_heads: 6, n_kv_heads: 2, head_dim: 11, scale: 0.3, softcap: Some(2.5), window: Some(5) },
+        AttentionShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 11,
+            scale: 0.3,
+            softcap: None,
+            window: None,
+            causal: true,
+        },
+        AttentionShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 11,
+            scale: 0.3,
+            softcap: Some(2.5),
+            window: Some(5),
+            causal: true,
+        },
     ];
     let backends = backends();
     // Starts beyond one tile of 64 keys too, so that the running max and sum carry over tiles.
@@ -380,7 +396,15 @@ fn host_attention_bits_do_not_depend_on_the_instruction_set() {
     for (nh, nkv, d, window) in [(4, 1, 256, None), (9, 3, 64, Some(40)), (2, 2, 96, None)] {
         let layers = [layer_like(&base, nh, nkv, d, KvSource::Own)];
         let (qw, kvw) = (nh * d, nkv * d);
-        let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.0625, softcap: None, window };
+        let shape = AttentionShape {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: d,
+            scale: 0.0625,
+            softcap: None,
+            window,
+            causal: true,
+        };
         for m in [1usize, 2, 9, 17] {
             let start = 70;
             let (k, v, q) = (rng.vec((start + m) * kvw), rng.vec((start + m) * kvw), rng.vec(m * qw));

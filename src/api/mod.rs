@@ -1,11 +1,13 @@
 //! The public Rust API: owned, safe types over the engine. The C ABI (`src/ffi/`), the command
 //! line and the drop-in libllama are built on these same types.
 
+mod adapter;
 mod constraint;
 mod generate;
 mod model;
 mod session;
 
+pub use adapter::{Adapter, EmbedOptions, Embeddings, Pooling};
 pub use constraint::{Constraint, GrammarKind, MAX_GRAMMAR_BYTES};
 pub use generate::{Detokenizer, Drafter, Generate, GenerateOptions, ModelDrafter, NgramDrafter, PrefixCache, Token};
 pub use model::{Backend, Model, ModelInfo, OpenOptions, Precision, TokenKind, DEFAULT_MAX_TOKENIZE_BYTES};

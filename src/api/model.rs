@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::api::{ChatMessage, Detokenizer, Session};
+use crate::api::{ChatMessage, Detokenizer, Pooling, Session};
 use crate::backend::{self, BackendKind};
 use crate::engine;
 use crate::error::{Error, Result, Status};
@@ -257,6 +257,27 @@ impl Model {
     /// Hugging Face folder its architecture, sizes and chat template under GGUF's key names.
     pub fn metadata(&self) -> &[(String, String)] {
         self.inner.metadata()
+    }
+
+    /// The pooling embeddings default to (what the pack declares; [`Pooling::None`] when it
+    /// declares none), and whether they are L2-normalized by default. A declared pooling
+    /// packlm does not compute is an error here and when embedding with the default.
+    pub fn embedding_defaults(&self) -> Result<(Pooling, bool)> {
+        let c = self.inner.embedding();
+        let p = c.default_pooling()?;
+        Ok((p, c.normalize && p != Pooling::None))
+    }
+
+    /// The length of one embedding vector under `pooling`: the pack's last Dense layer's width
+    /// for a pooled vector, else the hidden size.
+    pub fn embedding_dim(&self, pooling: Pooling) -> usize {
+        crate::engine::embed::dim(&self.inner, pooling)
+    }
+
+    /// Whether the model's attention is causal. A bidirectional model (an encoder such as
+    /// EmbeddingGemma) serves embeddings only: its sessions refuse steps.
+    pub fn is_causal(&self) -> bool {
+        self.inner.spec().causal
     }
 
     /// Whether `token` ends a reply.

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::api::{Constraint, Generate, GenerateOptions, Model};
+use crate::api::{Adapter, Constraint, EmbedOptions, Embeddings, Generate, GenerateOptions, Model};
 use crate::engine;
 use crate::error::Result;
 
@@ -69,6 +69,31 @@ impl Session {
     /// model is refused.
     pub fn set_constraint(&mut self, constraint: Option<Constraint>) -> Result<()> {
         self.inner.set_constraint(constraint.map(|c| c.inner))
+    }
+
+    /// Applies `adapters` (each with its scale, in order) to this session's passes from now
+    /// on; an empty list is the base model. Allowed on an empty session only (no positions
+    /// held), so that every key and value it holds was computed with the same adapters; a
+    /// snapshot carries the set's fingerprint and a session with another set refuses it. An
+    /// adapter opened for another model, or a scale that is not finite, is refused.
+    pub fn set_adapters(&mut self, adapters: &[(Adapter, f32)]) -> Result<()> {
+        let list = adapters
+            .iter()
+            .map(|(a, s)| (a.inner.clone(), *s))
+            .collect();
+        let set = engine::adapter::AdapterSet::new(self.model.engine(), list)?;
+        self.inner.set_adapters(set)
+    }
+
+    /// The vectors of `texts` (token ids, as [`Model::tokenize`] gives them with
+    /// `add_special`): one per text pooled as `options` says (by default as the pack declares:
+    /// sentence-transformers' modules.json, a GGUF's pooling type), through the pack's Dense
+    /// layers and normalized when it says so; or one per token with [`Pooling::None`]. All
+    /// texts run in one pass over the weights, each attending to itself only; a text's vector
+    /// is bit-identical whatever texts share the call. The session's adapters apply; its
+    /// positions and tokens are untouched.
+    pub fn embed(&mut self, texts: &[&[u32]], options: &EmbedOptions) -> Result<Embeddings> {
+        self.inner.embed(texts, options)
     }
 
     /// Whether the session's constraint has ended (None without one).

@@ -19,6 +19,9 @@ pub struct AttentionArgs<'a> {
     pub plane: &'a PagedPlane,
     /// Position of the first query row.
     pub first_position: usize,
+    /// Keys the plane holds for this call (the queries' own included): the end of what a
+    /// query of a bidirectional model (`AttentionShape::causal` false) sees.
+    pub keys: usize,
 }
 
 /// The reference backend's arithmetic: `dot_sequential`, one product after another.
@@ -76,26 +79,37 @@ pub fn head(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32]
 #[inline(always)]
 fn head_inline(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f32], m: impl Arith) {
     let kvh = h / (a.shape.n_heads / a.shape.n_kv_heads);
-    let lo = first_key(a, pos);
+    let (lo, end) = key_span(a, pos);
     // The buffer is taken out of the thread-local and put back (no allocation) rather than
     // used inside a `with` closure: a closure is compiled without its caller's target
     // features, so an AVX2 caller's value loop would run 4 lanes wide there.
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
     scores.clear();
-    scores.resize(pos + 1 - lo, 0.0);
-    raw_scores(a, qh, kvh, lo, pos + 1, &mut scores, m);
+    scores.resize(end - lo, 0.0);
+    raw_scores(a, qh, kvh, lo, end, &mut scores, m);
     softmax(a, &mut scores, m);
     out.iter_mut().for_each(|x| *x = 0.0);
-    values(a, kvh, lo, pos + 1, &scores, out);
+    values(a, kvh, lo, end, &scores, out);
     SCORES.with_borrow_mut(|s| *s = scores);
 }
 
-/// The first key a query at `pos` sees.
-fn first_key(a: &AttentionArgs, pos: usize) -> usize {
-    match a.shape.window {
+/// The keys a query at `pos` sees, first and last + 1. Causal: (pos - window, pos], or every
+/// key up to pos. Bidirectional (an encoder, such as EmbeddingGemma): keys k with
+/// |pos - k| < window, or every key the plane holds (HF's `_bidirectional_window_overlay`
+/// over the sliding layers' window, which Gemma3TextConfig sets to its config value / 2 + 1).
+pub fn key_span(a: &AttentionArgs, pos: usize) -> (usize, usize) {
+    let lo = match a.shape.window {
         Some(w) if pos + 1 > w => pos + 1 - w,
         _ => 0,
+    };
+    if a.shape.causal {
+        return (lo, pos + 1);
     }
+    let end = match a.shape.window {
+        Some(w) => pos.saturating_add(w).min(a.keys),
+        None => a.keys,
+    };
+    (lo, end.max(pos + 1))
 }
 
 /// Most queries a `group` call takes: every query of a verify of up to 15 drafts on a model with
@@ -151,10 +165,9 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     let mut spans = [(0usize, 0usize, 0usize); GROUP_QUERIES];
     let mut total = 0;
     for (span, &(r, _)) in spans.iter_mut().zip(queries) {
-        let pos = a.first_position + r;
-        let lo = first_key(a, pos);
-        *span = (lo, pos + 1, total);
-        total += pos + 1 - lo;
+        let (lo, end) = key_span(a, a.first_position + r);
+        *span = (lo, end, total);
+        total += end - lo;
     }
     let spans = &spans[..n];
     let (t_lo, t_hi) = (spans.iter().map(|s| s.0).min().unwrap_or(0), spans.iter().map(|s| s.1).max().unwrap_or(0));
@@ -338,8 +351,8 @@ mod tests {
             let kvw = nkv * d;
             let (k, v) = (values(&mut seed, n * kvw, 4.0), values(&mut seed, n * kvw, 4.0));
             let plane = PagedPlane::from_rows(kvw, &k, &v, &Default::default());
-            let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window };
-            let a = AttentionArgs { shape, plane: &plane, first_position: 0 };
+            let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window, causal: true };
+            let a = AttentionArgs { shape, plane: &plane, first_position: 0, keys: n };
             for pos in [0, p - 1, p, p + 1, 2 * p + 8] {
                 for h in 0..nh {
                     let qh = values(&mut seed, d, 4.0);
@@ -383,9 +396,10 @@ mod tests {
             let q = values(&mut seed, rows * nh * d, 4.0);
             let plane = PagedPlane::from_rows(kvw, &k, &v, &Default::default());
             let a = AttentionArgs {
-                shape: AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window },
+                shape: AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window, causal: true },
                 plane: &plane,
                 first_position: first,
+                keys: first + rows,
             };
             let per = nh / nkv;
             for g in 0..nkv {

@@ -446,7 +446,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some(plane) = cpu_kv(kv).plane(plane) else { return };
-        let args = AttentionArgs { shape: *shape, plane, first_position: start };
+        let args = AttentionArgs { shape: *shape, plane, first_position: start, keys: start + rows };
         let qw = shape.n_heads * shape.head_dim;
         self.kernels.attention(&args, &data(q)[..rows * qw], rows, &mut data_mut(out)[..rows * qw]);
     }

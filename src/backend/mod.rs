@@ -147,7 +147,11 @@ pub struct AttentionShape {
     pub scale: f32,
     pub softcap: Option<f32>,
     /// Keys visible to a query at position p: (p - window, p]; None for full attention.
+    /// Bidirectional: (p - window, p + window).
     pub window: Option<usize>,
+    /// A query sees only keys at or before its position. False for a bidirectional model
+    /// (`ModelSpec::causal`): it sees every key of its pass, within the window.
+    pub causal: bool,
 }
 
 /// How far a backend may round activations (the open option `precision`).

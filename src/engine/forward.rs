@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{all_finite, pass, AttentionShape, Backend, Tensor};
+use crate::engine::adapter::{self, AdapterSet};
 use crate::engine::weights::LayerWeights;
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
@@ -42,6 +43,7 @@ pub fn forward(
     tokens: &[u32],
     want: Want,
     abort: &Arc<AtomicBool>,
+    adapters: &AdapterSet,
 ) -> Result<Vec<f32>> {
     let cap = model.backend.max_pass_rows(&model.spec).max(1);
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
@@ -53,7 +55,7 @@ pub fn forward(
             Want::Last if i + 1 == n_parts => Want::Last,
             _ => Want::None,
         };
-        logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort)?);
+        logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort, adapters)?);
     }
     if !all_finite(&logits) {
         let vocab = model.spec.vocab_size;
@@ -63,7 +65,7 @@ pub fn forward(
             _ => tokens.len() - 1,
         };
         pass.kv.truncate(pass.start);
-        return Err(non_finite_error(model, &mut *pass.kv, bufs, tokens, row, bad % vocab, logits[bad], abort));
+        return Err(non_finite_error(model, &mut *pass.kv, bufs, tokens, row, bad % vocab, logits[bad], abort, adapters));
     }
     pass.done = true;
     Ok(logits)
@@ -75,9 +77,9 @@ pub fn forward(
 /// the first of them that held a value that is not finite (or the output projection, when
 /// none did). The cache is as before when it returns. Only a failing pass pays for this.
 #[allow(clippy::too_many_arguments)]
-pub fn non_finite_error(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], row: usize, column: usize, value: f32, abort: &Arc<AtomicBool>) -> Error {
+pub fn non_finite_error(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], row: usize, column: usize, value: f32, abort: &Arc<AtomicBool>, adapters: &AdapterSet) -> Error {
     let start = kv.positions();
-    let at = match first_non_finite_stage(model, kv, bufs, tokens, abort) {
+    let at = match first_non_finite_stage(model, kv, bufs, tokens, abort, adapters) {
         Ok(Some(Stage::Embedding)) => "the token embedding is the first output that is not finite".to_string(),
         Ok(Some(Stage::Layer(il))) => format!("layer {il} (of {}) is the first whose output is not finite", model.spec.layers.len()),
         Ok(None) => "every layer's output is finite: the output projection (final norm, lm_head) made it".to_string(),
@@ -101,7 +103,7 @@ pub enum Stage {
 }
 
 /// The diagnostic pass of `non_finite_error`: None when the residual stream stayed finite.
-fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Option<Stage>> {
+fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>, adapters: &AdapterSet) -> Result<Option<Stage>> {
     let cap = model.backend.max_pass_rows(&model.spec).max(1);
     let pass = Rollback { start: kv.positions(), kv, done: false };
     let hidden = model.spec.hidden_size;
@@ -115,7 +117,7 @@ fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBu
             found.is_none()
         };
         let start = pass.kv.positions();
-        let seg = Seg { kv: &mut *pass.kv, row0: 0, rows: m, start };
+        let seg = Seg { kv: &mut *pass.kv, row0: 0, rows: m, start, adapters };
         let x = layers_checked(model, &mut [seg], bufs, part, std::slice::from_ref(abort), Some(&mut check))?;
         drop(x);
         if found.is_some() {
@@ -128,8 +130,8 @@ fn first_non_finite_stage(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBu
 
 /// One part of `forward` (at most `max_pass_rows` rows): its logits, its rows counted as held.
 /// On failure the caller's rollback drops what it appended.
-fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], want: Want, abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
-    let x = layers(model, kv, bufs, tokens, abort)?;
+fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], want: Want, abort: &Arc<AtomicBool>, adapters: &AdapterSet) -> Result<Vec<f32>> {
+    let x = layers(model, kv, bufs, tokens, abort, adapters)?;
     let m = tokens.len();
     let last = [m - 1];
     let all: Vec<usize>;
@@ -204,9 +206,9 @@ impl PassBuffers {
 /// Runs `tokens` through every layer as `forward` does and returns the final residual stream
 /// (`tokens.len() x hidden`, before the final norm) instead of logits, for a caller that
 /// projects the rows itself in bounded tiles (`OutputTile`). Same rollback rules as `forward`.
-pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+pub fn forward_hidden(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>, adapters: &AdapterSet) -> Result<Tensor> {
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
-    let x = layers(model, &mut *pass.kv, bufs, tokens, abort)?;
+    let x = layers(model, &mut *pass.kv, bufs, tokens, abort, adapters)?;
     pass.kv.advance(tokens.len());
     pass.done = true;
     Ok(x)
@@ -317,9 +319,9 @@ thread_local! {
 
 /// Every layer over `tokens`; returns the residual stream x (m, hidden). The pass's scratch is
 /// freed before it returns, so the output projection runs beside x alone.
-fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>) -> Result<Tensor> {
+fn layers(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tokens: &[u32], abort: &Arc<AtomicBool>, adapters: &AdapterSet) -> Result<Tensor> {
     let start = kv.positions();
-    layers_checked(model, &mut [Seg { kv, row0: 0, rows: tokens.len(), start }], bufs, tokens, std::slice::from_ref(abort), None)
+    layers_checked(model, &mut [Seg { kv, row0: 0, rows: tokens.len(), start, adapters }], bufs, tokens, std::slice::from_ref(abort), None)
 }
 
 /// One session's rows in a pass: its KV store, where its rows lie among the pass's rows, and
@@ -329,6 +331,8 @@ pub(crate) struct Seg<'k> {
     pub(crate) row0: usize,
     pub(crate) rows: usize,
     pub(crate) start: usize,
+    /// The session's LoRA adapters, applied to its rows (engine/adapter.rs).
+    pub(crate) adapters: &'k AdapterSet,
 }
 
 /// A check `layers` may run on the residual stream after the embedding and after each layer;
@@ -350,6 +354,10 @@ pub(crate) fn layers_checked(model: &Model, segs: &mut [Seg], bufs: &mut PassBuf
     let mut s = bufs.scratch.take().filter(|s| s.rows >= m).unwrap_or_else(|| Scratch::new(be, model, m));
     if segs.len() > 1 && s.seg.is_none() {
         s.seg = Some(SegScratch::new(be, model, s.rows));
+    }
+    let rank = segs.iter().map(|g| g.adapters.max_rank()).max().unwrap_or(0);
+    if rank > 0 && s.lora.as_ref().is_none_or(|l| l.rank < rank) {
+        s.lora = Some(LoraScratch::new(be, model, s.rows, rank));
     }
     // x: (m, hidden), the residual stream.
     let mut x = match bufs.x.take() {
@@ -384,7 +392,7 @@ fn layers_into(model: &Model, segs: &mut [Seg], tokens: &[u32], aborts: &[Arc<At
         if PANIC_AFTER_LAYER.with(|p| p.get()) == Some(il) {
             panic!("injected panic after layer {il}");
         }
-        mlp_block(model, il, ls, lw, x, m, ple.as_ref(), s);
+        mlp_block(model, segs, il, ls, lw, x, m, ple.as_ref(), s);
         be.layer_done();
         if let Some(check) = check.as_mut() {
             if !check(Stage::Layer(il), x) {
@@ -435,6 +443,62 @@ struct Scratch {
     /// A pass over several sessions: each session's rows, moved out for its rope, KV and
     /// attention (made at the first such pass).
     seg: Option<SegScratch>,
+    /// A pass with LoRA adapters: their low-rank products (made at the first such pass).
+    lora: Option<LoraScratch>,
+}
+
+/// Buffers of the LoRA updates of a pass (`lora`), for up to `rows` rows and rank `rank`.
+struct LoraScratch {
+    rank: usize,
+    /// (rows, widest input): a session's input rows of a shared pass
+    x: Tensor,
+    /// (rows, rank): x A^T
+    r: Tensor,
+    /// (rows, widest output): (x A^T) B^T, scaled
+    delta: Tensor,
+    /// (rows, widest output): a session's output rows of a shared pass
+    acc: Tensor,
+}
+
+impl LoraScratch {
+    fn new(be: &dyn Backend, model: &Model, rows: usize, rank: usize) -> LoraScratch {
+        let spec = &model.spec;
+        let widest = spec.layers.iter().map(|l| l.q_width().max(l.kv_width()).max(l.mlp_width)).max().unwrap_or(0).max(spec.hidden_size);
+        LoraScratch { rank, x: be.tensor(rows * widest), r: be.tensor(rows * rank), delta: be.tensor(rows * widest), acc: be.tensor(rows * widest) }
+    }
+}
+
+/// `out += (scale * scaling) * ((x A^T) B^T)` for each adapter of each session that changes
+/// target `t` of layer `il`, over that session's rows (`input`: (m, n_in), `out`: (m, n_out)),
+/// after the base projection and its bias, as PEFT's `Linear.forward`. A session's rows move
+/// to `LoraScratch` and back in a shared pass: each row gets the ops it gets alone.
+#[allow(clippy::too_many_arguments)]
+fn lora(model: &Model, segs: &[Seg], il: usize, t: usize, input: &Tensor, n_in: usize, out: &mut Tensor, n_out: usize, l: &mut Option<LoraScratch>) {
+    let Some(l) = l.as_mut() else { return };
+    let be = model.backend.as_ref();
+    let single = segs.len() == 1;
+    for g in segs {
+        for (a, scale) in g.adapters.list() {
+            let Some(p) = &a.layers[il][t] else { continue };
+            let LoraScratch { x, r, delta, acc, .. } = l;
+            let src: &Tensor = if single {
+                input
+            } else {
+                be.copy_rows(input, g.row0, x, 0, g.rows, n_in);
+                x
+            };
+            be.matmul(&p.a, src, g.rows, r);
+            be.matmul(&p.b, r, g.rows, delta);
+            be.scale(delta, p.scaling * scale, g.rows * n_out);
+            if single {
+                be.add(out, delta, g.rows * n_out);
+            } else {
+                be.copy_rows(out, g.row0, acc, 0, g.rows, n_out);
+                be.add(acc, delta, g.rows * n_out);
+                be.copy_rows(acc, 0, out, g.row0, g.rows, n_out);
+            }
+        }
+    }
 }
 
 /// One session's rows of a shared pass (`Seg`), in buffers of up to `rows` rows.
@@ -474,6 +538,7 @@ impl Scratch {
             gate: be.tensor(m * mlp),
             up: be.tensor(m * mlp),
             seg: None,
+            lora: None,
         }
     }
 }
@@ -504,6 +569,7 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
     if let Some([bq, _, _]) = &lw.qkv_bias {
         be.add_bias(&mut s.q, bq, m);
     }
+    lora(model, segs, il, adapter::Q, &s.h, hidden, &mut s.q, qw, &mut s.lora);
     if let Some(w) = &lw.q_norm {
         be.head_norm(&mut s.q, Some(w), eps, m, qw, d);
     }
@@ -517,12 +583,14 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
         if let Some([_, bk, _]) = &lw.qkv_bias {
             be.add_bias(&mut s.k, bk, m);
         }
+        lora(model, segs, il, adapter::K, &s.h, hidden, &mut s.k, kvw, &mut s.lora);
         match &lw.v {
             Some(vw) => {
                 be.matmul(vw, &s.h, m, &mut s.v);
                 if let Some([_, _, bv]) = &lw.qkv_bias {
                     be.add_bias(&mut s.v, bv, m);
                 }
+                lora(model, segs, il, adapter::V, &s.h, hidden, &mut s.v, kvw, &mut s.lora);
             }
             // Values are the raw key projection (before k-norm and rope).
             None => be.copy(&s.k, &mut s.v, m * kvw),
@@ -560,6 +628,7 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
             AttentionKind::Full => None,
             AttentionKind::Sliding { window } => Some(window),
         },
+        causal: spec.causal,
     };
     if single {
         be.attention(&*segs[0].kv, plane, &shape, &s.q, m, segs[0].start, &mut s.attn);
@@ -576,6 +645,7 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
     if let Some(b) = &lw.o_bias {
         be.add_bias(&mut s.proj, b, m);
     }
+    lora(model, segs, il, adapter::O, &s.attn, qw, &mut s.proj, hidden, &mut s.lora);
     if let Some(w) = &lw.post_attention_norm {
         be.rms_norm_inplace(&mut s.proj, w, eps, m, hidden);
     }
@@ -585,15 +655,18 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
 /// x += post_norm(down(act(gate(h)) * up(h))), h = pre_norm(x); then the per-layer input
 /// (x += post_norm(projection(act(gate(x)) * P[layer]))) and the layer scalar, when present.
 #[allow(clippy::too_many_arguments)]
-fn mlp_block(model: &Model, il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut Tensor, m: usize, ple: Option<&Tensor>, s: &mut Scratch) {
+fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerWeights, x: &mut Tensor, m: usize, ple: Option<&Tensor>, s: &mut Scratch) {
     let spec = &model.spec;
     let be = model.backend.as_ref();
     let (hidden, eps) = (spec.hidden_size, spec.norm_eps);
     pre_norm(model, lw.pre_feedforward_norm.as_ref(), x, m, &mut s.h);
     be.matmul(&lw.gate, &s.h, m, &mut s.gate);
+    lora(model, segs, il, adapter::GATE, &s.h, hidden, &mut s.gate, ls.mlp_width, &mut s.lora);
     be.matmul(&lw.up, &s.h, m, &mut s.up);
+    lora(model, segs, il, adapter::UP, &s.h, hidden, &mut s.up, ls.mlp_width, &mut s.lora);
     be.gated_activation(ls.activation, &mut s.gate, &s.up, m * ls.mlp_width);
     be.matmul(&lw.down, &s.gate, m, &mut s.proj);
+    lora(model, segs, il, adapter::DOWN, &s.gate, ls.mlp_width, &mut s.proj, hidden, &mut s.lora);
     if let Some(w) = &lw.post_feedforward_norm {
         be.rms_norm_inplace(&mut s.proj, w, eps, m, hidden);
     }

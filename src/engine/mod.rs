@@ -1,7 +1,9 @@
 //! The model (immutable, shared by sessions) and the session (one sequence's state), and the
 //! calls that drive it: step, step_batch.
 
+pub mod adapter;
 pub mod content_hash;
+pub mod embed;
 pub mod draft;
 pub mod forward;
 pub mod prefix_cache;
@@ -70,6 +72,8 @@ pub struct Model {
     content_hash: OnceLock<u64>,
     /// The token table and grammar factory of its constraints: built at the first one.
     constraint_env: OnceLock<Arc<crate::constrain::ConstraintEnv>>,
+    /// The pooling, normalization and Dense layers its embeddings default to.
+    embedding: crate::pack::embedding::EmbedConfig,
 }
 
 impl Model {
@@ -92,6 +96,10 @@ impl Model {
     /// Every tensor of the pack, by name, as mapped.
     pub fn tensors(&self) -> &BTreeMap<String, WeightTensor> {
         &self.tensors
+    }
+    /// What the pack declares about embeddings (pack/embedding.rs).
+    pub fn embedding(&self) -> &crate::pack::embedding::EmbedConfig {
+        &self.embedding
     }
     /// The path the model was opened from.
     pub fn source(&self) -> &str {
@@ -191,6 +199,7 @@ impl Model {
             tensors: pack.tensors,
             content_hash: OnceLock::new(),
             constraint_env: OnceLock::new(),
+            embedding: pack.embedding,
         })
     }
 
@@ -294,6 +303,8 @@ pub struct Session {
     bufs: forward::PassBuffers,
     /// The grammar the session's tokens since position `.1` follow (`set_constraint`).
     constraint: Option<(Constraint, usize)>,
+    /// The LoRA adapters its passes apply (`set_adapters`).
+    adapters: adapter::AdapterSet,
 }
 
 impl Session {
@@ -310,7 +321,7 @@ impl Session {
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
-        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default(), constraint: None })
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default(), constraint: None, adapters: Default::default() })
     }
 
     /// A new session with this one's exact state (positions, tokens, last logits, n_ctx,
@@ -328,6 +339,7 @@ impl Session {
             counters: self.counters,
             bufs: Default::default(),
             constraint: self.constraint.clone(),
+            adapters: self.adapters.clone(),
         }
     }
 
@@ -373,6 +385,11 @@ impl Session {
     }
 
     fn check(&self, tokens: &[u32]) -> Result<()> {
+        if !self.model.spec.causal {
+            return Err(Error::unsupported(
+                "the model's attention is bidirectional (an embedding model): it has no next-token logits to step; use embed",
+            ));
+        }
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens given"));
         }
@@ -400,7 +417,7 @@ impl Session {
         self.check(tokens)?;
         self.check_constraint(tokens)?;
         let model = self.model.clone();
-        let mut logits = forward::forward(&model, self.kv.as_mut(), &mut self.bufs, tokens, want, &self.abort)?;
+        let mut logits = forward::forward(&model, self.kv.as_mut(), &mut self.bufs, tokens, want, &self.abort, &self.adapters)?;
         if let Err(e) = self.constrain_rows(tokens, want, &mut logits) {
             self.kv.truncate(self.tokens.len());
             return Err(e);
@@ -582,7 +599,7 @@ impl Session {
                         Job::Step { tokens, want } => (*tokens, *want, false),
                         Job::Verify { .. } => (rows.as_slice(), Want::None, true),
                     };
-                    forward::Item { kv: s.kv.as_mut(), tokens, want, hidden, abort: &s.abort }
+                    forward::Item { kv: s.kv.as_mut(), tokens, want, hidden, abort: &s.abort, adapters: &s.adapters }
                 })
                 .collect();
             forward::forward_many(model, &mut fitems, &mut bufs)
@@ -650,9 +667,59 @@ impl Session {
         Ok(())
     }
 
+    /// The LoRA adapters this session's passes apply, with their scales, in order (empty:
+    /// the base model). Allowed on an empty session only (no positions held): the keys and
+    /// values a session holds are then all computed with the same adapters, so that a snapshot
+    /// (whose fingerprint includes the set) and every later step are those of a session that
+    /// always had them. `truncate(0)` first to change them mid-conversation.
+    pub fn set_adapters(&mut self, adapters: adapter::AdapterSet) -> Result<()> {
+        if self.n_past() > 0 {
+            return Err(Error::invalid(format!(
+                "the session holds {} positions: adapters change on an empty session only (truncate to 0 first)",
+                self.n_past()
+            )));
+        }
+        self.adapters = adapters;
+        Ok(())
+    }
+
+    /// The session's adapters.
+    pub fn adapters(&self) -> &adapter::AdapterSet {
+        &self.adapters
+    }
+
+    /// What a snapshot of this session carries and a restore into it checks: the model's
+    /// fingerprint, mixed with the adapter set's hash when it has adapters (so that a snapshot
+    /// is refused by a session with another set, and one without adapters keeps the model's).
+    fn state_fingerprint(&self) -> u64 {
+        let base = self.model.snapshot_fingerprint();
+        if self.adapters.is_empty() {
+            base
+        } else {
+            content_hash::hash_bytes(&self.adapters.hash().to_le_bytes(), base)
+        }
+    }
+
+    /// A snapshot's fingerprint mismatch, told apart by cause: another adapter set, or
+    /// another model.
+    fn explain_fingerprint(&self, e: Error) -> Error {
+        if e.status != Status::ErrSnapshot || !e.message.contains("another model") {
+            return e;
+        }
+        let n = self.adapters.list().len();
+        Error::new(
+            Status::ErrSnapshot,
+            format!(
+                "{}: a snapshot holds the fingerprint of the model and the adapter set it was taken with (this session has {n} adapter{})",
+                e.message,
+                if n == 1 { "" } else { "s" }
+            ),
+        )
+    }
+
     /// The session's exact state as portable bytes (see kv::snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
-        crate::kv::snapshot::encode(self.kv.as_ref(), &self.tokens, self.model.snapshot_fingerprint())
+        crate::kv::snapshot::encode(self.kv.as_ref(), &self.tokens, self.state_fingerprint())
     }
 
     /// Size of `snapshot()` without building it.
@@ -670,7 +737,7 @@ impl Session {
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.refuse_restore_with_constraint()?;
         let m = &self.model;
-        let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, self.n_ctx)?;
+        let d = crate::kv::snapshot::decode(bytes, &m.spec.layers, self.state_fingerprint(), m.spec.vocab_size, self.n_ctx).map_err(|e| self.explain_fingerprint(e))?;
         self.kv.import(d.planes, d.positions)?;
         self.tokens = d.tokens;
         self.last_logits.clear();
@@ -687,7 +754,7 @@ impl Session {
         if keep > self.n_ctx {
             return Err(Error::new(Status::ErrContextOverflow, format!("cannot keep {keep} positions: the session's context is {}", self.n_ctx)));
         }
-        let mut d = crate::kv::snapshot::decode(bytes, &m.spec.layers, m.snapshot_fingerprint(), m.spec.vocab_size, m.spec.max_context)?;
+        let mut d = crate::kv::snapshot::decode(bytes, &m.spec.layers, self.state_fingerprint(), m.spec.vocab_size, m.spec.max_context).map_err(|e| self.explain_fingerprint(e))?;
         if keep > d.positions {
             return Err(Error::invalid(format!("cannot keep {keep} positions: the snapshot holds {}", d.positions)));
         }

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::backend::{all_finite, Tensor};
+use crate::engine::adapter::AdapterSet;
 use crate::engine::forward::{layers_checked, non_finite_error, PassBuffers, Seg, Want};
 use crate::engine::Model;
 use crate::error::{Error, Result};
@@ -20,6 +21,8 @@ pub struct Item<'a> {
     /// verify judges its rows itself); such an item is never split across passes.
     pub hidden: bool,
     pub abort: &'a Arc<AtomicBool>,
+    /// The session's LoRA adapters (applied to its rows only).
+    pub adapters: &'a AdapterSet,
 }
 
 /// What `forward_many` hands back: each item's logits (as `forward` gives them), and for an item
@@ -115,7 +118,7 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
             if let Some(&&(j, row0, rows)) = next.peek() {
                 if j == i {
                     let start = it.kv.positions();
-                    segs.push(Seg { kv: &mut *it.kv, row0, rows, start });
+                    segs.push(Seg { kv: &mut *it.kv, row0, rows, start, adapters: it.adapters });
                     next.next();
                 }
             }
@@ -155,7 +158,7 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
         let value = l[bad];
         pass.rollback();
         let it = &mut pass.items[i];
-        let e = non_finite_error(model, &mut *it.kv, bufs, it.tokens, r, bad % vocab, value, it.abort);
+        let e = non_finite_error(model, &mut *it.kv, bufs, it.tokens, r, bad % vocab, value, it.abort, it.adapters);
         return Err(Error::new(e.status, format!("item {i}: {}", e.message)));
     }
     pass.done = true;

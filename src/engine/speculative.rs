@@ -104,7 +104,7 @@ impl Session {
     fn verify_pass(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
         let rows = self.verify_rows(pending, draft, &acc)?;
         let model = self.model.clone();
-        let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort)?;
+        let x = forward::forward_hidden(&model, self.kv.as_mut(), &mut self.bufs, &rows, &self.abort, &self.adapters)?;
         self.tokens.extend_from_slice(&rows);
         self.judge(&model, &x, 0, &rows, acc)
     }
@@ -188,7 +188,7 @@ impl Session {
                     let value = row[column];
                     self.kv.truncate(base);
                     self.tokens.truncate(base);
-                    return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, rows, i, column, value, &self.abort));
+                    return Err(forward::non_finite_error(&model, self.kv.as_mut(), &mut self.bufs, rows, i, column, value, &self.abort, &self.adapters));
                 }
                 let best = match &mut self.constraint {
                     Some((c, _)) => {

@@ -95,6 +95,10 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
             "GGUF: tensor rope_freqs.weight (per-frequency rope factors) is not implemented",
         ));
     }
+    // llama.cpp's `<arch>.attention.causal` = false: an encoder (HF's use_bidirectional_attention).
+    if g.get_bool(&key("attention.causal"))? == Some(false) {
+        c.insert("use_bidirectional_attention".into(), json!(true));
+    }
     if let Some(w) = g.get_u64(&key("attention.sliding_window"))? {
         c.insert("sliding_window".into(), json!(w));
     }
@@ -197,7 +201,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
 /// Inverse of `w.reshape(n_head, 2, head_dim/2, ...).swapaxes(1, 2)`: GGUF row
 /// `h*hd + 2i + s` holds HF row `h*hd + s*hd/2 + i`. Rows are whole quantized blocks, so this
 /// moves bytes and never touches values.
-fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_head: usize, name: &str) -> Result<Vec<u8>> {
+pub(crate) fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::WeightType, n_head: usize, name: &str) -> Result<Vec<u8>> {
     let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product::<usize>().max(1);
     let cols = if shape.len() == 1 { 1 } else { *shape.last().unwrap_or(&1) };
     let row_bytes = if shape.len() == 1 { data.len() / shape[0].max(1) } else {

@@ -7,10 +7,11 @@ mod chat_calls;
 mod chat_compile;
 mod chat_guard;
 pub mod decode_stream;
+pub mod embedding;
 pub mod files;
 pub mod gguf;
 pub mod gguf_bpe;
-mod gguf_pack;
+pub(crate) mod gguf_pack;
 pub mod gguf_tokenizer;
 mod gguf_value;
 pub mod safetensors_files;
@@ -43,6 +44,8 @@ pub struct Pack {
     /// `llama_model_meta_*` does), or for an HF folder the facts a llama.cpp-style client asks
     /// for (see [`folder_metadata`]).
     pub metadata: Vec<(String, String)>,
+    /// The pooling, normalization and Dense layers of its embeddings (embedding.rs).
+    pub embedding: embedding::EmbedConfig,
 }
 
 impl Pack {
@@ -132,9 +135,15 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     check_token_ids(&spec, bos, &eos, &extra_stop, &dir.display().to_string())?;
     spec.bos_token_id = bos;
     spec.eos_token_ids = eos.clone();
-    let vocab = Vocab::new(PackTokenizer::Json(tokenizer), bos, eos, extra_stop, add_bos, template);
+    let add_eos = match tcfg.opt_bool("add_eos_token")? {
+        Some(true) => eos.first().copied(),
+        Some(false) => None,
+        None => post_processor_appends(&tokenizer),
+    };
+    let vocab = Vocab::new(PackTokenizer::Json(tokenizer), bos, eos, extra_stop, add_bos, template).with_add_eos(add_eos);
     let metadata = folder_metadata(&spec, &vocab);
-    Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab, metadata })
+    let embedding = embedding::EmbedConfig::from_folder(dir)?;
+    Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab, metadata, embedding })
 }
 
 /// BOS, EOS and stop ids must name rows of the embedding (`vocab_size`): an id beyond it would be
@@ -161,13 +170,25 @@ fn post_processor_adds(tokenizer: &Tokenizer, bos: Option<u32>) -> bool {
     }
 }
 
+/// The special token the tokenizer's post-processor appends after a text, if any (Qwen3-
+/// Embedding's `$A <|endoftext|>`, EmbeddingGemma's `<bos> $A <eos>`).
+fn post_processor_appends(tokenizer: &Tokenizer) -> Option<u32> {
+    let with = tokenizer.encode("a", true).ok()?;
+    let plain = tokenizer.encode("a", false).ok()?;
+    let (w, p) = (with.get_ids(), plain.get_ids());
+    let last = *w.last()?;
+    let special = tokenizer.get_added_vocabulary().get_added_tokens_decoder().get(&last).is_some_and(|t| t.special);
+    (w.len() > p.len() && w.ends_with(&[last]) && p.last() != Some(&last) && special).then_some(last)
+}
+
 /// A GGUF's vocabulary alone, as a model opened from it has it: for files that hold only a
 /// tokenizer (the tests' and fuzz targets' vocabulary fixtures).
 pub fn gguf_vocab(path: &Path) -> Result<Vocab> {
     let g = gguf::GgufFile::open(path)?;
     let gv = gguf_tokenizer::vocab_from_gguf(&g)?;
     let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
-    Ok(Vocab::new(tokenizer, gv.bos, gv.eos.into_iter().collect(), gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template))
+    let add_eos = if gv.add_eos { gv.eos } else { None };
+    Ok(Vocab::new(tokenizer, gv.bos, gv.eos.into_iter().collect(), gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template).with_add_eos(add_eos))
 }
 
 fn open_gguf(path: &Path) -> Result<Pack> {
@@ -186,15 +207,18 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     spec.bos_token_id = gv.bos;
     spec.eos_token_ids = eos.clone();
     let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
-    let vocab = Vocab::new(tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template);
+    let add_eos = if gv.add_eos { eos.first().copied() } else { None };
+    let vocab = Vocab::new(tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template).with_add_eos(add_eos);
     let metadata = gguf_metadata(&g);
-    Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab, metadata })
+    let pooling_key = format!("{}.pooling_type", g.architecture()?);
+    let embedding = embedding::EmbedConfig::from_gguf(&pooling_key, g.get_u64(&pooling_key)?);
+    Ok(Pack { path: path.to_path_buf(), config, spec, tensors, vocab, metadata, embedding })
 }
 
 /// A GGUF's non-array key/values as text, in key order: strings as they are, integers in
 /// decimal, floats with six decimals (C++ `std::to_string`, as llama.cpp's `gguf_kv_to_str`),
 /// booleans as true/false.
-fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
+pub(crate) fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
     use gguf::GgufValue as V;
     g.metadata
         .iter()

@@ -60,7 +60,7 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-fn load_file(path: &Path, out: &mut BTreeMap<String, WeightTensor>) -> Result<()> {
+pub(crate) fn load_file(path: &Path, out: &mut BTreeMap<String, WeightTensor>) -> Result<()> {
     // A regular file only: a FIFO would block, a device would map without end.
     let file = files::open_regular(path)?;
     // SAFETY: the map is read-only; packs are not expected to change while open (the same

@@ -1,8 +1,8 @@
 //! The pack's tokenizer and its special-token rules: BOS, EOS, stop tokens, chat template.
 //!
-//! Encoding never relies on the tokenizer's post-processor: packlm adds BOS itself (when the
-//! pack says to and the caller asks for special tokens), and never a second one when the text
-//! already produced it. That gives one rule for HF folders and GGUF files alike.
+//! Encoding never relies on the tokenizer's post-processor: packlm adds BOS and EOS itself
+//! (when the pack says to and the caller asks for special tokens), and never a second one when
+//! the text already produced it. That gives one rule for HF folders and GGUF files alike.
 
 use tokenizers::{AddedVocabulary, DecoderWrapper, Tokenizer};
 
@@ -89,6 +89,10 @@ pub struct Vocab {
     /// Generation stops at any of these (EOS ids, EOT, chat end-of-turn specials).
     pub stop: Vec<u32>,
     pub add_bos: bool,
+    /// The token `encode` appends when asked for special tokens (a GGUF's
+    /// `tokenizer.ggml.add_eos_token`, an HF folder's `add_eos_token` or a post-processor that
+    /// appends one, as embedding models' do: Qwen3-Embedding's `$A <|endoftext|>`).
+    pub add_eos: Option<u32>,
     pub chat_template: Option<String>,
     pub size: usize,
 }
@@ -116,10 +120,17 @@ impl Vocab {
         }
         stop.sort_unstable();
         stop.dedup();
-        Vocab { tokenizer, tokenizer_plain: plain, bos, eos, stop, add_bos, chat_template, size }
+        Vocab { tokenizer, tokenizer_plain: plain, bos, eos, stop, add_bos, add_eos: None, chat_template, size }
     }
 
-    /// Token ids of `text`. `add_special`: prepend BOS when the pack adds one (never twice).
+    /// This vocabulary, appending `eos` when asked for special tokens (see `add_eos`).
+    pub fn with_add_eos(mut self, eos: Option<u32>) -> Vocab {
+        self.add_eos = eos;
+        self
+    }
+
+    /// Token ids of `text`. `add_special`: prepend BOS when the pack adds one (never twice),
+    /// and append `add_eos` when the pack appends one (never twice).
     /// `parse_special`: text like "<|im_start|>" becomes its special token.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let tk = if parse_special { &self.tokenizer } else { &self.tokenizer_plain };
@@ -129,6 +140,11 @@ impl Vocab {
                 if ids.first() != Some(&b) {
                     ids.insert(0, b);
                 }
+            }
+        }
+        if let (true, Some(e)) = (add_special, self.add_eos) {
+            if ids.last() != Some(&e) {
+                ids.push(e);
             }
         }
         Ok(ids)

@@ -169,6 +169,19 @@ pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<
         l.qkv_bias = cfg.opt_bool("attention_bias")?.unwrap_or(false);
         l.o_bias = l.qkv_bias;
     }
+    // Gemma3TextConfig: with `use_bidirectional_attention`, every key of the text is visible
+    // on full layers, and on sliding layers keys within |q - k| < sliding_window / 2 + 1 (its
+    // __post_init__ halves the window; modeling_gemma3's `_bidirectional_window_overlay`).
+    if v3 && cfg.opt_bool("use_bidirectional_attention")?.unwrap_or(false) {
+        spec.causal = false;
+        for l in &mut spec.layers {
+            if let AttentionKind::Sliding { window } = &mut l.attention {
+                *window = *window / 2 + 1;
+            }
+        }
+    } else if cfg.value.get("use_bidirectional_attention").is_some_and(|v| v.as_bool() == Some(true)) {
+        return Err(cfg.refuse("use_bidirectional_attention", "bidirectional attention is implemented for gemma3_text only"));
+    }
     Ok(spec)
 }
 
@@ -248,6 +261,7 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
         bos_token_id: cfg.token_ids("bos_token_id")?.first().copied(),
         eos_token_ids: cfg.token_ids("eos_token_id")?,
         per_layer_input: None,
+        causal: true,
         layers,
     })
 }

@@ -133,6 +133,11 @@ pub struct ModelSpec {
     pub eos_token_ids: Vec<u32>,
     /// Per-layer embeddings (Gemma4 PLE), when the model has them.
     pub per_layer_input: Option<PerLayerInput>,
+    /// Queries see only earlier keys. False for an encoder (Gemma3's
+    /// `use_bidirectional_attention`, EmbeddingGemma): each text's rows see each other, within
+    /// the sliding layers' window both ways. Such a model has no next-token logits: it serves
+    /// embeddings only (engine/embed.rs), and its sessions refuse steps.
+    pub causal: bool,
     pub layers: Vec<LayerSpec>,
 }
 

@@ -191,6 +191,12 @@ impl Backend for GpuBackend {
     }
 
     fn accepts(&self, spec: &ModelSpec) -> Result<()> {
+        if !spec.causal {
+            return Err(Error::new(
+                Status::ErrBackendUnavailable,
+                "the model's attention is bidirectional (an embedding model): the GPU backend's attention is causal only; open it on the host backend",
+            ));
+        }
         for (i, l) in spec.layers.iter().enumerate() {
             if l.head_dim > MAX_HEAD_DIM {
                 return Err(Error::new(

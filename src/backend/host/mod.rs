@@ -526,7 +526,7 @@ impl Kernels for HostBackend {
         let out = &mut out[..rows * nh * d];
         // Scores and values over the visible keys: below a few thousand multiply-adds per head
         // in all, helpers cost more than they save.
-        let visible = a.shape.window.map_or(a.first_position + rows, |w| w.min(a.first_position + rows));
+        let visible = a.shape.window.map_or(a.keys, |w| w.min(a.keys));
         let serial = rows * nh * visible * d * 2 <= SERIAL_MACS;
         // Query i of KV head g is row i / per, head g * per + i % per. Tasks of `take` queries:
         // as many as fit a group, but at least two per thread where there are that many. On one

@@ -1,0 +1,311 @@
+//! Embeddings against sentence-transformers (tests/fixtures/make_embed_fixtures.py): an
+//! EmbeddingGemma-shaped gemma3_text (bidirectional attention, a sliding window both ways, mean
+//! pooling, two Dense layers, Normalize) and a Qwen3 with last-token pooling, each within 1e-4
+//! (max-abs, f32) of `SentenceTransformer.encode` on the same texts and tokens; batched ==
+//! one at a time, bit for bit; the pack's declaration read; bad packs refused by name.
+
+mod common;
+
+use std::path::Path;
+
+use packlm::{EmbedOptions, Model, Pooling, Session, Status};
+use serde_json::Value;
+
+struct Expected {
+    texts: Vec<String>,
+    tokens: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
+    token_text: usize,
+    token_embeddings: Vec<Vec<f32>>,
+}
+
+fn expected(dir: &Path) -> Expected {
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("embeddings.json")).unwrap()).unwrap();
+    let rows = |k: &str| -> Vec<Vec<f32>> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect()
+            })
+            .collect()
+    };
+    Expected {
+        texts: v["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_string())
+            .collect(),
+        tokens: v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect()
+            })
+            .collect(),
+        embeddings: rows("embeddings"),
+        token_text: v["token_embeddings_text_index"].as_u64().unwrap() as usize,
+        token_embeddings: rows("token_embeddings"),
+    }
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The pack's own pooling and Dense layers reproduce sentence-transformers' encode, the
+/// tokenizer gives its token ids, per-token vectors are its token_embeddings, and a batch of
+/// every text gives each text's bits alone.
+fn check_against_st(name: &str, pooling: Pooling) {
+    let dir = common::tiny(name);
+    let e = expected(&dir);
+    let model = Model::open(&dir).unwrap();
+    assert_eq!(
+        model.embedding_defaults().unwrap(),
+        (pooling, true),
+        "{name}: the pack's declaration"
+    );
+    assert_eq!(model.embedding_dim(pooling), e.embeddings[0].len());
+    for (t, want) in e.texts.iter().zip(&e.tokens) {
+        assert_eq!(
+            &model.tokenize(t, true, false).unwrap(),
+            want,
+            "{name}: tokens of {t:?}"
+        );
+    }
+    let mut s = Session::new(&model, 0).unwrap();
+    let texts: Vec<&[u32]> = e.tokens.iter().map(|t| t.as_slice()).collect();
+    let batch = s.embed(&texts, &EmbedOptions::default()).unwrap();
+    assert_eq!(
+        (batch.rows(), batch.pooling, batch.normalized),
+        (texts.len(), pooling, true)
+    );
+    for (i, want) in e.embeddings.iter().enumerate() {
+        let d = max_abs(batch.row(i), want);
+        assert!(
+            d <= 1e-4,
+            "{name} text {i}: max-abs {d} from sentence-transformers"
+        );
+        let alone = s.embed(&texts[i..=i], &EmbedOptions::default()).unwrap();
+        assert_eq!(
+            bits(alone.row(0)),
+            bits(batch.row(i)),
+            "{name} text {i}: batched != alone"
+        );
+    }
+    // Reversed order: the same bits per text.
+    let rev: Vec<&[u32]> = texts.iter().rev().copied().collect();
+    let r = s.embed(&rev, &EmbedOptions::default()).unwrap();
+    for i in 0..texts.len() {
+        assert_eq!(bits(r.row(texts.len() - 1 - i)), bits(batch.row(i)));
+    }
+    let none = s
+        .embed(
+            &texts[e.token_text..=e.token_text],
+            &EmbedOptions {
+                pooling: Some(Pooling::None),
+                normalize: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(none.rows(), e.token_embeddings.len());
+    assert!(!none.normalized);
+    for (j, want) in e.token_embeddings.iter().enumerate() {
+        let d = max_abs(none.row(j), want);
+        assert!(
+            d <= 1e-4,
+            "{name} token {j}: max-abs {d} from token_embeddings"
+        );
+    }
+    assert_eq!(
+        s.n_past(),
+        0,
+        "embedding leaves the session's positions alone"
+    );
+}
+
+#[test]
+fn embedding_gemma_matches_sentence_transformers() {
+    check_against_st("embed_gemma3", Pooling::Mean);
+}
+
+#[test]
+fn qwen3_last_token_matches_sentence_transformers() {
+    check_against_st("embed_qwen3", Pooling::Last);
+}
+
+/// A bidirectional model has no next-token logits: steps are refused, naming why.
+#[test]
+fn bidirectional_model_refuses_steps() {
+    let model = Model::open(common::tiny("embed_gemma3")).unwrap();
+    assert!(!model.is_causal());
+    let mut s = Session::new(&model, 0).unwrap();
+    let e = s.step(5).unwrap_err();
+    assert_eq!(e.status, Status::ErrUnsupported);
+    assert!(e.message.contains("bidirectional"), "{}", e.message);
+    assert_eq!(s.n_past(), 0);
+}
+
+/// Pooling by request: cls is the first token vector, last the last, mean their mean; the
+/// normalize flag is honoured; each matches the per-token rows.
+#[test]
+fn poolings_agree_with_token_vectors() {
+    let model = Model::open(common::tiny("embed_qwen3")).unwrap();
+    let mut s = Session::new(&model, 0).unwrap();
+    let text: &[u32] = &[282, 222, 69, 80, 72, 268, 296, 70];
+    let raw = EmbedOptions {
+        pooling: Some(Pooling::None),
+        normalize: Some(false),
+    };
+    let toks = s.embed(&[text], &raw).unwrap();
+    let first = s
+        .embed(
+            &[text],
+            &EmbedOptions {
+                pooling: Some(Pooling::Cls),
+                normalize: Some(false),
+            },
+        )
+        .unwrap();
+    let last = s
+        .embed(
+            &[text],
+            &EmbedOptions {
+                pooling: Some(Pooling::Last),
+                normalize: Some(false),
+            },
+        )
+        .unwrap();
+    let mean = s
+        .embed(
+            &[text],
+            &EmbedOptions {
+                pooling: Some(Pooling::Mean),
+                normalize: Some(false),
+            },
+        )
+        .unwrap();
+    assert_eq!(bits(first.row(0)), bits(toks.row(0)));
+    assert_eq!(bits(last.row(0)), bits(toks.row(text.len() - 1)));
+    for c in 0..toks.dim {
+        let m: f32 = (0..text.len()).map(|r| toks.row(r)[c]).sum::<f32>() / text.len() as f32;
+        assert!((m - mean.row(0)[c]).abs() <= 1e-6);
+    }
+    let n = s
+        .embed(
+            &[text],
+            &EmbedOptions {
+                pooling: Some(Pooling::Last),
+                normalize: Some(true),
+            },
+        )
+        .unwrap();
+    let norm: f32 = n.row(0).iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    let scale = last.row(0).iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(
+        max_abs(
+            &n.row(0).iter().map(|x| x * scale).collect::<Vec<_>>(),
+            last.row(0)
+        ) < 1e-5
+    );
+}
+
+/// Bad calls: no texts, an empty text, a token beyond the vocabulary, a text longer than the
+/// context; each a specific status naming the text.
+#[test]
+fn bad_texts_are_refused() {
+    let model = Model::open(common::tiny("embed_qwen3")).unwrap();
+    let mut s = Session::new(&model, 8).unwrap();
+    let o = EmbedOptions::default();
+    assert_eq!(
+        s.embed(&[], &o).unwrap_err().status,
+        Status::ErrInvalidArgument
+    );
+    let e = s.embed(&[&[1, 2], &[]], &o).unwrap_err();
+    assert_eq!(e.status, Status::ErrInvalidArgument);
+    assert!(e.message.contains("text 1"), "{}", e.message);
+    let e = s.embed(&[&[1, 100_000]], &o).unwrap_err();
+    assert_eq!(e.status, Status::ErrTokenOutOfRange);
+    let e = s.embed(&[&[1; 9]], &o).unwrap_err();
+    assert_eq!(e.status, Status::ErrContextOverflow);
+}
+
+/// Copies a fixture folder to a scratch folder for a test that breaks it.
+fn scratch_copy(name: &str, tag: &str) -> std::path::PathBuf {
+    let src = common::tiny(name);
+    let dst = std::env::temp_dir().join(format!("packlm-embed-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    copy_dir(&src, &dst);
+    dst
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
+}
+
+/// A missing Dense weight file, a pooling packlm does not compute, and Dense layers that do
+/// not chain are refused at open, naming the file.
+#[test]
+fn bad_sentence_transformers_files_are_refused() {
+    let d = scratch_copy("embed_gemma3", "dense");
+    std::fs::remove_file(d.join("3_Dense/model.safetensors")).unwrap();
+    let e = Model::open(&d).unwrap_err();
+    assert_eq!(e.status, Status::ErrIo);
+    assert!(
+        e.message.contains("3_Dense") && e.message.contains("model.safetensors"),
+        "{}",
+        e.message
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+
+    let d = scratch_copy("embed_gemma3", "pool");
+    std::fs::write(
+        d.join("1_Pooling/config.json"),
+        r#"{"embedding_dimension": 64, "pooling_mode": "max"}"#,
+    )
+    .unwrap();
+    let e = Model::open(&d).unwrap_err();
+    assert_eq!(e.status, Status::ErrUnsupported);
+    assert!(
+        e.message.contains("\"max\"") && e.message.contains("1_Pooling"),
+        "{}",
+        e.message
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+
+    let d = scratch_copy("embed_gemma3", "chain");
+    std::fs::write(d.join("3_Dense/config.json"), r#"{"in_features": 64, "out_features": 64, "bias": false, "activation_function": "torch.nn.modules.linear.Identity"}"#).unwrap();
+    let e = Model::open(&d).unwrap_err();
+    assert_eq!(e.status, Status::ErrTensor);
+    assert!(e.message.contains("linear.weight"), "{}", e.message);
+    std::fs::remove_dir_all(&d).unwrap();
+}
