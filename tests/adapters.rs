@@ -280,3 +280,18 @@ fn bad_adapters_are_refused() {
         Status::ErrInvalidArgument
     );
 }
+
+/// Any thread count gives one thread's bits, with an adapter.
+#[test]
+fn adapter_logits_do_not_depend_on_threads() {
+    let tokens = golden_tokens("lora_gemma3");
+    let run = |threads: usize| {
+        let model = Model::open_with(common::tiny("gemma3"), &packlm::OpenOptions::default().threads(threads)).unwrap();
+        let a = Adapter::open(&model, common::tiny("lora_gemma3")).unwrap();
+        logits(&model, &[(a, 0.5)], &tokens)
+    };
+    let one = run(1);
+    for t in [2, 3] {
+        assert_eq!(bits(&run(t)), bits(&one), "{t} threads");
+    }
+}

@@ -309,3 +309,19 @@ fn bad_sentence_transformers_files_are_refused() {
     assert!(e.message.contains("linear.weight"), "{}", e.message);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Any thread count gives one thread's bits.
+#[test]
+fn embeddings_do_not_depend_on_threads() {
+    let dir = common::tiny("embed_gemma3");
+    let e = expected(&dir);
+    let texts: Vec<&[u32]> = e.tokens.iter().map(|t| t.as_slice()).collect();
+    let run = |threads: usize| {
+        let model = Model::open_with(&dir, &packlm::OpenOptions::default().threads(threads)).unwrap();
+        Session::new(&model, 0).unwrap().embed(&texts, &EmbedOptions::default()).unwrap().values
+    };
+    let one = run(1);
+    for t in [2, 3] {
+        assert_eq!(bits(&run(t)), bits(&one), "{t} threads");
+    }
+}

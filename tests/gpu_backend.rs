@@ -282,3 +282,43 @@ fn the_gpu_runs_exact_whatever_is_asked() {
         assert!(m.backend().device().is_some_and(|d| !d.is_empty()));
     }
 }
+
+/// A LoRA adapter on the device: every row within 1e-4 of PEFT's logits (the fixture's), on
+/// both instances (with 4 KiB bindings the adapter's matrices are split too), and a shared
+/// pass of a session with it and one without gives each its own bits.
+#[test]
+fn lora_adapters_match_peft_on_the_device() {
+    if gpus().is_none() {
+        return;
+    }
+    let dir = tiny("lora_llama");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("lora.json")).unwrap()).unwrap();
+    let tokens: Vec<u32> = meta["tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let want: Vec<f32> =
+        std::fs::read(dir.join("logits_scale1.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    for small in [false, true] {
+        let m = open_gpu(&tiny("llama"), small);
+        let a = Arc::new(packlm::engine::adapter::Adapter::open(&m, &dir).unwrap());
+        let set = packlm::engine::adapter::AdapterSet::new(&m, vec![(a, 1.0)]).unwrap();
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.set_adapters(set.clone()).unwrap();
+        let got = s.step_batch(&tokens, Want::All).unwrap();
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= TOL_F32, "gpu (small bindings {small}): max |packlm - PEFT| = {d}");
+        let mut with = Session::new(m.clone(), 0).unwrap();
+        with.set_adapters(set).unwrap();
+        let mut base = Session::new(m.clone(), 0).unwrap();
+        let alone = base.step_batch(&tokens[..5], Want::All).unwrap();
+        base.truncate(0).unwrap();
+        let mut jobs = vec![(&mut with, packlm::engine::Job::Step { tokens: &tokens[..7], want: Want::All }), (&mut base, packlm::engine::Job::Step { tokens: &tokens[..5], want: Want::All })];
+        let out = Session::run_many(&mut jobs).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        match (&out[0], &out[1]) {
+            (packlm::engine::JobResult::Logits(a), packlm::engine::JobResult::Logits(b)) => {
+                assert_eq!(bits(a), bits(&got[..7 * 300]), "gpu (small {small}): the adapter's session in a shared pass");
+                assert_eq!(bits(b), bits(&alone), "gpu (small {small}): the base session in a shared pass");
+            }
+            _ => panic!("step jobs give logits"),
+        }
+    }
+}
