@@ -287,3 +287,161 @@ fn generate_grammar_reads_gbnf_and_lark() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("GBNF line 2"), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The texts, token ids and vectors of a sentence-transformers fixture's embeddings.json.
+fn embeddings_fixture(name: &str) -> (Vec<String>, serde_json::Value, Vec<Vec<f32>>) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(tiny(name).join("embeddings.json")).unwrap()).unwrap();
+    let texts = v["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
+    let vectors = v["embeddings"].as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect();
+    (texts, v["tokens"].clone(), vectors)
+}
+
+fn f32_rows(v: &serde_json::Value) -> Vec<Vec<f32>> {
+    v.as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect()
+}
+
+/// `embed` on the texts of a sentence-transformers fixture gives its vectors within 1e-4, with
+/// the pack's declared pooling (last, for embed_qwen3) and normalization, and its token ids.
+#[test]
+fn embed_matches_sentence_transformers() {
+    let dir = tiny("embed_qwen3");
+    let (texts, tokens, want) = embeddings_fixture("embed_qwen3");
+    let mut args = vec!["embed", dir.to_str().unwrap()];
+    for t in &texts {
+        args.extend(["--text", t.as_str()]);
+    }
+    let o = packlm(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["model"], dir.to_str().unwrap());
+    assert_eq!(v["pooling"], "last");
+    assert_eq!(v["normalized"], true);
+    assert_eq!(v["dim"], 64);
+    assert_eq!(v["tokens"], tokens);
+    let got = f32_rows(&v["embeddings"]);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let d = max_abs_diff(g, w);
+        assert!(d <= 1e-4, "text {i} ({:?}): max-abs {d} from sentence-transformers", texts[i]);
+    }
+}
+
+/// `--pooling none` gives each text its list of token vectors (one per token id, unnormalized
+/// by default); `--pooling last --no-normalize` is the last of them; `--normalize` makes mean's
+/// vectors unit length; a bad pooling, or both normalize flags, exit non-zero naming them.
+#[test]
+fn embed_pooling_and_normalize_flags() {
+    let dir = tiny("embed_qwen3");
+    let d = dir.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["embed", d, "--text", "Hi", "--text", "The dog sleeps."];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let none = run(&["--pooling", "none"]);
+    assert_eq!(none["pooling"], "none");
+    assert_eq!(none["normalized"], false);
+    let per_text = none["embeddings"].as_array().unwrap();
+    assert_eq!(per_text.len(), 2);
+    let mut token_rows = Vec::new();
+    for (text, ids) in per_text.iter().zip(none["tokens"].as_array().unwrap()) {
+        let rows = f32_rows(text);
+        assert_eq!(rows.len(), ids.as_array().unwrap().len(), "one vector per token");
+        assert!(rows.iter().all(|r| r.len() == 64));
+        token_rows.push(rows);
+    }
+    let last = run(&["--pooling", "last", "--no-normalize"]);
+    assert_eq!(last["normalized"], false);
+    for (rows, pooled) in token_rows.iter().zip(f32_rows(&last["embeddings"])) {
+        assert_bits_equal(&pooled, rows.last().unwrap(), "last pooling = the last token vector");
+    }
+    let mean = run(&["--pooling", "mean", "--normalize"]);
+    assert_eq!((mean["pooling"].as_str(), mean["normalized"].as_bool()), (Some("mean"), Some(true)));
+    for row in f32_rows(&mean["embeddings"]) {
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+    }
+    let o = packlm(&["embed", d, "--text", "Hi", "--pooling", "average"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--pooling") && err.contains("\"average\""), "{err}");
+    assert!(o.stdout.is_empty());
+    let o = packlm(&["embed", d, "--text", "Hi", "--normalize", "--no-normalize"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = packlm(&["embed", d]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--text is required"));
+}
+
+/// The greedy tokens `generate` gives on tiny llama with `extra` arguments.
+fn greedy_tokens(prompt: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = tiny("llama");
+    let mut args = vec!["generate", dir.to_str().unwrap(), "--prompt", prompt, "-n", "8", "--json"];
+    args.extend_from_slice(extra);
+    let o = packlm(&args);
+    assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].clone()
+}
+
+/// `generate --lora` changes tiny llama's greedy continuation (the PEFT folder and its GGUF
+/// alike), `--lora PATH:0` gives the base's, two `--lora` apply together; `--parallel`
+/// applies it to every session;
+/// `logits --lora` gives PEFT's logits (lora.json's tokens, scale 1) within 1e-4.
+#[test]
+fn lora_changes_generate_and_scale_zero_is_the_base() {
+    let lora = tiny("lora_llama");
+    let l = lora.to_str().unwrap();
+    let gguf = lora.join("adapter.gguf");
+    // Tokens checked when this test was written: the base gives [152, 220, 152, ...], the
+    // adapter at scale 1 [142, 267, 220, ...].
+    let prompt = "Once upon a time there";
+    let base = greedy_tokens(prompt, &[]);
+    let adapted = greedy_tokens(prompt, &["--lora", l]);
+    assert_ne!(adapted, base, "the adapter changes the greedy continuation");
+    assert_eq!(greedy_tokens(prompt, &["--lora", &format!("{l}:0")]), base);
+    assert_eq!(greedy_tokens(prompt, &["--lora", &format!("{l}:1")]), adapted);
+    assert_eq!(greedy_tokens(prompt, &["--lora", gguf.to_str().unwrap()]), adapted);
+    // Two adapters apply together: +0.5 and -0.5 of the same one cancel.
+    assert_eq!(greedy_tokens(prompt, &["--lora", &format!("{l}:0.5"), "--lora", &format!("{l}:-0.5")]), base);
+
+    let dir = tiny("llama");
+    let o = packlm(&["generate", dir.to_str().unwrap(), "--parallel", "2", "--prompt", prompt, "--prompt", "Hello", "-n", "8", "--json", "--lora", l]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first: serde_json::Value = serde_json::from_str(String::from_utf8(o.stdout).unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(first["tokens"], adapted, "--parallel applies the adapter");
+
+    let golden: serde_json::Value = serde_json::from_slice(&std::fs::read(lora.join("lora.json")).unwrap()).unwrap();
+    let toks: Vec<String> = golden["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
+    let out = std::env::temp_dir().join(format!("packlm-cli-lora-logits-{}", std::process::id()));
+    let o = packlm(&["logits", dir.to_str().unwrap(), "--tokens", &toks.join(","), "--all", "--out", out.to_str().unwrap(), "--lora", l]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = read_f32(&out);
+    std::fs::remove_file(&out).ok();
+    let d = max_abs_diff(&got, &read_f32(&lora.join("logits_scale1.f32")));
+    assert!(d <= 1e-4, "logits --lora: max-abs {d} from PEFT");
+}
+
+/// An adapter of another base fails naming the tensor that does not fit; a scale that is not a
+/// finite number is refused naming it; nothing is printed.
+#[test]
+fn lora_of_another_base_or_a_bad_scale_is_refused() {
+    let dir = tiny("llama");
+    let other = tiny("lora_other_base");
+    let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "Hello", "-n", "4", "--lora", other.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--lora") && err.contains("layers.0.self_attn.q_proj.lora_B"), "{err}");
+    assert!(o.stdout.is_empty());
+    let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "Hello", "-n", "4", "--lora", other.join("adapter_as_llama.gguf").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("blk.0.attn_q.weight.lora_b"), "{err}");
+    let lora = tiny("lora_llama");
+    for scale in ["x", "inf"] {
+        let o = packlm(&["generate", dir.to_str().unwrap(), "--prompt", "Hello", "--lora", &format!("{}:{scale}", lora.to_str().unwrap())]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("--lora") && err.contains(scale), "{err}");
+    }
+}

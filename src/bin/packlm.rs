@@ -7,6 +7,19 @@
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K] [--json-schema FILE | --grammar FILE | --regex RE]
 //!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special]
 //!                   [-n N] [--temp T] [--seed S] [--json]
+//!   packlm embed PACK --text STR [--text STR ..] [--pooling none|mean|cls|last] [--normalize | --no-normalize]
+//!
+//! `embed` prints one JSON object: `{"model": PACK, "pooling": "mean", "normalized": true, "dim":
+//! N, "embeddings": [...], "tokens": [[ids of text 0], ...]}`. `embeddings[i]` belongs to text i
+//! in every mode: one vector of `dim` values when pooled (mean, cls, last), or, with `--pooling
+//! none`, a list of vectors, one per token of `tokens[i]` in order. Each text is tokenized with
+//! the pack's special tokens added (BOS/EOS as its tokenizer adds them) and special-token text
+//! left as plain text; the pooling and normalization default to what the pack declares
+//! (sentence-transformers' modules.json, a GGUF's pooling type). All texts run in one pass.
+//!
+//! `--lora PATH[:SCALE]` (repeatable; `generate`, `generate --parallel`, `logits`, `embed`):
+//! a LoRA adapter (a PEFT folder or an adapter GGUF) applied to the session's passes with that
+//! scale (default 1.0), in the order given; the model's weights are left as they are.
 //!
 //! `--parallel N` answers every `--prompt` (given once per prompt), N at a time: their sessions
 //! step together, one pass over the weights for all of them (`Session::step_many`), and each
@@ -30,7 +43,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use packlm::{Backend, ChatMessage, Constraint, Drafter, GrammarKind, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Precision, Result, SamplerParams, Session, StepItem, Want};
+use packlm::{Adapter, Backend, ChatMessage, Constraint, Drafter, EmbedOptions, GrammarKind, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Pooling, Precision, Result, SamplerParams, Session, StepItem, Want};
 
 struct Args {
     rest: Vec<String>,
@@ -81,7 +94,13 @@ const USAGE: &str = "usage:
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special] [-n N]
                   [--temp T] [--seed S] [--json]
-options: --threads N  --backend host|reference|gpu  --precision exact|fast";
+  packlm embed PACK --text STR [--text STR ..] [--pooling none|mean|cls|last] [--normalize | --no-normalize]
+      prints {\"model\", \"pooling\", \"normalized\", \"dim\", \"embeddings\", \"tokens\"}: embeddings[i] is text i's
+      vector (dim values), or with --pooling none its list of token vectors, one per id of tokens[i];
+      pooling and normalization default to the pack's
+options: --threads N  --backend host|reference|gpu  --precision exact|fast
+         --lora PATH[:SCALE] (generate, logits, embed; repeatable; scale 1.0 by default): a LoRA adapter,
+         a PEFT folder or an adapter GGUF, applied to the session";
 
 /// Writes to stderr without panicking when stderr is closed too.
 fn report(text: &str) {
@@ -111,6 +130,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if argv.iter().take(2).any(|a| a == "--help" || a == "-h") {
+        let _ = print_line(USAGE);
+        return;
+    }
     if argv.len() < 2 {
         report(USAGE);
         std::process::exit(2);
@@ -156,21 +179,64 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
         }
         "logits" => logits(pack, args),
         "generate" => cmd_generate(pack, args),
+        "embed" => cmd_embed(pack, args),
         other => Err(Error::invalid(format!("unknown command {other:?}\n{USAGE}"))),
     }
+}
+
+/// `--lora PATH[:SCALE]`, as often as given, in order: each adapter's path and scale (1.0
+/// unless given). A path that exists is taken whole, so a path with a colon in it needs no
+/// scale; otherwise what follows the last colon is the scale, a finite number.
+fn lora_args(args: &mut Args) -> Result<Vec<(String, f32)>> {
+    let mut found = Vec::new();
+    while let Some(v) = args.value(&["--lora"])? {
+        let spec = match v.rsplit_once(':') {
+            Some((path, scale)) if !Path::new(&v).exists() => {
+                let scale: f32 = scale.parse().map_err(|_| Error::invalid(format!("--lora {v:?}: the scale {scale:?} after the last ':' is not a number")))?;
+                if !scale.is_finite() {
+                    return Err(Error::invalid(format!("--lora {v:?}: the scale {scale} is not finite")));
+                }
+                (path.to_string(), scale)
+            }
+            _ => (v, 1.0),
+        };
+        found.push(spec);
+    }
+    Ok(found)
+}
+
+/// Opens the `--lora` adapters for `m`; an error names the flag and the path once (the library's
+/// message names the tensor or key that does not fit, most often after the path).
+fn open_adapters(m: &Model, lora: &[(String, f32)]) -> Result<Vec<(Adapter, f32)>> {
+    let named = |path: &str, e: Error| {
+        let message = if e.message.starts_with(path) { format!("--lora {}", e.message) } else { format!("--lora {path}: {}", e.message) };
+        Error::new(e.status, message)
+    };
+    lora.iter().map(|(path, scale)| Adapter::open(m, path).map(|a| (a, *scale)).map_err(|e| named(path, e))).collect()
+}
+
+/// A new session on `m` that runs `adapters` (none: the base model).
+fn session_with(m: &Model, adapters: &[(Adapter, f32)]) -> Result<Session> {
+    let mut s = m.session()?;
+    if !adapters.is_empty() {
+        s.set_adapters(adapters)?;
+    }
+    Ok(s)
 }
 
 fn logits(pack: &str, args: &mut Args) -> Result<()> {
     let tokens = args.value(&["--tokens"])?.ok_or_else(|| Error::invalid("--tokens is required"))?;
     let out = args.value(&["--out"])?.ok_or_else(|| Error::invalid("--out is required"))?;
     let all = args.flag("--all");
+    let lora = lora_args(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<u32> = tokens
         .split(',')
         .map(|t| t.trim().parse().map_err(|_| Error::invalid(format!("--tokens: {t:?} is not a token id"))))
         .collect::<Result<_>>()?;
-    let mut s = m.session()?;
+    let adapters = open_adapters(&m, &lora)?;
+    let mut s = session_with(&m, &adapters)?;
     let logits = s.step_batch(&ids, if all { Want::All } else { Want::Last })?;
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
@@ -184,6 +250,7 @@ struct GenerateArgs {
     n_new: usize,
     sampler: SamplerParams,
     seed: u64,
+    lora: Vec<(String, f32)>,
 }
 
 impl GenerateArgs {
@@ -199,7 +266,8 @@ impl GenerateArgs {
         let seed: u64 = args.parsed(&["--seed"], 0)?;
         let sampler = SamplerParams { temperature: temp, ..Default::default() };
         sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
-        Ok(GenerateArgs { chat, parse_special, json, n_new, sampler, seed })
+        let lora = lora_args(args)?;
+        Ok(GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora })
     }
 }
 
@@ -235,10 +303,11 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     if samples == 0 {
         return Err(Error::invalid("--samples 0: at least one reply per prompt"));
     }
-    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora } = GenerateArgs::read(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| prompt_tokens(&m, p, chat, parse_special)).collect::<Result<_>>()?;
+    let adapters = open_adapters(&m, &lora)?;
     // Each reply: (prompt, sample), answered with seed + sample.
     let jobs: Vec<(usize, usize)> = (0..ids.len()).flat_map(|p| (0..samples).map(move |j| (p, j))).collect();
     let t0 = Instant::now();
@@ -246,7 +315,7 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     for (batch, batch_replies) in jobs.chunks(n).zip(replies.chunks_mut(n)) {
         let prompts: Vec<&[u32]> = batch.iter().map(|&(p, _)| &ids[p][..]).collect();
         let seeds: Vec<u64> = batch.iter().map(|&(_, j)| seed.wrapping_add(j as u64)).collect();
-        parallel_replies(&m, &prompts, &seeds, batch_replies, n_new, &sampler)?;
+        parallel_replies(&m, &adapters, &prompts, &seeds, batch_replies, n_new, &sampler)?;
     }
     let total_s = t0.elapsed().as_secs_f64();
     let generated: usize = replies.iter().map(Vec::len).sum();
@@ -267,10 +336,10 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
 /// The replies to `prompts`, their sessions stepped together: each session's token choice is
 /// `Generate`'s (the same sampler, recent tokens and random state from its seed), so each
 /// reply is the one a lone `generate` gives. Equal prompts are prefilled once: the first one's
-/// session steps it, the others are forks of that session.
-fn parallel_replies(m: &Model, prompts: &[&[u32]], seeds: &[u64], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams) -> Result<()> {
+/// session steps it, the others are forks of that session (which keep its `adapters`).
+fn parallel_replies(m: &Model, adapters: &[(Adapter, f32)], prompts: &[&[u32]], seeds: &[u64], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams) -> Result<()> {
     let first: Vec<usize> = prompts.iter().enumerate().map(|(i, p)| prompts[..i].iter().position(|q| q == p).unwrap_or(i)).collect();
-    let mut own: Vec<Option<Session>> = first.iter().enumerate().map(|(i, &f)| if f == i { m.session().map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+    let mut own: Vec<Option<Session>> = first.iter().enumerate().map(|(i, &f)| if f == i { session_with(m, adapters).map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
     let mut items: Vec<StepItem> = own.iter_mut().zip(prompts).filter_map(|(s, p)| Some(StepItem { session: s.as_mut()?, tokens: p, want: Want::Last })).collect();
     Session::step_many(&mut items)?;
     drop(items);
@@ -333,20 +402,22 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         return cmd_generate_parallel(pack, args, n);
     }
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
-    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed } = GenerateArgs::read(args)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora } = GenerateArgs::read(args)?;
     let draft = args.value(&["--draft"])?;
     let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
     let grammar = grammar_arg(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let prompt_ids = prompt_tokens(&m, &prompt, chat, parse_special)?;
+    let adapters = open_adapters(&m, &lora)?;
     let constraint = grammar.map(|(kind, text)| Constraint::new(&m, kind, &text)).transpose()?;
     let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
         Some(path) => Some(Box::new(ModelDrafter::new(&Model::open(path)?, &m)?)),
     };
-    let mut s = m.session()?;
+    // The adapters apply to this model's session only; a draft model runs as it is.
+    let mut s = session_with(&m, &adapters)?;
     // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
     let t0 = Instant::now();
     let (head, last) = prompt_ids.split_at(prompt_ids.len() - 1);
@@ -391,4 +462,69 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         v["rounds"] = rounds.into();
     }
     print_line(&v.to_string())
+}
+
+/// `embed`: every --text's vector (or token vectors), as one JSON object; see the module's doc.
+fn cmd_embed(pack: &str, args: &mut Args) -> Result<()> {
+    let mut texts = Vec::new();
+    while let Some(t) = args.value(&["--text"])? {
+        texts.push(t);
+    }
+    if texts.is_empty() {
+        return Err(Error::invalid("--text is required (once per text)"));
+    }
+    let pooling = match args.value(&["--pooling"])? {
+        None => None,
+        Some(v) => Some(Pooling::from_name(&v).ok_or_else(|| Error::invalid(format!("--pooling {v:?}: none, mean, cls or last")))?),
+    };
+    let normalize = match (args.flag("--normalize"), args.flag("--no-normalize")) {
+        (true, true) => return Err(Error::invalid("--normalize and --no-normalize: give at most one")),
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        (false, false) => None,
+    };
+    let lora = lora_args(args)?;
+    let m = open(pack, args)?;
+    args.done()?;
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| m.tokenize(t, true, false)).collect::<Result<_>>()?;
+    let adapters = open_adapters(&m, &lora)?;
+    let mut s = session_with(&m, &adapters)?;
+    let rows: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+    let e = s.embed(&rows, &EmbedOptions { pooling, normalize })?;
+    // Per text: its vector, or (pooling none) its token vectors, rows taken in text order.
+    let embeddings: Vec<TextVectors> = if e.pooling == Pooling::None {
+        let mut next = 0;
+        ids.iter()
+            .map(|t| {
+                let rows = (next..next + t.len()).map(|r| e.row(r).to_vec()).collect();
+                next += t.len();
+                TextVectors::Tokens(rows)
+            })
+            .collect()
+    } else {
+        (0..e.rows()).map(|i| TextVectors::Pooled(e.row(i).to_vec())).collect()
+    };
+    let reply = EmbedReply { model: pack, pooling: e.pooling.name(), normalized: e.normalized, dim: e.dim, embeddings, tokens: &ids };
+    // Serialized from f32 (not through serde_json::Value's f64): each value printed shortest.
+    let text = serde_json::to_string(&reply).map_err(|err| Error::format(format!("embeddings JSON: {err}")))?;
+    print_line(&text)
+}
+
+/// `embed`'s output; `embeddings[i]` is text i's.
+#[derive(serde::Serialize)]
+struct EmbedReply<'a> {
+    model: &'a str,
+    pooling: &'static str,
+    normalized: bool,
+    dim: usize,
+    embeddings: Vec<TextVectors>,
+    tokens: &'a [Vec<u32>],
+}
+
+/// One text's part of `embed`'s output: its pooled vector, or one vector per token.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum TextVectors {
+    Pooled(Vec<f32>),
+    Tokens(Vec<Vec<f32>>),
 }
