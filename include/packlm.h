@@ -77,6 +77,32 @@
 #define PACKLM_LOG_WARN 2
 
 /**
+ * `pooling` of packlm_embed_params and packlm_embed_info: the pack's own (sentence-transformers'
+ * modules.json, a GGUF's pooling_type; PACKLM_POOLING_NONE when it declares none).
+ */
+#define PACKLM_POOLING_DEFAULT -1
+
+/**
+ * One vector per token of every text: the final hidden states, after the final norm.
+ */
+#define PACKLM_POOLING_NONE 0
+
+/**
+ * One vector per text: the mean of its token vectors.
+ */
+#define PACKLM_POOLING_MEAN 1
+
+/**
+ * One vector per text: its first token's vector.
+ */
+#define PACKLM_POOLING_CLS 2
+
+/**
+ * One vector per text: its last token's vector.
+ */
+#define PACKLM_POOLING_LAST 3
+
+/**
  * Backend codes for `packlm_open_options.backend`.
  */
 #define PACKLM_BACKEND_HOST 0
@@ -182,6 +208,13 @@
 typedef struct packlm_abort packlm_abort;
 
 /**
+ * A LoRA adapter opened for one model (opaque). Created by packlm_adapter_open, freed by
+ * packlm_adapter_free. Immutable: safe to move to any thread and to use from any number of
+ * threads at once; the sessions it is set on keep it alive, and it keeps its model alive.
+ */
+typedef struct packlm_adapter packlm_adapter;
+
+/**
  * A grammar and the tokens it has taken (opaque). Created by packlm_constraint_new, freed by
  * packlm_constraint_free. Safe to move to any thread; not to be used from two threads at once.
  */
@@ -232,6 +265,29 @@ typedef struct packlm_session packlm_session;
  * user_data given to packlm_set_log_callback. May be called from any packlm thread.
  */
 typedef void (*packlm_log_fn)(int32_t level, const char *message, void *user_data);
+
+/**
+ * Options of `packlm_embed`. Passing NULL instead takes the pack's own pooling and
+ * normalization. Note that a zeroed struct with `size` set asks for PACKLM_POOLING_NONE and no
+ * normalization: set both fields to -1 for the pack's own.
+ */
+typedef struct {
+  /**
+   * sizeof(packlm_embed_params) as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * PACKLM_POOLING_DEFAULT (-1), _NONE (0), _MEAN (1), _CLS (2) or _LAST (3); other values
+   * give PACKLM_ERR_INVALID_ARGUMENT.
+   */
+  int32_t pooling;
+  /**
+   * L2-normalize each vector: -1 as the pack says (its Normalize module, for pooled vectors
+   * only; per-token vectors never are), 0 off, 1 on; other values give
+   * PACKLM_ERR_INVALID_ARGUMENT.
+   */
+  int32_t normalize;
+} packlm_embed_params;
 
 /**
  * Called during open, on the thread that called `packlm_model_open` and under no lock of the
@@ -650,6 +706,50 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Opens the LoRA adapter at the NUL-terminated UTF-8 `path` for `model`: a PEFT folder
+ * (adapter_config.json + adapter_model.safetensors) or a llama.cpp adapter GGUF. Its tensors
+ * are checked against the model's shapes: an adapter for another base (a tensor whose shape or
+ * layer does not fit) gives PACKLM_ERR_TENSOR naming it; a missing file PACKLM_ERR_IO; a kind
+ * of adapter packlm does not compute (DoRA, trained biases, per-module ranks)
+ * PACKLM_ERR_UNSUPPORTED naming the key. On success `*out` receives an adapter the caller owns
+ * (free with packlm_adapter_free); on failure `*out` is untouched. Safe from any thread.
+ */
+packlm_status packlm_adapter_open(const packlm_model *model, const char *path, packlm_adapter **out);
+
+/**
+ * Frees an adapter handle; NULL is a no-op. Sessions it was set on keep using it (they hold
+ * their own reference) until their adapters are changed or they are freed.
+ */
+void packlm_adapter_free(packlm_adapter *adapter);
+
+/**
+ * The adapter's rank (its largest, when modules differ) into `*rank` and its alpha (PEFT's
+ * `lora_alpha`; a GGUF's `adapter.lora.alpha`) into `*alpha`; a module's update is scaled by
+ * alpha / rank times the scale given to packlm_session_set_adapters. Either out pointer may
+ * be NULL; nothing is written on failure. Safe from any thread.
+ */
+packlm_status packlm_adapter_info(const packlm_adapter *adapter, uint32_t *rank, float *alpha);
+
+/**
+ * Applies `n` adapters to `session`'s passes from now on, `adapters[i]` with the finite scale
+ * `scales[i]` (1.0 as trained), in order; `n` 0 returns the session to the base model
+ * (`adapters` and `scales` may be NULL then). The adapters are applied at run time to this
+ * session's rows only, never merged into the shared weights, so sessions of one model may use
+ * different adapters at once, in packlm_step_sessions too; packlm_embed uses them as well. The
+ * session keeps its own reference to each adapter: the handles may be freed after the call.
+ *
+ * Allowed on an empty session only (no positions held: a new one, or after
+ * packlm_truncate(session, 0)), so that every key and value it holds was computed with the same
+ * adapters; otherwise PACKLM_ERR_INVALID_ARGUMENT. A snapshot carries the set's fingerprint and
+ * a session with another set refuses it. Also refused with PACKLM_ERR_INVALID_ARGUMENT: an
+ * adapter opened for another model handle, a scale that is not finite; with
+ * PACKLM_ERR_NULL_ARGUMENT a NULL `session`, array (when `n` > 0) or `adapters[i]` (the
+ * message names i). On failure the session's adapters are as they were. The session is used by
+ * one thread at a time (PACKLM_ERR_SESSION_BUSY while another call holds it).
+ */
+packlm_status packlm_session_set_adapters(packlm_session *session, const packlm_adapter *const *adapters, const float *scales, size_t n);
+
+/**
  * A constraint of `kind` (PACKLM_GRAMMAR_*) over the `len` bytes of UTF-8 `text` for `model`,
  * into `*out`. The model's token table is built at its first constraint (its raw token bytes,
  * its stop tokens as the end) and shared by the others. Refused: text over
@@ -739,6 +839,45 @@ void packlm_abort_free(packlm_abort *abort);
  * environment variable is "debug", "info" or "warn"). Process-wide; safe from any thread.
  */
 packlm_status packlm_set_log_callback(packlm_log_fn callback, void *user_data);
+
+/**
+ * What `model` embeds by default, and the length of one vector. `pooling` is a PACKLM_POOLING_*
+ * code (-1 = the pack's own); `*dim` receives the length of one vector under it (the pack's
+ * last Dense layer's width for a pooled vector, else the hidden size). `*default_pooling`
+ * receives the pack's own pooling (PACKLM_POOLING_NONE when it declares none) and
+ * `*default_normalize` whether its vectors are L2-normalized by default (its Normalize module,
+ * for a pooled default). Any out pointer may be NULL; nothing is written on failure. A pooling
+ * code outside -1..3 gives PACKLM_ERR_INVALID_ARGUMENT; a pooling the pack declares but packlm
+ * does not compute gives PACKLM_ERR_UNSUPPORTED when the pack's own is asked for (as
+ * `pooling` -1 or through `default_pooling` / `default_normalize`). Safe from any thread.
+ */
+packlm_status packlm_embed_info(const packlm_model *model, int32_t pooling, int32_t *default_pooling, bool *default_normalize, size_t *dim);
+
+/**
+ * Embeds `n_texts` texts (at least 1) of token ids (as packlm_tokenize gives them with
+ * PACKLM_TOKENIZE_ADD_SPECIAL): the texts are consecutive runs of `tokens`, `lengths[i]` ids
+ * each (none 0). `params` may be NULL for the pack's own pooling and normalization. The
+ * vectors go to `out`, row-major: one row per text when pooled, one per token of every text in
+ * order (sum of `lengths` rows) for PACKLM_POOLING_NONE; `*n_rows` and `*dim` receive their
+ * count and length. All texts run in one pass over the weights, each attending to itself only:
+ * a text's vector is bit-identical whatever texts share the call. The session's adapters
+ * (packlm_session_set_adapters) apply; its positions, tokens and logits are untouched.
+ *
+ * `out` holds `cap` floats. A capacity below rows x dim gives PACKLM_ERR_BUFFER_TOO_SMALL with
+ * the rows and dim needed in `*n_rows` and `*dim`; then nothing else is written and nothing is
+ * computed (`out` may be NULL with `cap` 0 to ask the size). Refused before anything runs:
+ * NULL `session`, `n_rows`, `dim`, `lengths` or `tokens` (PACKLM_ERR_NULL_ARGUMENT); `n_texts`
+ * 0, a length of 0, `params` with a size out of range or a pooling or normalize code it does
+ * not know (PACKLM_ERR_INVALID_ARGUMENT, naming the field); lengths whose sum or rows x dim
+ * overflows size_t (PACKLM_ERR_LIMIT_EXCEEDED). Then, as the session checks them: a text longer
+ * than the session's context (PACKLM_ERR_CONTEXT_OVERFLOW), an id outside the vocabulary
+ * (PACKLM_ERR_TOKEN_OUT_OF_RANGE), more than 2^20 texts (PACKLM_ERR_LIMIT_EXCEEDED), a pack
+ * pooling packlm does not compute (PACKLM_ERR_UNSUPPORTED). On any failure `out`, `*n_rows`
+ * and `*dim` are untouched (but with PACKLM_ERR_BUFFER_TOO_SMALL) and the session is as it
+ * was. The session is used by one thread at a time (PACKLM_ERR_SESSION_BUSY while another call
+ * holds it).
+ */
+packlm_status packlm_embed(packlm_session *session, const uint32_t *tokens, const size_t *lengths, size_t n_texts, const packlm_embed_params *params, float *out, size_t cap, size_t *n_rows, size_t *dim);
 
 /**
  * Writes the ABI 1 default options into `*out`: the fields of ABI 1 only, with `size` set to

@@ -10,8 +10,10 @@
 
 #![allow(non_camel_case_types)]
 
+pub mod adapter;
 pub mod constraint;
 pub mod control;
+pub mod embed;
 pub mod guard;
 pub mod model;
 pub mod prefix_cache;

@@ -48,3 +48,5 @@ cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tes
 "${runner[@]}" "$tmp/test_sizes" "$tiny"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_precision.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -o "$tmp/test_precision"
 "${runner[@]}" "$tmp/test_precision" "$tiny"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_embed.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -lm -o "$tmp/test_embed"
+"${runner[@]}" "$tmp/test_embed" "$root/tests/fixtures/tiny"
