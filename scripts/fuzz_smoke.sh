@@ -25,7 +25,7 @@ if ! cargo +nightly fuzz --help >/dev/null 2>&1; then
   cargo install cargo-fuzz
 fi
 
-all_targets=(gguf safetensors_header config_spec snapshot_restore tokenize chat_template detokenizer_stream gbnf)
+all_targets=(gguf safetensors_header config_spec snapshot_restore tokenize chat_template detokenizer_stream gbnf lora_adapter)
 if [ "$#" -eq 0 ]; then targets=("${all_targets[@]}"); else targets=("$@"); fi
 total=${FUZZ_SECONDS:-120}
 each=$(( total / ${#targets[@]} ))
