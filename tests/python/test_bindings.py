@@ -1,18 +1,21 @@
 """The Python bindings against the tiny llama fixture: every function of include/packlm.h has a
 declared signature, every struct's layout and every constant match the header as the C compiler
 reads it, the public API is annotated, tokenize as HF, step == step_batch, snapshot/restore,
-verify, streaming text, and errors raised with their status. Prints 'N passed, N failed'.
+verify, streaming text, embeddings and LoRA adapters against their reference fixtures, and
+errors raised with their status. Prints 'N passed, N failed'.
 
 It tests the packlm that Python imports: tests/python/run.sh installs the wheel in a fresh venv
 and runs this file with that venv's python; PYTHONPATH=bindings/python tests the source tree
 (with target/release/libpacklm.so)."""
 import ctypes
 import inspect
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from array import array
 
 import packlm
 
@@ -74,7 +77,7 @@ for name, cls in list(structs.items()):
     if cls is None:
         check(False, f"struct {name} of include/packlm.h has no ctypes layout in packlm")
         del structs[name]
-check(len(structs) == 8, f"{len(structs)} structs checked")
+check(len(structs) == 9, f"{len(structs)} structs checked")
 lines = [f'printf("{name} %lld\\n", (long long)({name}));' for name in int_macros]
 for c_name, cls in structs.items():
     lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
@@ -348,6 +351,88 @@ packlm.set_log_callback(None)
 with packlm.Model(os.path.join(root, "tests", "fixtures", "tiny", "llama")) as scoped:
     check(scoped.n_vocab == 300, "context manager")
 check(scoped._ptr is None, "closed on exit")
+
+# Embeddings: the tiny Qwen3 embedder with embeddings.json's token ids, the pack's own pooling
+# (last token, normalized), within 1e-4 of sentence-transformers; a batch equals each text
+# alone, bit for bit; per-token vectors of text 2 within 1e-4 of HF's last_hidden_state.
+tiny = os.path.join(root, "tests", "fixtures", "tiny")
+with open(os.path.join(tiny, "embed_qwen3", "embeddings.json")) as f:
+    emb = json.load(f)
+em = packlm.Model(os.path.join(tiny, "embed_qwen3"))
+check(em.embedding_info() == (packlm.POOLING_LAST, True, 64), f"embedding_info {em.embedding_info()}")
+check(em.embedding_info(packlm.POOLING_NONE)[2] == 64, "embedding_info(POOLING_NONE) dim")
+es = em.session()
+vectors = es.embed(emb["tokens"])
+worst = max(abs(a - b) for got, want in zip(vectors, emb["embeddings"]) for a, b in zip(got, want))
+check(len(vectors) == 5 and all(len(v) == 64 for v in vectors) and worst <= 1e-4,
+      f"embed: {len(vectors)} vectors, max abs {worst} from sentence-transformers (1e-4 allowed)")
+alone = [es.embed([t])[0] for t in emb["tokens"]]
+check(all(array("f", a).tobytes() == array("f", v).tobytes() for a, v in zip(alone, vectors)), "a batch == each text alone, bit for bit")
+check(es.embed(emb["tokens"], pooling=packlm.POOLING_LAST, normalize=True) == vectors, "explicit last + normalize == the pack's own")
+token_vectors = es.embed([emb["tokens"][emb["token_embeddings_text_index"]]], pooling=packlm.POOLING_NONE)
+worst = max(abs(a - b) for got, want in zip(token_vectors, emb["token_embeddings"]) for a, b in zip(got, want))
+check(len(token_vectors) == len(emb["token_embeddings"]) and worst <= 1e-4, f"token vectors: max abs {worst} from HF (1e-4 allowed)")
+for bad, status in ((dict(pooling=4), packlm.ERR_INVALID_ARGUMENT), (dict(pooling=-2), packlm.ERR_INVALID_ARGUMENT)):
+    try:
+        es.embed(emb["tokens"], **bad)
+        check(False, f"embed({bad}) was accepted")
+    except packlm.PacklmError as e:
+        check(e.status == status and "params.pooling" in str(e), f"embed({bad}): {e}")
+for texts, status in (([], packlm.ERR_INVALID_ARGUMENT), ([[1], []], packlm.ERR_INVALID_ARGUMENT), ([[1, 100000]], packlm.ERR_TOKEN_OUT_OF_RANGE)):
+    try:
+        es.embed(texts)
+        check(False, f"embed({texts}) was accepted")
+    except packlm.PacklmError as e:
+        check(e.status == status, f"embed({texts}): {e}")
+try:
+    em.embedding_info(7)
+    check(False, "embedding_info(7) was accepted")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "pooling 7" in str(e), f"embedding_info(7): {e}")
+check(es.n_past == 0, "embed leaves the session's positions")
+
+# LoRA: tiny/lora_llama on tiny/llama at scale 1.0, every row of lora.json's tokens within 1e-4 of
+# PEFT's logits (the PEFT folder and the GGUF alike); a session holding positions refuses a change
+# of adapters; an adapter for another base is refused with ERR_TENSOR.
+with open(os.path.join(tiny, "lora_llama", "lora.json")) as f:
+    lora = json.load(f)
+golden = array("f")
+with open(os.path.join(tiny, "lora_llama", "logits_scale1.f32"), "rb") as f:
+    golden.frombytes(f.read())
+if sys.byteorder != "little":
+    golden.byteswap()
+for source in (os.path.join(tiny, "lora_llama"), os.path.join(tiny, "lora_llama", "adapter.gguf")):
+    ad = m.open_adapter(source)
+    check((ad.rank, ad.alpha) == (4, 8.0), f"{source}: rank {ad.rank}, alpha {ad.alpha}")
+    ls = m.session()
+    ls.set_adapters([(ad, 1.0)])
+    ad.close()  # the session keeps its own reference
+    got = ls.step_batch(lora["tokens"], all_rows=True)
+    worst = max(abs(a - b) for a, b in zip(got, golden))
+    check(len(got) == len(golden) == lora["rows"] * lora["n_vocab"] and worst <= 1e-4,
+          f"{source} at scale 1: max abs {worst} from PEFT (1e-4 allowed)")
+    try:
+        ls.set_adapters([])
+        check(False, "set_adapters on a session holding positions was accepted")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_INVALID_ARGUMENT and "positions" in str(e), f"set_adapters on a held session: {e}")
+try:
+    packlm.Adapter(m, os.path.join(tiny, "lora_other_base"))
+    check(False, "an adapter for another base was opened")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_TENSOR, f"adapter for another base: {e}")
+ad = m.open_adapter(os.path.join(tiny, "lora_llama"))
+try:
+    m.session().set_adapters([(ad, float("nan"))])
+    check(False, "a NaN scale was accepted")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT, f"NaN scale: {e}")
+try:
+    packlm.Model(tiny_dir).session().set_adapters([(ad, 1.0)])
+    check(False, "an adapter of another model handle was accepted")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "another model" in str(e), f"adapter of another model: {e}")
+m.session().set_adapters([])
 
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

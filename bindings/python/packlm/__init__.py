@@ -18,8 +18,8 @@ else target/release/ of the checkout this file lies in, else the system's libpac
 library_path() says which. Every function of include/packlm.h has its argtypes and restype
 declared in _SIGNATURES (a test compares that table, and every constant, with the header). Every
 failing call raises PacklmError carrying the status (.status) and packlm_last_error()'s message.
-A Model may be shared by threads; a Session, Detokenizer or Drafter is used by one thread at a
-time. Handles are freed when their Python object is collected, or at once with close().
+A Model or an Adapter may be shared by threads; a Session, Detokenizer or Drafter is used by one
+thread at a time. Handles are freed when their Python object is collected, or at once with close().
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ LOG_DEBUG, LOG_INFO, LOG_WARN = 0, 1, 2
 MAX_STEP_ITEMS = 4096  # the most items of one step_sessions call
 GRAMMAR_JSON_SCHEMA, GRAMMAR_LARK, GRAMMAR_REGEX, GRAMMAR_GBNF = 0, 1, 2, 3  # Constraint kinds
 MAX_GRAMMAR_BYTES = 4 << 20  # the most bytes of grammar text a Constraint takes
+# Session.embed(pooling=...) and Model.embedding_info: llama.cpp's numbers; DEFAULT is the pack's own
+# (sentence-transformers' modules.json, a GGUF's pooling_type; NONE when it declares none).
+POOLING_DEFAULT, POOLING_NONE, POOLING_MEAN, POOLING_CLS, POOLING_LAST = -1, 0, 1, 2, 3
 
 
 class PacklmError(Exception):
@@ -165,6 +168,10 @@ class _ChatMessage(C.Structure):
     _fields_ = [("role", C.c_char_p), ("content", C.c_char_p)]
 
 
+class _EmbedParams(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("pooling", C.c_int32), ("normalize", C.c_int32)]
+
+
 class _StepItem(C.Structure):
     _fields_ = [("session", C.c_void_p), ("tokens", C.POINTER(C.c_uint32)), ("n_tokens", C.c_size_t),
                 ("want", C.c_uint32), ("logits_out", C.POINTER(C.c_float)), ("capacity", C.c_size_t),
@@ -175,7 +182,8 @@ class _StepItem(C.Structure):
 STRUCTS: Dict[str, Any] = {"packlm_open_options": _OpenOptions, "packlm_info": _Info,
            "packlm_session_options": _SessionOptions, "packlm_sampler_params": _SamplerParams,
            "packlm_verify_params": _VerifyParams, "packlm_verify_result": _VerifyResult,
-           "packlm_chat_message": _ChatMessage, "packlm_step_item": _StepItem}
+           "packlm_chat_message": _ChatMessage, "packlm_step_item": _StepItem,
+           "packlm_embed_params": _EmbedParams}
 
 # Every function of include/packlm.h: name -> (restype, argtypes). Handles are void pointers.
 _st, _h, _sz, _u32, _i32, _u64 = C.c_uint32, C.c_void_p, C.c_size_t, C.c_uint32, C.c_int32, C.c_uint64
@@ -239,6 +247,12 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_detokenize": (_st, [_h, _P(_u32), _sz, _u32, C.c_char_p, _sz, _P(_sz)]),
     "packlm_token_to_piece": (_st, [_h, _u32, C.c_char_p, _sz, _P(_sz)]),
     "packlm_chat_apply": (_st, [_h, _P(_ChatMessage), _sz, _i32, C.c_char_p, _sz, _P(_sz)]),
+    "packlm_embed_info": (_st, [_h, _i32, _P(_i32), _P(C.c_bool), _P(_sz)]),
+    "packlm_embed": (_st, [_h, _P(_u32), _P(_sz), _sz, _P(_EmbedParams), _P(C.c_float), _sz, _P(_sz), _P(_sz)]),
+    "packlm_adapter_open": (_st, [_h, C.c_char_p, _P(_h)]),
+    "packlm_adapter_free": (None, [_h]),
+    "packlm_adapter_info": (_st, [_h, _P(_u32), _P(C.c_float)]),
+    "packlm_session_set_adapters": (_st, [_h, _P(_h), _P(C.c_float), _sz]),
 }
 for _name, (_restype, _argtypes) in _SIGNATURES.items():
     _fn = getattr(_lib, _name)  # AttributeError names a function the library lacks
@@ -453,8 +467,41 @@ class Model(_Handle):
     def session(self, n_ctx: int = 0) -> Session:
         return Session(self, n_ctx)
 
+    def embedding_info(self, pooling: Optional[int] = None) -> Tuple[int, bool, int]:
+        """(default_pooling, default_normalize, dim): the pack's own pooling (a POOLING_* code;
+        POOLING_NONE when it declares none), whether its vectors are L2-normalized by default, and
+        the length of one vector under `pooling` (None or POOLING_DEFAULT: the pack's own)."""
+        code = POOLING_DEFAULT if pooling is None else pooling
+        default_pooling, default_normalize, dim = C.c_int32(), C.c_bool(), C.c_size_t()
+        _check(_lib.packlm_embed_info(self._ptr, code, C.byref(default_pooling), C.byref(default_normalize), C.byref(dim)))
+        return default_pooling.value, bool(default_normalize.value), dim.value
+
+    def open_adapter(self, path: Union[str, bytes, os.PathLike[str]]) -> Adapter:
+        """The LoRA adapter at `path` (a PEFT folder or an adapter GGUF) for this model."""
+        return Adapter(self, path)
+
     def detokenizer(self, skip_special: bool = False) -> Detokenizer:
         return Detokenizer(self, skip_special)
+
+
+class Adapter(_Handle):
+    """A LoRA adapter opened for one model: a PEFT folder (adapter_config.json +
+    adapter_model.safetensors) or a llama.cpp adapter GGUF. An adapter for another base raises
+    PacklmError with ERR_TENSOR. Give it to sessions with Session.set_adapters; they keep it
+    alive, so closing it afterwards is safe. May be shared by threads."""
+
+    _free = _lib.packlm_adapter_free
+    model: Model
+    rank: int
+    alpha: float
+
+    def __init__(self, model: Model, path: Union[str, bytes, os.PathLike[str]]) -> None:
+        self.model = model
+        self._ptr = C.c_void_p()
+        _check(_lib.packlm_adapter_open(model._ptr, os.fsencode(path), C.byref(self._ptr)))
+        rank, alpha = C.c_uint32(), C.c_float()
+        _check(_lib.packlm_adapter_info(self._ptr, C.byref(rank), C.byref(alpha)))
+        self.rank, self.alpha = rank.value, alpha.value
 
 
 class AbortFlag(_Handle):
@@ -537,6 +584,39 @@ class Session(_Handle):
         """The session's tokens from now on follow a copy of `constraint` (None clears it): every
         logits row it hands back is masked, verify judges drafts under it."""
         _check(_lib.packlm_session_set_constraint(self._ptr, constraint._ptr if constraint is not None else None))
+
+    def set_adapters(self, adapters: Sequence[Tuple[Adapter, float]]) -> None:
+        """Applies `adapters`, each (adapter, scale), to the session's passes from now on (an empty
+        list: the base model). Allowed on an empty session only (ERR_INVALID_ARGUMENT once it
+        holds positions); an adapter of another model handle or a scale that is not finite is
+        refused too. The session keeps the adapters alive."""
+        handles = (C.c_void_p * max(len(adapters), 1))(*[a._ptr for a, _ in adapters])
+        scales = (C.c_float * max(len(adapters), 1))(*[float(x) for _, x in adapters])
+        for i, (a, _) in enumerate(adapters):
+            if not a._ptr:
+                raise PacklmError(ERR_NULL_ARGUMENT, f"packlm_session_set_adapters: adapter {i} is closed")
+        _check(_lib.packlm_session_set_adapters(self._ptr, handles, scales, len(adapters)))
+
+    def embed(self, texts: Sequence[Sequence[int]], pooling: Optional[int] = None,
+              normalize: Optional[bool] = None) -> List[List[float]]:
+        """The vectors of `texts` (each a list of token ids, as tokenize gives them): one per text
+        when pooled, one per token of every text in order with POOLING_NONE. `pooling` None is the
+        pack's own (POOLING_DEFAULT); `normalize` None is the pack's own (its Normalize module, for
+        pooled vectors). All texts run in one pass; a text's vector has the same bits whatever texts
+        share the call. The session's adapters apply; its positions are untouched."""
+        flat = [t for text in texts for t in text]
+        ids = _u32_array(flat)
+        lengths = (C.c_size_t * max(len(texts), 1))(*[len(text) for text in texts])
+        params = _EmbedParams(size=C.sizeof(_EmbedParams), pooling=POOLING_DEFAULT if pooling is None else pooling,
+                              normalize=-1 if normalize is None else int(bool(normalize)))
+        rows, dim = C.c_size_t(), C.c_size_t()
+        st = _lib.packlm_embed(self._ptr, ids, lengths, len(texts), C.byref(params), None, 0, C.byref(rows), C.byref(dim))
+        if st != ERR_BUFFER_TOO_SMALL:
+            _check(st)
+        out = (C.c_float * (rows.value * dim.value))()
+        _check(_lib.packlm_embed(self._ptr, ids, lengths, len(texts), C.byref(params), out, len(out), C.byref(rows), C.byref(dim)))
+        d = dim.value
+        return [list(out[i * d:(i + 1) * d]) for i in range(rows.value)]
 
     def fork(self) -> "Session":
         """A new session with this one's exact state; their KV is shared copy-on-write (no copy
