@@ -10,8 +10,8 @@
  * - Text goes in as std::string_view (any bytes, UTF-8 expected); ids, logits and snapshots come
  *   out as std::vector and text as std::string. Buffers are sized through the C API's
  *   PACKLM_ERR_BUFFER_TOO_SMALL answers, never guessed.
- * - Thread rules are the C API's: a Model may be used from any number of threads at once; a
- *   Session, Drafter or Detokenizer from one thread at a time.
+ * - Thread rules are the C API's: a Model or an Adapter may be used from any number of threads at
+ *   once; a Session, Drafter or Detokenizer from one thread at a time.
  */
 #ifndef PACKLM_HPP
 #define PACKLM_HPP
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -86,6 +87,7 @@ struct DetokenizerFree { void operator()(packlm_detokenizer *p) const noexcept {
 struct AbortFree { void operator()(packlm_abort *p) const noexcept { packlm_abort_free(p); } };
 struct PrefixCacheFree { void operator()(packlm_prefix_cache *p) const noexcept { packlm_prefix_cache_free(p); } };
 struct ConstraintFree { void operator()(packlm_constraint *p) const noexcept { packlm_constraint_free(p); } };
+struct AdapterFree { void operator()(packlm_adapter *p) const noexcept { packlm_adapter_free(p); } };
 
 } // namespace detail
 
@@ -122,6 +124,34 @@ inline packlm_open_options open_options(Precision precision) {
     o.precision = static_cast<uint32_t>(precision);
     return o;
 }
+
+/** How Session::embed pools a text's token vectors (PACKLM_POOLING_*: llama.cpp's numbers). */
+enum class Pooling : int32_t {
+    /** The pack's own (sentence-transformers' modules.json, a GGUF's pooling_type; None when it declares none). */
+    Default = PACKLM_POOLING_DEFAULT,
+    /** One vector per token of every text. */
+    None = PACKLM_POOLING_NONE,
+    Mean = PACKLM_POOLING_MEAN,
+    Cls = PACKLM_POOLING_CLS,
+    Last = PACKLM_POOLING_LAST,
+};
+
+/** What Model::embedding_info reports. */
+struct EmbeddingInfo {
+    Pooling default_pooling = Pooling::None; // the pack's own
+    bool default_normalize = false;          // its vectors L2-normalized by default
+    size_t dim = 0;                          // the length of one vector under the pooling asked about
+};
+
+/** The vectors of Session::embed: `rows` x `dim` floats, row-major (one row per text when pooled,
+ *  one per token of every text with Pooling::None). */
+struct Embeddings {
+    size_t rows = 0;
+    size_t dim = 0;
+    std::vector<float> values;
+    /** Row `i`'s first float (`dim` of them). */
+    const float *row(size_t i) const { return values.data() + i * dim; }
+};
 
 /** An open model: weights, tokenizer, chat template. Shareable across threads. */
 class Model {
@@ -184,9 +214,45 @@ public:
             return packlm_chat_apply(get(), c.data(), c.size(), add_generation_prompt ? 1 : 0, b, cap, n);
         });
     }
+    /** The pack's own pooling and normalization, and the length of one vector under `pooling`. */
+    EmbeddingInfo embedding_info(Pooling pooling = Pooling::Default) const {
+        int32_t p = 0;
+        bool normalize = false;
+        size_t dim = 0;
+        detail::check(packlm_embed_info(get(), static_cast<int32_t>(pooling), &p, &normalize, &dim));
+        return EmbeddingInfo{static_cast<Pooling>(p), normalize, dim};
+    }
 
 private:
     std::unique_ptr<packlm_model, detail::ModelFree> model_;
+};
+
+/** A LoRA adapter opened for one model (a PEFT folder or an adapter GGUF); Session::set_adapters
+ *  applies it. Sessions keep it alive, so it may be destroyed before them. Shareable across threads. */
+class Adapter {
+public:
+    /** Opens `path` for `model`; an adapter for another base throws Error with PACKLM_ERR_TENSOR. */
+    Adapter(const Model &model, const std::string &path) {
+        packlm_adapter *a = nullptr;
+        detail::check(packlm_adapter_open(model.get(), path.c_str(), &a));
+        adapter_.reset(a);
+    }
+    const packlm_adapter *get() const noexcept { return adapter_.get(); }
+    /** Its largest rank. */
+    uint32_t rank() const {
+        uint32_t r = 0;
+        detail::check(packlm_adapter_info(get(), &r, nullptr));
+        return r;
+    }
+    /** Its alpha (PEFT's lora_alpha; a GGUF's adapter.lora.alpha). */
+    float alpha() const {
+        float a = 0;
+        detail::check(packlm_adapter_info(get(), nullptr, &a));
+        return a;
+    }
+
+private:
+    std::unique_ptr<packlm_adapter, detail::AdapterFree> adapter_;
 };
 
 /** A session's abort flag: set() from any thread stops its passes between layers. */
@@ -282,6 +348,40 @@ public:
     /** The session's tokens from now on follow a copy of `c` (nullptr clears it): every logits row it
      *  hands back is masked, and verify judges drafts under it. */
     void set_constraint(const Constraint *c) { detail::check(packlm_session_set_constraint(get(), c ? c->get() : nullptr)); }
+    /** Applies `adapters` (each an adapter and its scale, in order) to the session's passes from now
+     *  on; empty: the base model. Only on an empty session (PACKLM_ERR_INVALID_ARGUMENT once it holds
+     *  positions). The session keeps the adapters alive. */
+    void set_adapters(const std::vector<std::pair<const Adapter *, float>> &adapters) {
+        std::vector<const packlm_adapter *> handles;
+        std::vector<float> scales;
+        for (const auto &a : adapters) {
+            handles.push_back(a.first ? a.first->get() : nullptr);
+            scales.push_back(a.second);
+        }
+        detail::check(packlm_session_set_adapters(get(), handles.data(), scales.data(), handles.size()));
+    }
+    /** The vectors of `texts` (token ids each): pooled as `pooling` says (the pack's own by default)
+     *  and normalized as `normalize` says (nullopt: the pack's own). A text's vector has the same bits
+     *  whatever texts share the call; the session's adapters apply and its positions are untouched. */
+    Embeddings embed(const std::vector<std::vector<uint32_t>> &texts, Pooling pooling = Pooling::Default,
+                     std::optional<bool> normalize = std::nullopt) {
+        std::vector<uint32_t> tokens;
+        std::vector<size_t> lengths;
+        for (const std::vector<uint32_t> &t : texts) {
+            tokens.insert(tokens.end(), t.begin(), t.end());
+            lengths.push_back(t.size());
+        }
+        packlm_embed_params p{};
+        p.size = sizeof p;
+        p.pooling = static_cast<int32_t>(pooling);
+        p.normalize = normalize ? (*normalize ? 1 : 0) : -1;
+        Embeddings e;
+        packlm_status st = packlm_embed(get(), tokens.data(), lengths.data(), lengths.size(), &p, nullptr, 0, &e.rows, &e.dim);
+        if (st != PACKLM_ERR_BUFFER_TOO_SMALL) detail::check(st);
+        e.values.resize(e.rows * e.dim);
+        detail::check(packlm_embed(get(), tokens.data(), lengths.data(), lengths.size(), &p, e.values.data(), e.values.size(), &e.rows, &e.dim));
+        return e;
+    }
     /** KV bytes alive for this session and every session it shares them with through fork(). */
     size_t kv_bytes() const {
         size_t n = 0;

@@ -1,10 +1,15 @@
 // packlm.hpp under -Wall -Wextra -Werror -std=c++17, included twice in this translation unit
-// (the include guard must hold). Usage: test_hpp TINY_PACK_DIR
+// (the include guard must hold). Usage: test_hpp TINY_PACK_DIR (tests/fixtures/tiny/llama; its
+// sibling fixtures embed_qwen3, lora_llama and lora_other_base are found beside it)
 #include "packlm.hpp"
 #include "packlm.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 static int failed = 0, passed = 0;
@@ -29,6 +34,114 @@ template <typename F> static std::string expect_error(packlm_status status, F f)
     }
     CHECK(!"no exception");
     return "";
+}
+
+static std::string read_file(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+        std::fprintf(stderr, "cannot open %s\n", path.c_str());
+        std::exit(2);
+    }
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// The array of numbers, or of arrays of numbers, under "key" of `json` (one row for a flat array).
+static std::vector<std::vector<double>> json_numbers(const std::string &json, const std::string &key) {
+    size_t at = json.find("\"" + key + "\"");
+    if (at == std::string::npos) {
+        std::fprintf(stderr, "no key %s\n", key.c_str());
+        std::exit(2);
+    }
+    const char *p = json.c_str() + json.find('[', at) + 1;
+    auto skip = [&p] { while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',') ++p; };
+    skip();
+    const bool nested = *p == '[';
+    std::vector<std::vector<double>> rows;
+    while (*p != ']') {
+        if (nested) ++p;
+        rows.emplace_back();
+        skip();
+        while (*p != ']') {
+            char *end = nullptr;
+            rows.back().push_back(std::strtod(p, &end));
+            if (end == p) {
+                std::fprintf(stderr, "%s: not a number at %.20s\n", key.c_str(), p);
+                std::exit(2);
+            }
+            p = end;
+            skip();
+        }
+        if (!nested) break;
+        ++p;
+        skip();
+    }
+    return rows;
+}
+
+static std::vector<uint32_t> ids_of(const std::vector<double> &row) {
+    std::vector<uint32_t> ids;
+    for (double v : row) ids.push_back(static_cast<uint32_t>(v));
+    return ids;
+}
+
+// Embeddings of tiny/embed_qwen3 (the pack's own pooling: last token, normalized) within 1e-4 of
+// sentence-transformers, a batch equal to each text alone bit for bit; tiny/lora_llama at scale 1
+// within 1e-4 of PEFT; the refusals of each with their status.
+static void embeddings_and_adapters(const std::string &tiny, const packlm::Model &llama) {
+    const std::string json = read_file(tiny + "/embed_qwen3/embeddings.json");
+    std::vector<std::vector<uint32_t>> texts;
+    for (const auto &row : json_numbers(json, "tokens")) texts.push_back(ids_of(row));
+    const auto want = json_numbers(json, "embeddings");
+    packlm::Model em(tiny + "/embed_qwen3");
+    const packlm::EmbeddingInfo ei = em.embedding_info();
+    CHECK(ei.default_pooling == packlm::Pooling::Last && ei.default_normalize && ei.dim == 64);
+    CHECK(em.embedding_info(packlm::Pooling::None).dim == 64);
+    packlm::Session es(em);
+    const packlm::Embeddings all = es.embed(texts);
+    CHECK(all.rows == 5 && all.dim == 64 && want.size() == 5);
+    double worst = 0;
+    for (size_t i = 0; i < all.rows && i < want.size(); ++i)
+        for (size_t j = 0; j < all.dim; ++j) worst = std::fmax(worst, std::fabs(all.row(i)[j] - want[i][j]));
+    CHECK(worst <= 1e-4);
+    if (worst > 1e-4) std::fprintf(stderr, "  embeddings: max abs %g from sentence-transformers\n", worst);
+    for (size_t i = 0; i < texts.size(); ++i) {
+        const packlm::Embeddings one = es.embed({texts[i]});
+        CHECK(one.rows == 1 && std::memcmp(one.values.data(), all.row(i), all.dim * sizeof(float)) == 0);
+    }
+    CHECK(es.embed({texts[2]}, packlm::Pooling::None).rows == texts[2].size());
+    CHECK(es.embed(texts, packlm::Pooling::Last, true).values == all.values);
+    CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { es.embed(texts, static_cast<packlm::Pooling>(4)); }).find("params.pooling 4") != std::string::npos);
+    expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { es.embed({}); });
+    expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { es.embed({{1}, {}}); });
+    expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { em.embedding_info(static_cast<packlm::Pooling>(-2)); });
+    CHECK(es.n_past() == 0);
+
+    const std::string lora_json = read_file(tiny + "/lora_llama/lora.json");
+    const std::vector<uint32_t> tokens = ids_of(json_numbers(lora_json, "tokens").at(0));
+    const std::string golden_bytes = read_file(tiny + "/lora_llama/logits_scale1.f32");
+    std::vector<float> golden(golden_bytes.size() / sizeof(float));
+    std::memcpy(golden.data(), golden_bytes.data(), golden.size() * sizeof(float)); // little-endian hosts
+    for (const std::string &source : {tiny + "/lora_llama", tiny + "/lora_llama/adapter.gguf"}) {
+        packlm::Session s(llama);
+        {
+            const packlm::Adapter a(llama, source);
+            CHECK(a.rank() == 4 && a.alpha() == 8.0f);
+            s.set_adapters({{&a, 1.0f}});
+        } // the session keeps the adapter alive
+        const std::vector<float> logits = s.step_batch(tokens, PACKLM_WANT_ALL);
+        CHECK(logits.size() == golden.size() && golden.size() == tokens.size() * 300);
+        double d = 0;
+        for (size_t i = 0; i < logits.size() && i < golden.size(); ++i) d = std::fmax(d, std::fabs(logits[i] - golden[i]));
+        CHECK(d <= 1e-4);
+        if (d > 1e-4) std::fprintf(stderr, "  %s at scale 1: max abs %g from PEFT\n", source.c_str(), d);
+        CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { s.set_adapters({}); }).find("positions") != std::string::npos);
+    }
+    expect_error(PACKLM_ERR_TENSOR, [&] { packlm::Adapter other(llama, tiny + "/lora_other_base"); });
+    const packlm::Adapter a(llama, tiny + "/lora_llama");
+    packlm::Session fresh(llama);
+    expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { fresh.set_adapters({{&a, NAN}}); });
+    expect_error(PACKLM_ERR_NULL_ARGUMENT, [&] { fresh.set_adapters({{nullptr, 1.0f}}); });
+    fresh.set_adapters({});
 }
 
 int main(int argc, char **argv) {
@@ -194,6 +307,8 @@ int main(int argc, char **argv) {
     expect_error(PACKLM_ERR_SNAPSHOT, [&] { c.restore(bad); });
     CHECK(c.n_past() == held);
     expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Detokenizer odd(model, 8); });
+
+    embeddings_and_adapters(dir + "/..", model);
 
     // Move-only owners: a moved-from handle frees nothing twice.
     packlm::Session moved = std::move(c);
