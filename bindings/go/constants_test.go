@@ -56,7 +56,15 @@ var headerConstants = map[string]uint64{
 	"PACKLM_TOKENIZE_PARSE_SPECIAL":    uint64(TokenizeParseSpecial),
 	"PACKLM_DETOKENIZE_SKIP_SPECIAL":   uint64(DetokenizeSkipSpecial),
 	"PACKLM_ABI_VERSION":               uint64(ABIVersion),
+	"PACKLM_POOLING_DEFAULT":           macroBits(int64(PoolingDefault)),
+	"PACKLM_POOLING_NONE":              uint64(PoolingNone),
+	"PACKLM_POOLING_MEAN":              uint64(PoolingMean),
+	"PACKLM_POOLING_CLS":               uint64(PoolingCLS),
+	"PACKLM_POOLING_LAST":              uint64(PoolingLast),
 }
+
+// macroBits is a negative constant as macroValue reads its text (two's complement in 64 bits).
+func macroBits(v int64) uint64 { return uint64(v) }
 
 // The macros of include/packlm.h this package leaves out, and why.
 var headerNotExposed = map[string]string{
@@ -71,11 +79,15 @@ var headerNotExposed = map[string]string{
 	"PACKLM_DEFAULT_MAX_TOKENIZE_BYTES": "this package does not change the tokenize limit",
 }
 
-// macroValue is the value of a macro's text: a plain number, or `(N << M)`, as cbindgen writes
-// a Rust constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES).
+// macroValue is the value of a macro's text: a plain number (a negative one, such as
+// PACKLM_POOLING_DEFAULT's -1, as its two's complement in 64 bits), or `(N << M)`, as cbindgen
+// writes a Rust constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES).
 func macroValue(text string) (uint64, bool) {
 	if v, err := strconv.ParseUint(text, 10, 64); err == nil {
 		return v, true
+	}
+	if v, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return uint64(v), true
 	}
 	m := regexp.MustCompile(`^\((\d+) << (\d+)\)$`).FindStringSubmatch(text)
 	if m == nil {
