@@ -22,22 +22,6 @@ fn golden_tokens(name: &str) -> Vec<u32> {
         .collect()
 }
 
-fn f32_file(path: std::path::PathBuf) -> Vec<f32> {
-    std::fs::read(path)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -58,9 +42,9 @@ fn check_against_peft(adapter: &str, base: &str) {
     assert_eq!(peft.rank(), 4);
     assert_eq!(peft.targets().len(), 7 * model.info().n_layers);
     for (scale, file) in [(1.0f32, "logits_scale1.f32"), (0.5, "logits_scale0.5.f32")] {
-        let want = f32_file(dir.join(file));
+        let want = common::read_f32(&dir.join(file));
         let got = logits(&model, &[(peft.clone(), scale)], &tokens);
-        let d = max_abs(&got, &want);
+        let d = common::max_abs_diff(&got, &want);
         assert!(d <= 1e-4, "{adapter} scale {scale}: max-abs {d} from PEFT");
         let from_gguf = logits(&model, &[(gguf.clone(), scale)], &tokens);
         assert_eq!(
@@ -73,7 +57,7 @@ fn check_against_peft(adapter: &str, base: &str) {
     let base_logits = logits(&model, &[], &tokens);
     let with = logits(&model, &[(peft.clone(), 1.0)], &tokens);
     assert!(
-        max_abs(&base_logits, &with) > 0.1,
+        common::max_abs_diff(&base_logits, &with) > 0.1,
         "{adapter}: the adapter changes the logits"
     );
 }

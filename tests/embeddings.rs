@@ -60,14 +60,6 @@ fn expected(dir: &Path) -> Expected {
     }
 }
 
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -100,7 +92,7 @@ fn check_against_st(name: &str, pooling: Pooling) {
         (texts.len(), pooling, true)
     );
     for (i, want) in e.embeddings.iter().enumerate() {
-        let d = max_abs(batch.row(i), want);
+        let d = common::max_abs_diff(batch.row(i), want);
         assert!(
             d <= 1e-4,
             "{name} text {i}: max-abs {d} from sentence-transformers"
@@ -130,7 +122,7 @@ fn check_against_st(name: &str, pooling: Pooling) {
     assert_eq!(none.rows(), e.token_embeddings.len());
     assert!(!none.normalized);
     for (j, want) in e.token_embeddings.iter().enumerate() {
-        let d = max_abs(none.row(j), want);
+        let d = common::max_abs_diff(none.row(j), want);
         assert!(
             d <= 1e-4,
             "{name} token {j}: max-abs {d} from token_embeddings"
@@ -223,7 +215,7 @@ fn poolings_agree_with_token_vectors() {
     assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
     let scale = last.row(0).iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!(
-        max_abs(
+        common::max_abs_diff(
             &n.row(0).iter().map(|x| x * scale).collect::<Vec<_>>(),
             last.row(0)
         ) < 1e-5
@@ -272,42 +264,34 @@ fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
-/// A missing Dense weight file, a pooling packlm does not compute, and Dense layers that do
-/// not chain are refused at open, naming the file.
+/// Opens a copy of `name` with `file` written as `text` (or removed when None): the open fails
+/// with `status`, naming each of `names`.
+fn refused(name: &str, file: &str, text: Option<&str>, status: Status, names: &[&str]) {
+    let d = scratch_copy(name, &file.replace('/', "_"));
+    match text {
+        Some(t) => std::fs::write(d.join(file), t).unwrap(),
+        None => std::fs::remove_file(d.join(file)).unwrap(),
+    }
+    let e = Model::open(&d).unwrap_err();
+    std::fs::remove_dir_all(&d).unwrap();
+    assert_eq!(e.status, status, "{file}: {}", e.message);
+    for n in names {
+        assert!(e.message.contains(n), "{file}: {n:?} not in {:?}", e.message);
+    }
+}
+
+/// A missing Dense weight file, a pooling packlm does not compute, prompts left out of the
+/// pooling, an unknown activation and Dense layers that do not chain are refused at open,
+/// naming the file.
 #[test]
 fn bad_sentence_transformers_files_are_refused() {
-    let d = scratch_copy("embed_gemma3", "dense");
-    std::fs::remove_file(d.join("3_Dense/model.safetensors")).unwrap();
-    let e = Model::open(&d).unwrap_err();
-    assert_eq!(e.status, Status::ErrIo);
-    assert!(
-        e.message.contains("3_Dense") && e.message.contains("model.safetensors"),
-        "{}",
-        e.message
-    );
-    std::fs::remove_dir_all(&d).unwrap();
-
-    let d = scratch_copy("embed_gemma3", "pool");
-    std::fs::write(
-        d.join("1_Pooling/config.json"),
-        r#"{"embedding_dimension": 64, "pooling_mode": "max"}"#,
-    )
-    .unwrap();
-    let e = Model::open(&d).unwrap_err();
-    assert_eq!(e.status, Status::ErrUnsupported);
-    assert!(
-        e.message.contains("\"max\"") && e.message.contains("1_Pooling"),
-        "{}",
-        e.message
-    );
-    std::fs::remove_dir_all(&d).unwrap();
-
-    let d = scratch_copy("embed_gemma3", "chain");
-    std::fs::write(d.join("3_Dense/config.json"), r#"{"in_features": 64, "out_features": 64, "bias": false, "activation_function": "torch.nn.modules.linear.Identity"}"#).unwrap();
-    let e = Model::open(&d).unwrap_err();
-    assert_eq!(e.status, Status::ErrTensor);
-    assert!(e.message.contains("linear.weight"), "{}", e.message);
-    std::fs::remove_dir_all(&d).unwrap();
+    refused("embed_gemma3", "3_Dense/model.safetensors", None, Status::ErrIo, &["3_Dense", "model.safetensors"]);
+    refused("embed_gemma3", "1_Pooling/config.json", Some(r#"{"pooling_mode": "max"}"#), Status::ErrUnsupported, &["\"max\"", "1_Pooling"]);
+    refused("embed_gemma3", "1_Pooling/config.json", Some(r#"{"pooling_mode": "mean", "include_prompt": false}"#), Status::ErrUnsupported, &["include_prompt"]);
+    let gelu = r#"{"in_features": 64, "out_features": 96, "bias": false, "activation_function": "torch.nn.modules.activation.GELU"}"#;
+    refused("embed_gemma3", "2_Dense/config.json", Some(gelu), Status::ErrUnsupported, &["GELU", "2_Dense"]);
+    let square = r#"{"in_features": 64, "out_features": 64, "bias": false, "activation_function": "torch.nn.modules.linear.Identity"}"#;
+    refused("embed_gemma3", "3_Dense/config.json", Some(square), Status::ErrTensor, &["linear.weight", "3_Dense"]);
 }
 
 /// Any thread count gives one thread's bits.
