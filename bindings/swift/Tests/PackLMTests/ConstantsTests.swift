@@ -3,8 +3,8 @@ import XCTest
 @testable import PackLM
 
 /// Every macro of include/packlm.h is a constant of this package with the header's value, or is
-/// left out for a stated reason. Status, the flags, GrammarKind, Constraint.maxGrammarBytes and
-/// abiVersion are built from the imported macros; Backend, Precision, Want and VerifyMode are enums, whose raw values Swift requires to
+/// left out for a stated reason. Status, the flags, GrammarKind, Pooling, Constraint.maxGrammarBytes
+/// and abiVersion are built from the imported macros; Backend, Precision, Want and VerifyMode are enums, whose raw values Swift requires to
 /// be literals, so this test is what holds those to the header.
 final class ConstantsTests: XCTestCase {
     /// The constants this package defines for the header's macros, by their names there.
@@ -53,6 +53,11 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_TOKENIZE_PARSE_SPECIAL": UInt64(TokenizeFlags.parseSpecial.rawValue),
         "PACKLM_DETOKENIZE_SKIP_SPECIAL": UInt64(DetokenizeFlags.skipSpecial.rawValue),
         "PACKLM_ABI_VERSION": UInt64(abiVersion),
+        "PACKLM_POOLING_DEFAULT": UInt64(bitPattern: Int64(Pooling.default.rawValue)),
+        "PACKLM_POOLING_NONE": UInt64(Pooling.perToken.rawValue),
+        "PACKLM_POOLING_MEAN": UInt64(Pooling.mean.rawValue),
+        "PACKLM_POOLING_CLS": UInt64(Pooling.cls.rawValue),
+        "PACKLM_POOLING_LAST": UInt64(Pooling.last.rawValue),
     ]
 
     /// The header's macros this package leaves out, and why.
@@ -83,10 +88,12 @@ final class ConstantsTests: XCTestCase {
         return macros
     }
 
-    /// The value of a macro's text: a plain number, or `(N << M)` as cbindgen writes a Rust
-    /// constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES); nil for anything else.
+    /// The value of a macro's text: a plain number (a negative one, such as
+    /// PACKLM_POOLING_DEFAULT's -1, as its two's complement in 64 bits), or `(N << M)` as cbindgen
+    /// writes a Rust constant `N << M` (PACKLM_MAX_GRAMMAR_BYTES); nil for anything else.
     func macroValue(_ text: String) -> UInt64? {
         if let v = UInt64(text) { return v }
+        if let v = Int64(text) { return UInt64(bitPattern: v) }
         guard text.hasPrefix("("), text.hasSuffix(")") else { return nil }
         let parts = text.dropFirst().dropLast().components(separatedBy: " << ")
         guard parts.count == 2, let v = UInt64(parts[0]), let shift = UInt64(parts[1]), shift < 64,
