@@ -88,7 +88,7 @@ impl Session {
     /// The vectors of `texts` (token ids, as [`Model::tokenize`] gives them with
     /// `add_special`): one per text pooled as `options` says (by default as the pack declares:
     /// sentence-transformers' modules.json, a GGUF's pooling type), through the pack's Dense
-    /// layers and normalized when it says so; or one per token with [`Pooling::None`]. All
+    /// layers and normalized when it says so; or one per token with [`Pooling::None`](crate::Pooling::None). All
     /// texts run in one pass over the weights, each attending to itself only; a text's vector
     /// is bit-identical whatever texts share the call. The session's adapters apply; its
     /// positions and tokens are untouched.
