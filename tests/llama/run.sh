@@ -2,7 +2,8 @@
 # The llama.cpp API tests: struct layouts against llama.h, then llama-cpp-python 0.3.36's
 # public API (its Python sources from the sdist, no llama.cpp build) on libllama.so from
 # `make llama`, with the SmolLM2 and Gemma3 GGUFs of models/ (tests/llama/test_llama_cpp.py);
-# seeded sampler chains draw for draw against real llama.cpp (tests/llama/sampler_draws.py).
+# seeded sampler chains draw for draw against real llama.cpp (tests/llama/sampler_draws.py), on
+# synthetic logits and on SmolLM2's real ones (tests/llama/real_draws.py).
 # Without the models it says so and skips them, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,6 +32,15 @@ elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
 else
   echo "note: $smollm2 absent; tests/llama/parallel.c not run"
 fi
+# Random LoRA adapters for the GGUFs' shapes (tests/llama/make_lora.py, seeded; remade each run,
+# in models/, which git ignores): SmolLM2's, an aLoRA of it, and Gemma3's (another base).
+gguf_py=$cache/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
+make_lora() {
+  if [ -f "$1" ]; then PYTHONPATH=$cache/pydeps:$gguf_py python3 "$root/tests/llama/make_lora.py" "$@"; fi
+}
+make_lora "$smollm2" -o "$root/models/SmolLM2-135M-Instruct.lora-r16.gguf"
+make_lora "$smollm2" -o "$root/models/SmolLM2-135M-Instruct.alora-r16.gguf" --alora 1,2,3
+make_lora "$root/models/gemma3-270m-Q4_K_M.gguf" -o "$root/models/gemma3-270m.lora-r16.gguf"
 LLAMA_CPP_LIB_PATH=$lib \
 PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
 PACKLM_BIN=$root/target/release/packlm \
@@ -39,3 +49,7 @@ PACKLM_BIN=$root/target/release/packlm \
 LLAMA_CPP_LIB_PATH=$lib \
 PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
   python3 "$root/tests/llama/sampler_draws.py" check
+# A seeded 64-token reply on SmolLM2's real logits as llama.cpp computed them, draw for draw.
+LLAMA_CPP_LIB_PATH=$lib \
+PYTHONPATH=$cache/llama_cpp_python-0.3.36:$cache/pydeps \
+  python3 "$root/tests/llama/real_draws.py" check
