@@ -6,6 +6,7 @@ use std::path::Path;
 use packlm::{Model, Session, StepItem, Want};
 
 pub use packlm::Error;
+pub use packlm::Pooling;
 pub use packlm::TokenKind;
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -169,6 +170,26 @@ impl Engine {
     pub fn new_session(&self, n_ctx: usize) -> Result<Session> {
         self.model.session_with_context(n_ctx)
     }
+    /// Whether the model's attention is causal (a bidirectional embedding model's sessions
+    /// refuse steps and serve embeddings only).
+    pub fn is_causal(&self) -> bool {
+        self.model.is_causal()
+    }
+    /// The pooling the pack declares for its embeddings (none when it declares none); an
+    /// error for a declared pooling packlm does not compute.
+    pub fn default_pooling(&self) -> Result<Pooling> {
+        self.model.embedding_defaults().map(|(p, _)| p)
+    }
+    /// The length of one embedding under `pooling` (the pack's last Dense layer's width for a
+    /// pooled vector, else the hidden size).
+    pub fn embedding_dim(&self, pooling: Pooling) -> usize {
+        self.model.embedding_dim(pooling)
+    }
+    /// Opens a LoRA adapter (a llama.cpp adapter GGUF or a PEFT folder) for this model; an
+    /// adapter of another base is refused, naming the tensor or key.
+    pub fn open_lora(&self, path: &Path) -> Result<Lora> {
+        Ok(Lora { adapter: packlm::Adapter::open(&self.model, path)? })
+    }
     /// llama.cpp's GBNF `text` over this model's vocabulary, starting at rule `root`.
     pub fn gbnf(&self, text: &str, root: &str) -> Result<Grammar> {
         let constraint = packlm::Constraint::gbnf(&self.model, text, root)?;
@@ -267,6 +288,21 @@ impl Vocab {
     }
 }
 
+/// A LoRA adapter opened for one model (packlm's `Adapter`: applied at run time to the rows
+/// of the sessions it is set on). A clone shares it.
+#[derive(Clone)]
+pub struct Lora {
+    adapter: packlm::Adapter,
+}
+
+impl Lora {
+    /// The GGUF's key/values (no arrays) as text, in file order; a PEFT folder's config
+    /// scalars.
+    pub fn metadata(&self) -> &[(String, String)] {
+        self.adapter.metadata()
+    }
+}
+
 /// Which rows of a pass give logits.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Rows {
@@ -347,5 +383,22 @@ impl Sequence {
     }
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.session.restore(bytes)
+    }
+    /// The tokens of the positions held, in order.
+    pub fn tokens(&self) -> &[u32] {
+        self.session.tokens()
+    }
+    /// Applies `adapters` (each with its scale, in order; empty: the base model) to this
+    /// sequence's passes; refused unless it holds no positions.
+    pub fn set_adapters(&mut self, adapters: &[(Lora, f32)]) -> Result<()> {
+        let list: Vec<(packlm::Adapter, f32)> = adapters.iter().map(|(l, s)| (l.adapter.clone(), *s)).collect();
+        self.session.set_adapters(&list)
+    }
+    /// The vectors of `texts` under this sequence's adapters, not normalized: one row per text
+    /// when pooled, one per token of each text in order with `Pooling::None` (packlm's
+    /// `Session::embed`); the positions held are untouched.
+    pub fn embed(&mut self, texts: &[&[u32]], pooling: Pooling) -> Result<Vec<f32>> {
+        let e = self.session.embed(texts, &packlm::EmbedOptions { pooling: Some(pooling), normalize: Some(false) })?;
+        Ok(e.values)
     }
 }

@@ -1,6 +1,7 @@
 //! Contexts: `n_seq_max` sequences over a model, each a packlm session; `llama_decode` (one
 //! pass over the weights for every sequence in the batch), logits, the memory calls (rollback,
-//! copy, keep) and state bytes. A `llama_memory_t` is its context's pointer.
+//! copy, keep) and state bytes. A `llama_memory_t` is its context's pointer. The embeddings a
+//! decode computes are in `embeddings`, the context's LoRA adapters in `lora`.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -9,8 +10,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId, Token, TokenData};
-use crate::adapter::{self, Rows, Sequence};
+use crate::adapter::{self, Pooling, Rows, Sequence};
 use crate::context_settings::{run_abortable, Settings};
+use crate::embeddings::{self, EmbeddingPass};
 use crate::log::{error, guard};
 use crate::model::{model_ref, LlamaModel};
 
@@ -19,7 +21,7 @@ use crate::model::{model_ref, LlamaModel};
 /// second, concurrent call fails (a log line and its failure value) instead of racing, as
 /// packlm's sessions do.
 pub struct LlamaContext {
-    model: *const LlamaModel,
+    pub(crate) model: *const LlamaModel,
     n_ctx: u32,
     /// Positions each sequence may hold (llama.cpp's n_ctx_seq).
     n_ctx_seq: u32,
@@ -27,6 +29,12 @@ pub struct LlamaContext {
     n_ubatch: u32,
     /// Its sequences, seq_id 0 to n_seq_max - 1 (never changes).
     n_seq_max: u32,
+    /// The pooling of its embeddings (the params' `pooling_type`, or the model's when
+    /// unspecified); the reason when packlm does not compute it (embeddings are then refused).
+    pub(crate) pooling: Result<Pooling, String>,
+    /// What `llama_pooling_type` reports: the pooling's number (a declared one packlm does not
+    /// compute included).
+    pub(crate) pooling_code: i32,
     in_use: AtomicBool,
     pub settings: Settings,
     /// Reached only through `Held`, which holds `in_use`.
@@ -36,15 +44,22 @@ pub struct LlamaContext {
 /// Most sequences of a context (llama.cpp's LLAMA_MAX_SEQ).
 pub const MAX_SEQ: u32 = 256;
 
-/// What a context's calls change: its sequences and the last decode's logits.
+/// What a context's calls change: its sequences, its adapters, whether it computes embeddings,
+/// and the last decode's logits and embeddings.
 pub struct State {
     n_vocab: usize,
-    /// Sequence i is seq_id i.
-    seqs: Vec<Sequence>,
+    /// Sequence i is seq_id i. Every sequence runs under `loras` (see `lora::set`).
+    pub(crate) seqs: Vec<Sequence>,
     /// Logits of the last decode's output rows (rows x n_vocab), in batch order.
     outputs: Vec<f32>,
     /// For each index of the last decoded batch, its row in `outputs`, or -1.
     output_of: Vec<i32>,
+    /// `llama_set_embeddings` / the `embeddings` param: whether `llama_decode` computes them.
+    pub(crate) embeddings: bool,
+    /// The last decode's embeddings.
+    pub(crate) embd: embeddings::Output,
+    /// The context's LoRA adapters and scales (`llama_set_adapters_lora`).
+    pub(crate) loras: Vec<crate::lora::Entry>,
 }
 
 impl State {
@@ -54,15 +69,9 @@ impl State {
 
     /// The logits row for batch index `i` (negative: counted back from the last output).
     pub fn logits_ith(&self, f: &str, i: i32) -> Option<&[f32]> {
-        let row = if i < 0 {
-            let back = usize::try_from(-(i as i64)).ok()?;
-            self.n_outputs().checked_sub(back)
-        } else {
-            self.output_of.get(i as usize).and_then(|&r| usize::try_from(r).ok())
-        };
-        match row {
-            Some(r) if r < self.n_outputs() => Some(&self.outputs[r * self.n_vocab..(r + 1) * self.n_vocab]),
-            _ => {
+        match self.output_row(i, self.n_outputs()) {
+            Some(r) => Some(&self.outputs[r * self.n_vocab..(r + 1) * self.n_vocab]),
+            None => {
                 error(f, &format!("no logits for index {i}: the last batch asked for {} output rows", self.n_outputs()));
                 None
             }
@@ -72,6 +81,19 @@ impl State {
     fn clear_outputs(&mut self) {
         self.outputs.clear();
         self.output_of.clear();
+        self.embd = embeddings::Output::default();
+    }
+
+    /// Row `i` of the last decode's outputs (negative: counted back from the last), for a
+    /// batch of `n_outputs` output rows.
+    pub(crate) fn output_row(&self, i: i32, n_outputs: usize) -> Option<usize> {
+        let row = if i < 0 {
+            let back = usize::try_from(-(i as i64)).ok()?;
+            n_outputs.checked_sub(back)
+        } else {
+            self.output_of.get(i as usize).and_then(|&r| usize::try_from(r).ok())
+        };
+        row.filter(|&r| r < n_outputs)
     }
 
     /// The positions sequence `seq_id` holds; None for a seq_id the context lacks.
@@ -180,9 +202,10 @@ pub extern "C" fn llama_context_default_params() -> ContextParams {
     }
 }
 
-/// A context of `n_ctx` positions (0: the model's) for one sequence. NULL, logged, when a
-/// parameter asks for what packlm does not do (embeddings, several sequences, rope changes,
-/// a longer context than the model's, samplers on the backend).
+/// A context of `n_ctx` positions (0: the model's) for `n_seq_max` sequences. NULL, logged,
+/// when a parameter asks for what packlm does not do (embeddings with a pooling it does not
+/// compute, attention other than the model's, rope changes, a longer context than the
+/// model's, samplers on the backend).
 #[no_mangle]
 pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: ContextParams) -> *mut LlamaContext {
     const F: &str = "llama_init_from_model";
@@ -192,11 +215,16 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
             error(F, &why);
             ptr::null_mut()
         };
-        if params.embeddings {
-            return refuse("embeddings are not supported".into());
+        let (pooling, pooling_code) = embeddings::context_pooling(m, params.pooling_type);
+        if let (true, Err(why)) = (params.embeddings, &pooling) {
+            return refuse(format!("embeddings: {why}"));
         }
-        if params.attention_type == 1 {
-            return refuse("non-causal attention (LLAMA_ATTENTION_TYPE_NON_CAUSAL) is not supported".into());
+        // The model's attention is the only one packlm computes: causal for a decoder,
+        // bidirectional for an embedding model that declares it.
+        match (params.attention_type, m.engine.is_causal()) {
+            (1, true) => return refuse("non-causal attention (LLAMA_ATTENTION_TYPE_NON_CAUSAL) is not supported for a causal model".into()),
+            (0, false) => return refuse("causal attention (LLAMA_ATTENTION_TYPE_CAUSAL) is not supported for this model, whose attention is bidirectional".into()),
+            _ => {}
         }
         if params.n_seq_max > MAX_SEQ {
             return refuse(format!("n_seq_max {} is more than the {MAX_SEQ} sequences a context may have", params.n_seq_max));
@@ -236,9 +264,19 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
             n_batch,
             n_ubatch: params.n_ubatch.min(n_batch).max(1),
             n_seq_max: n_seq as u32,
+            pooling,
+            pooling_code,
             in_use: AtomicBool::new(false),
             settings: Settings::new(params.n_threads, params.n_threads_batch, params.abort_callback, params.abort_callback_data),
-            state: UnsafeCell::new(State { n_vocab, seqs, outputs: Vec::new(), output_of: Vec::new() }),
+            state: UnsafeCell::new(State {
+                n_vocab,
+                seqs,
+                outputs: Vec::new(),
+                output_of: Vec::new(),
+                embeddings: params.embeddings,
+                embd: embeddings::Output::default(),
+                loras: Vec::new(),
+            }),
         }))
     })
 }
@@ -279,8 +317,8 @@ ctx_fact!(llama_n_batch, u32, 0, |c| c.n_batch);
 ctx_fact!(llama_n_ubatch, u32, 0, |c| c.n_ubatch);
 ctx_fact!(llama_n_seq_max, u32, 0, |c| c.n_seq_max);
 ctx_fact!(llama_get_model, *const LlamaModel, ptr::null(), |c| c.model);
-// LLAMA_POOLING_TYPE_NONE: logits, no pooled embeddings.
-ctx_fact!(llama_pooling_type, i32, -1, |_c| 0);
+// The params' pooling_type, or the model's when that was LLAMA_POOLING_TYPE_UNSPECIFIED.
+ctx_fact!(llama_pooling_type, i32, -1, |c| c.pooling_code);
 ctx_fact!(llama_get_memory, *mut c_void, ptr::null_mut(), |c| c as *const LlamaContext as *mut c_void);
 ctx_fact!(llama_perf_context, PerfContextData, PerfContextData::default(), |_c| PerfContextData::default());
 
@@ -452,6 +490,11 @@ unsafe fn free_seq_row(row: *mut SeqId) {
 /// n_batch tokens); -2 when a call on another thread is using the context; -3 when the pass
 /// computed a non-finite logit (packlm's PACKLM_ERR_NON_FINITE: the log line names the first
 /// layer whose output was not finite). On any failure every sequence is unchanged.
+///
+/// With embeddings on (`llama_set_embeddings`), every token of the batch is an output, as in
+/// llama.cpp, and the pass also gives the embeddings `embeddings.rs` describes; a model whose
+/// attention is bidirectional takes no steps then (its sequences serve embeddings only and
+/// hold no positions).
 #[no_mangle]
 pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i32 {
     const F: &str = "llama_decode";
@@ -461,17 +504,37 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
             return -1;
         }
         let Some(mut c) = hold(F, ctx) else { return -2 };
-        let plan = match plan_batch(&c, (*ctx).n_batch, &batch) {
+        let engine = &(*(*ctx).model).engine;
+        let pooling = match (c.embeddings, &(*ctx).pooling) {
+            (false, _) => None,
+            (true, Ok(p)) => Some(*p),
+            (true, Err(why)) => {
+                error(F, &format!("embeddings: {why}"));
+                return -1;
+            }
+        };
+        let plan = match plan_batch(&c, (*ctx).n_batch, &batch, pooling.is_some()) {
             Ok(p) => p,
             Err(why) => {
                 error(F, &why);
                 return -1;
             }
         };
+        let pass = pooling.map(|p| EmbeddingPass::new(&c, engine, p, &plan));
+        let step = engine.is_causal() || pass.is_none();
         let v = c.n_vocab;
         let handles: Vec<_> = plan.items.iter().map(|it| c.seqs[it.seq].abort_handle()).collect();
         let settings = &(*ctx).settings;
         let result = run_abortable(settings, &handles, || {
+            // Embeddings first: they change no sequence, so a failure of either part leaves
+            // every sequence as it was.
+            let vectors = match &pass {
+                Some(p) => p.run(&mut c.seqs, &plan)?,
+                None => Vec::new(),
+            };
+            if !step {
+                return Ok((Vec::new(), vectors));
+            }
             let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(plan.items.len());
             let mut rest: &mut [Sequence] = &mut c.seqs;
             let mut base = 0;
@@ -481,29 +544,38 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
                 base = it.seq + 1;
                 items.push((s, &it.tokens, it.rows));
             }
-            if items.len() == 1 {
+            let logits = if items.len() == 1 {
                 let (s, tokens, rows) = items.pop().expect("one item");
                 s.step(tokens, rows).map(|l| vec![l])
             } else {
                 Sequence::step_many(&mut items)
-            }
+            };
+            logits.map(|l| (l, vectors))
         });
         let Some(result) = result else {
             error(F, "aborted by the abort callback before the pass; nothing was decoded");
             return 2;
         };
         match result {
-            Ok(logits) => {
+            Ok((logits, vectors)) => {
                 // The output rows in batch order: batch index i is row `local` of its item's
                 // logits (an item asking for its last row only has that one row).
-                c.outputs = plan
-                    .wanted
-                    .iter()
-                    .flat_map(|&(item, local)| {
-                        let row = if plan.items[item].rows == Rows::All { local } else { 0 };
-                        logits[item][row * v..(row + 1) * v].iter().copied()
-                    })
-                    .collect();
+                c.outputs = if logits.is_empty() {
+                    Vec::new()
+                } else {
+                    plan.wanted
+                        .iter()
+                        .flat_map(|&(item, local)| {
+                            let row = if plan.items[item].rows == Rows::All { local } else { 0 };
+                            logits[item][row * v..(row + 1) * v].iter().copied()
+                        })
+                        .collect()
+                };
+                let n_seqs = c.seqs.len();
+                c.embd = match pass {
+                    Some(p) => p.finish(vectors, &plan, n_seqs),
+                    None => embeddings::Output::default(),
+                };
                 c.output_of = plan.output_of;
                 0
             }
@@ -524,25 +596,26 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
 }
 
 /// One sequence's tokens of a batch, in batch order, and the rows it returns.
-struct PlanItem {
-    seq: usize,
-    tokens: Vec<u32>,
+pub(crate) struct PlanItem {
+    pub(crate) seq: usize,
+    pub(crate) tokens: Vec<u32>,
     rows: Rows,
 }
 
-struct Plan {
+pub(crate) struct Plan {
     /// By sequence id, ascending.
-    items: Vec<PlanItem>,
+    pub(crate) items: Vec<PlanItem>,
     /// For each batch index whose logits are wanted, in batch order: (its item, its index among
     /// the item's tokens).
-    wanted: Vec<(usize, usize)>,
+    pub(crate) wanted: Vec<(usize, usize)>,
     output_of: Vec<i32>,
 }
 
 /// A batch's tokens grouped by sequence. Each token must be in exactly one sequence of this
 /// context (a token in several is refused: decode it in one and copy the sequence with
-/// llama_memory_seq_cp), at the next position of its sequence.
-unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch) -> Result<Plan, String> {
+/// llama_memory_seq_cp), at the next position of its sequence. With `all_outputs` (embeddings
+/// on) every token is an output, whatever its `logits` flag (llama.cpp's rule).
+unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch, all_outputs: bool) -> Result<Plan, String> {
     let n = usize::try_from(b.n_tokens).ok().filter(|&n| n > 0).ok_or(format!("n_tokens is {}", b.n_tokens))?;
     if b.token.is_null() {
         return Err("the batch has no tokens (embedding inputs are not supported)".into());
@@ -579,7 +652,13 @@ unsafe fn plan_batch(c: &State, n_batch: u32, b: &Batch) -> Result<Plan, String>
         tokens.push(t);
         indices.push(i);
     }
-    let wanted_index: Vec<usize> = if b.logits.is_null() { vec![n - 1] } else { (0..n).filter(|&i| *b.logits.add(i) != 0).collect() };
+    let wanted_index: Vec<usize> = if all_outputs {
+        (0..n).collect()
+    } else if b.logits.is_null() {
+        vec![n - 1]
+    } else {
+        (0..n).filter(|&i| *b.logits.add(i) != 0).collect()
+    };
     let mut items = Vec::new();
     let mut item_of = vec![usize::MAX; c.seqs.len()];
     for (seq, (tokens, indices)) in by_seq.into_iter().enumerate() {

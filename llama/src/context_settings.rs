@@ -1,5 +1,6 @@
 //! A context's settings that change no result: thread counts, warmup, causal attention and
-//! the abort callback (`llama_set_n_threads`, `llama_set_causal_attn`, ...).
+//! the abort callback (`llama_set_n_threads`, `llama_set_causal_attn`, ...). Embeddings are
+//! turned on and off in `embeddings`.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -75,29 +76,24 @@ pub unsafe extern "C" fn llama_set_warmup(ctx: *mut LlamaContext, _warmup: bool)
     let _ = ctx_ref("llama_set_warmup", ctx);
 }
 
-/// Embeddings output is not supported: false (the default) is accepted, true is refused with
-/// a log line and logits stay the output.
-#[no_mangle]
-pub unsafe extern "C" fn llama_set_embeddings(ctx: *mut LlamaContext, embeddings: bool) {
-    const F: &str = "llama_set_embeddings";
-    if ctx_ref(F, ctx).is_some() && embeddings {
-        error(F, "embeddings are not supported; the context keeps giving logits");
-    }
-}
-
-/// Attention is causal in every model packlm runs (decoders). Setting it false (llama.cpp
-/// allows it, for embeddings) is refused with a log line; attention stays causal.
+/// A model's attention is the one packlm computes for it: causal for a decoder, both ways for
+/// an embedding model that declares it (Gemma3's use_bidirectional_attention). Asking for the
+/// other (llama.cpp allows it) is refused with a log line; attention stays the model's.
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_causal_attn(ctx: *mut LlamaContext, causal_attn: bool) {
     const F: &str = "llama_set_causal_attn";
-    if ctx_ref(F, ctx).is_some() && !causal_attn {
-        error(F, "non-causal attention is not supported; attention stays causal");
+    let Some(c) = ctx_ref(F, ctx) else { return };
+    let causal = (*c.model).engine.is_causal();
+    if causal_attn != causal {
+        let (asked, is) = if causal { ("non-causal", "causal") } else { ("causal", "bidirectional") };
+        error(F, &format!("{asked} attention is not supported for this model; attention stays {is}"));
     }
 }
 
+/// Whether the context's attention is causal: the model's (see `llama_set_causal_attn`).
 #[no_mangle]
 pub unsafe extern "C" fn llama_get_causal_attn(ctx: *const LlamaContext) -> bool {
-    ctx_ref("llama_get_causal_attn", ctx).is_some()
+    ctx_ref("llama_get_causal_attn", ctx).is_some_and(|c| (*c.model).engine.is_causal())
 }
 
 /// Sets (NULL: clears) the callback `llama_decode` asks whether to stop: before a pass, and

@@ -7,10 +7,11 @@
 //! NULL, an error code or false), never silently wrong.
 //!
 //! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `model_facts`
-//! (the hyperparameter getters), `context` (its settings in `context_settings`), `vocab`, `sampler` (its grammar sampler in
-//! `grammar`, its generator in `rng`) the implemented API; `names` the pure functions over
-//! names (enum names, split-file names); `unsupported` the rest; `log` the log sink and the
-//! panic guard every entry point runs in.
+//! (the hyperparameter getters), `context` (its settings in `context_settings`, its
+//! embeddings in `embeddings`, its LoRA adapters in `lora`), `vocab`, `sampler` (its grammar
+//! sampler in `grammar`, its generator in `rng`) the implemented API; `names` the pure
+//! functions over names (enum names, split-file names); `unsupported` the rest; `log` the log
+//! sink and the panic guard every entry point runs in.
 
 // Every `unsafe extern "C" fn` here is an entry point of the C API: its safety contract is the
 // one llama.h states for that function (valid pointers of the stated types and lengths).
@@ -23,8 +24,10 @@ pub mod chat;
 pub mod chat_builtin;
 pub mod context;
 pub mod context_settings;
+pub mod embeddings;
 pub mod grammar;
 pub mod log;
+pub mod lora;
 pub mod model;
 pub mod model_facts;
 pub mod names;

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::abi::ModelParams;
 use crate::adapter::Engine;
@@ -19,6 +19,9 @@ pub struct LlamaModel {
     pub texts: OnceLock<Vec<CString>>,
     /// The pack's chat template (`llama_model_chat_template`).
     pub template: Option<CString>,
+    /// The addresses of its LoRA adapters not yet freed (`llama_adapter_lora_init`): the model
+    /// frees them with itself, as llama.cpp's does.
+    pub(crate) loras: Mutex<Vec<usize>>,
 }
 
 impl LlamaModel {
@@ -27,7 +30,7 @@ impl LlamaModel {
         let arch = meta.iter().find(|kv| kv.0 == "general.architecture").map(|kv| kv.1.clone()).unwrap_or_else(|| engine.family());
         let desc = CString::new(format!("{arch} {} layers (packlm)", engine.n_layer())).unwrap_or_default();
         let template = engine.chat_template().and_then(|t| CString::new(t).ok());
-        LlamaModel { engine, meta, desc, texts: OnceLock::new(), template }
+        LlamaModel { engine, meta, desc, texts: OnceLock::new(), template, loras: Mutex::new(Vec::new()) }
     }
 
     /// The metadata value under `key`.
@@ -208,13 +211,16 @@ pub unsafe extern "C" fn llama_load_model_from_file(path: *const c_char, params:
     llama_model_load_from_file(path, params)
 }
 
-/// Frees a model; NULL is a no-op. Contexts made from it must be freed first.
+/// Frees a model and the LoRA adapters loaded for it that were not freed; NULL is a no-op.
+/// Contexts made from it must be freed first.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_free(model: *mut LlamaModel) {
     guard("llama_model_free", (), || {
         if !model.is_null() {
             crate::chat::closed(model);
-            drop(Box::from_raw(model));
+            let m = Box::from_raw(model);
+            crate::lora::free_all(std::mem::take(&mut *m.loras.lock().unwrap_or_else(|e| e.into_inner())));
+            drop(m);
         }
     })
 }

@@ -49,8 +49,6 @@ fn attention_stays_causal() {
         llama_set_causal_attn(c, false);
         assert!(common::logged(&["llama_set_causal_attn", "non-causal"]));
         assert!(llama_get_causal_attn(c));
-        llama_set_embeddings(c, true);
-        assert!(common::logged(&["llama_set_embeddings", "not supported"]));
         // Not a recurrent model: llama.cpp clamps n_rs_seq to 0.
         assert_eq!(llama::context::llama_n_rs_seq(c), 0);
         // LLAMA_ATTENTION_TYPE_NON_CAUSAL is refused at creation.

@@ -98,3 +98,48 @@ pub fn in_child(name: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The folder of tests/fixtures/tiny/`name`.
+pub fn tiny(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny")).join(name)
+}
+
+/// The model at `path` (a fixture folder or file), through the facade.
+pub fn model_at(path: &std::path::Path) -> *mut LlamaModel {
+    let p = CString::new(path.to_str().unwrap()).unwrap();
+    let m = unsafe { llama_model_load_from_file(p.as_ptr(), llama_model_default_params()) };
+    assert!(!m.is_null(), "{} opens", path.display());
+    m
+}
+
+/// Decodes one batch of (token, position, sequence, logits flag) entries.
+pub unsafe fn decode_entries(c: *mut LlamaContext, entries: &[(Token, i32, i32, bool)]) -> i32 {
+    use llama::context::{llama_batch_free, llama_batch_init, llama_decode};
+    let b = llama_batch_init(entries.len() as i32, 0, 1);
+    for (i, &(t, p, s, l)) in entries.iter().enumerate() {
+        *b.token.add(i) = t;
+        *b.pos.add(i) = p;
+        *b.n_seq_id.add(i) = 1;
+        **b.seq_id.add(i) = s;
+        *b.logits.add(i) = l as i8;
+    }
+    let b = llama::abi::Batch { n_tokens: entries.len() as i32, ..b };
+    let r = llama_decode(c, b);
+    llama_batch_free(b);
+    r
+}
+
+/// `n` floats at `p`, which must not be NULL.
+pub unsafe fn floats(p: *const f32, n: usize, what: &str) -> Vec<f32> {
+    assert!(!p.is_null(), "{what} is NULL");
+    std::slice::from_raw_parts(p, n).to_vec()
+}
+
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
