@@ -8,6 +8,9 @@ streamed == whole, equal to `packlm generate`), seeded sampling, stop sequences,
 GGUF's own template, eval / sample / save_state / load_state, prefix reuse, logit_bias,
 logprobs, grammars (GBNF, llama-cpp-python's JSON grammar, a JSON schema); then bad input (a
 missing file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
+On SmolLM2 also embeddings (embed, create_embedding, each pooling, against `packlm embed`) and
+LoRA adapters (lora_path, lora_scale, against `packlm logits --lora` and `generate --lora`;
+the adapters are random ones run.sh makes with tests/llama/make_lora.py).
 Prints 'N passed, M failed'."""
 import ctypes
 import hashlib
@@ -356,6 +359,121 @@ def run_model(name, path, chat_word, marker, expected_meta):
     check(not llama_cpp.llama_sampler_init_grammar(vocab, b"root ::= (", b"root"), f"{name}: a grammar that does not parse gives NULL")
 
 
+def max_diff(a, b):
+    """The largest difference, both sides rounded to float32 first (`packlm embed` prints each
+    float32 shortest, which parses to the nearest float64, not to the float32 itself)."""
+    a, b = (np.asarray(np.asarray(x, dtype=np.float32), dtype=np.float64) for x in (a, b))
+    return float(np.max(np.abs(a - b))) if a.shape == b.shape else float("inf")
+
+
+def packlm_embed(path, texts, pooling, normalize=False):
+    args = ["embed", path, "--pooling", pooling, "--normalize" if normalize else "--no-normalize"]
+    for t in texts:
+        args += ["--text", t]
+    return json.loads(packlm(*args))
+
+
+def embedding_checks(name, path, greedy_text):
+    """Llama(embedding=True): embed and create_embedding give packlm's `Session::embed`
+    vectors (`packlm embed`, the same tokens and pooling) within 1e-4; the pooled ones equal
+    the mean / first / last of the per-token ones (an independent route); the pooling is the
+    model's (none declared: LLAMA_POOLING_TYPE_NONE) or pooling_type's; such a context still
+    generates the base's greedy text; bad reads give NULL."""
+    llm = Llama(model_path=path, n_ctx=512, embedding=True, verbose=False)
+    check(llama_cpp.llama_pooling_type(llm.ctx) == 0, f"{name}: no pooling declared: LLAMA_POOLING_TYPE_NONE ({llama_cpp.llama_pooling_type(llm.ctx)})")
+    ref = packlm_embed(path, [PROMPT], "none")
+    toks = llm.tokenize(PROMPT.encode())
+    check(toks == ref["tokens"][0], f"{name}: embed's tokens {toks} == packlm embed's {ref['tokens'][0]}")
+    per_token = llm.embed(PROMPT)
+    d = max_diff(per_token, ref["embeddings"][0])
+    check(d <= 1e-4, f"{name}: embed with pooling none: one vector per token, {d} from packlm embed")
+    out = llm.create_embedding(PROMPT)
+    d = max_diff(out["data"][0]["embedding"], per_token)
+    check(d <= 1e-4 and out["usage"]["prompt_tokens"] == len(toks), f"{name}: create_embedding == embed ({d}, usage {out['usage']})")
+    rows = np.asarray(per_token, dtype=np.float64)
+    routes = {"mean": rows.mean(axis=0), "cls": rows[0], "last": rows[-1]}
+    for code, pooling in [(llama_cpp.LLAMA_POOLING_TYPE_MEAN, "mean"), (llama_cpp.LLAMA_POOLING_TYPE_CLS, "cls"), (llama_cpp.LLAMA_POOLING_TYPE_LAST, "last")]:
+        lp = Llama(model_path=path, n_ctx=512, embedding=True, pooling_type=code, verbose=False)
+        check(llama_cpp.llama_pooling_type(lp.ctx) == code, f"{name}: pooling_type {code} is the context's")
+        v = lp.embed(PROMPT)
+        d = max_diff(v, packlm_embed(path, [PROMPT], pooling)["embeddings"][0])
+        check(len(v) == lp.n_embd() and d <= 1e-4, f"{name}: {pooling} pooling: {d} from packlm embed")
+        d = max_diff(v, routes[pooling])
+        check(d <= 1e-4, f"{name}: {pooling} pooling == the {pooling} of the per-token vectors ({d})")
+        if pooling == "mean":
+            several = lp.embed([PROMPT, MULTI], normalize=True)
+            ref2 = packlm_embed(path, [PROMPT, MULTI], "mean", normalize=True)
+            d = max_diff(several, ref2["embeddings"])
+            check(len(several) == 2 and d <= 1e-4, f"{name}: two texts, normalized: {d} from packlm embed --normalize")
+            out = lp.create_embedding([PROMPT, MULTI])
+            ok = [e["index"] for e in out["data"]] == [0, 1] and out["usage"]["prompt_tokens"] == sum(len(t) for t in ref2["tokens"])
+            d = max_diff([e["embedding"] for e in out["data"]], packlm_embed(path, [PROMPT, MULTI], "mean")["embeddings"])
+            check(ok and d <= 1e-4, f"{name}: create_embedding of two texts ({d}, {out['usage']})")
+            # A pooled context has no per-token vectors.
+            lp.eval(toks)
+            check(not llama_cpp.llama_get_embeddings_ith(lp.ctx, 0) and bool(llama_cpp.llama_get_embeddings_seq(lp.ctx, 0)),
+                  f"{name}: a pooled context gives sequence vectors, not token vectors")
+    # The C reads, after a decode through eval (every token an output).
+    llm.reset()
+    llm.eval(toks)
+    ctx = llm.ctx
+    first = llama_cpp.llama_get_embeddings_ith(ctx, 0)
+    d = max_diff(first[:llm.n_embd()] if first else [], per_token[0])
+    check(d <= 1e-4, f"{name}: llama_get_embeddings_ith(0) after eval ({d})")
+    check(not llama_cpp.llama_get_embeddings_ith(ctx, len(toks)), f"{name}: llama_get_embeddings_ith past the batch is NULL")
+    check(not llama_cpp.llama_get_embeddings_seq(ctx, 0), f"{name}: llama_get_embeddings_seq of a NONE context is NULL")
+    # With embeddings on, a context still generates: the base's greedy text.
+    text = text_of(llm.create_completion(PROMPT, max_tokens=16, temperature=0))
+    check(text == greedy_text, f"{name}: an embedding context generates {text!r} == {greedy_text!r}")
+    plain = Llama(model_path=path, n_ctx=512, verbose=False)
+    plain.eval(toks)
+    check(not llama_cpp.llama_get_embeddings(plain.ctx), f"{name}: a context without embeddings gives none")
+    check(raises(lambda: plain.embed(PROMPT), RuntimeError), f"{name}: embed without embedding=True raises")
+
+
+def lora_checks(name, path, lora, alora, other_base, greedy_text):
+    """Llama(lora_path=...): the logits of every prompt row equal packlm's under the same
+    adapter and scale (`packlm logits --lora`), the greedy text differs from the base's and is
+    `packlm generate --lora`'s; the adapter's metadata; an aLoRA and an adapter of another base
+    make Llama raise."""
+    for scale in [1.0, 0.5]:
+        la = Llama(model_path=path, n_ctx=512, lora_path=lora, lora_scale=scale, logits_all=True, verbose=False)
+        toks = la.tokenize(PROMPT.encode())
+        la.eval(toks)
+        got = la.scores[: len(toks)]
+        out = os.path.join(os.path.dirname(lora), f"lora-logits-{scale}.f32")
+        packlm("logits", path, "--tokens", ",".join(map(str, toks)), "--all", "--lora", f"{lora}:{scale}", "--out", out)
+        want = np.fromfile(out, dtype="<f4").reshape(len(toks), -1)
+        os.remove(out)
+        d = max_diff(got, want)
+        check(d <= 1e-4, f"{name}: lora scale {scale}: logits {d} from packlm logits --lora (bit-equal: {np.array_equal(got, want)})")
+        if scale == 1.0:
+            text = text_of(la.create_completion(PROMPT, max_tokens=16, temperature=0))
+            ref = json.loads(packlm("generate", path, "--prompt", PROMPT, "-n", "16", "--json", "--lora", lora))
+            check(text != greedy_text, f"{name}: the adapter changes the greedy text ({text!r})")
+            check(text == ref["text"], f"{name}: lora greedy {text!r} == packlm generate --lora {ref['text']!r}")
+            a = la._lora_adapter
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_adapter_meta_val_str(a, b"adapter.type", buf, 64)
+            check(n == 4 and buf.value == b"lora", f"{name}: adapter.type metadata {buf.value!r}")
+            n = llama_cpp.llama_adapter_meta_val_str(a, b"adapter.lora.alpha", buf, 64)
+            check(buf.value == b"16.000000", f"{name}: adapter.lora.alpha metadata {buf.value!r}")
+            count = llama_cpp.llama_adapter_meta_count(a)
+            keys = set()
+            for i in range(count):
+                llama_cpp.llama_adapter_meta_key_by_index(a, i, buf, 64)
+                keys.add(buf.value)
+            check({b"general.architecture", b"general.type", b"general.name", b"adapter.type", b"adapter.lora.alpha"} <= keys, f"{name}: adapter metadata keys {keys}")
+            check(llama_cpp.llama_adapter_meta_key_by_index(a, count, buf, 64) == -1 and buf.value == b"", f"{name}: a key past the end gives -1")
+            check(llama_cpp.llama_adapter_get_alora_n_invocation_tokens(a) == 0 and not llama_cpp.llama_adapter_get_alora_invocation_tokens(a),
+                  f"{name}: a plain LoRA has no aLoRA invocation tokens")
+    check(raises(lambda: Llama(model_path=path, n_ctx=512, lora_path=alora, verbose=False), RuntimeError), f"{name}: an aLoRA is refused")
+    if other_base:
+        check(raises(lambda: Llama(model_path=path, n_ctx=512, lora_path=other_base, verbose=False), RuntimeError), f"{name}: an adapter of another base is refused")
+    elif os.environ.get("PACKLM_REQUIRE_MODELS"):
+        check(False, "the adapter of another base (made from the Gemma3 GGUF) is missing")
+
+
 check(raises(lambda: Llama(model_path=os.path.join(models, "missing.gguf"), verbose=False), ValueError), "missing file raises ValueError")
 smol = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
 gemma = os.path.join(models, "gemma3-270m-Q4_K_M.gguf")
@@ -364,6 +482,12 @@ GEMMA_META = {"general.architecture": "gemma3", "gemma3.context_length": "32768"
 for name, path, word, marker, meta in [("SmolLM2", smol, "Paris", "<|im_start|>", SMOL_META), ("Gemma3", gemma, None, "<start_of_turn>", GEMMA_META)]:
     if os.path.exists(path):
         run_model(name, path, word, marker, meta)
+        if name == "SmolLM2":
+            greedy = json.loads(packlm("generate", path, "--prompt", PROMPT, "-n", "16", "--json"))["text"]
+            embedding_checks(name, path, greedy)
+            lora = os.path.join(models, "SmolLM2-135M-Instruct.lora-r16.gguf")
+            other = os.path.join(models, "gemma3-270m.lora-r16.gguf")
+            lora_checks(name, path, lora, os.path.join(models, "SmolLM2-135M-Instruct.alora-r16.gguf"), other if os.path.exists(other) else None, greedy)
     elif os.environ.get("PACKLM_REQUIRE_MODELS"):
         check(False, f"{path} is missing and PACKLM_REQUIRE_MODELS is set")
     else:
