@@ -85,6 +85,11 @@ impl Engine {
     pub fn n_embd(&self) -> usize {
         self.info.hidden_size
     }
+    /// The length of a pooled embedding: the pack's last Dense layer's width (EmbeddingGemma's
+    /// projection), else the hidden size.
+    pub fn n_embd_out(&self) -> usize {
+        self.model.embedding_dim(packlm::Pooling::Mean)
+    }
     pub fn n_layer(&self) -> usize {
         self.info.n_layers
     }

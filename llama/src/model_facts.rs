@@ -51,10 +51,10 @@ fn arch_int(m: &LlamaModel, suffix: &str) -> Option<i64> {
     m.meta_value(&format!("{}.{suffix}", m.arch())).and_then(|v| v.parse().ok())
 }
 
-// Decoder-only models without deepstack or a projection of the output: llama.cpp's
-// n_embd_inp() and n_embd_out() are n_embd.
+// Models without deepstack: llama.cpp's n_embd_inp() is n_embd. n_embd_out() is the width of
+// a pooled embedding: the pack's Dense projection's where it has one, else n_embd.
 model_fact!(llama_model_n_embd_inp, i32, -1, |m| m.engine.n_embd() as i32);
-model_fact!(llama_model_n_embd_out, i32, -1, |m| m.engine.n_embd() as i32);
+model_fact!(llama_model_n_embd_out, i32, -1, |m| m.engine.n_embd_out() as i32);
 // The window packlm's sliding-window layers attend over (the GGUF's
 // `<arch>.attention.sliding_window`, a folder's `sliding_window`); 0 when none slides.
 model_fact!(llama_model_n_swa, i32, -1, |m| i32::try_from(m.engine.sliding_window()).unwrap_or(i32::MAX));

@@ -70,3 +70,33 @@ fn add_sep_only_where_the_metadata_says() {
         llama_model_free(m);
     }
 }
+
+/// n_embd_out is a pooled embedding's width: the last Dense layer's out_features. The tiny
+/// EmbeddingGemma-shaped fixture projects 64 -> 96 -> 64; with its second Dense left out of
+/// modules.json the width is 96.
+#[test]
+fn n_embd_out_is_the_dense_projections_width() {
+    let src = std::path::PathBuf::from(format!("{}/../tests/fixtures/tiny/embed_gemma3", env!("CARGO_MANIFEST_DIR")));
+    let dst = std::env::temp_dir().join(format!("llama-embd-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(dst.join("1_Pooling")).unwrap();
+    std::fs::create_dir_all(dst.join("2_Dense")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    let modules: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(src.join("modules.json")).unwrap()).unwrap();
+    let kept: Vec<&serde_json::Value> = modules.iter().filter(|m| m["path"] != "3_Dense").collect();
+    std::fs::write(dst.join("modules.json"), serde_json::to_vec(&kept).unwrap()).unwrap();
+    let path = CString::new(dst.to_str().unwrap()).unwrap();
+    unsafe {
+        let m = llama_model_load_from_file(path.as_ptr(), llama_model_default_params());
+        assert!(!m.is_null());
+        assert_eq!(llama_model_n_embd_inp(m), 64);
+        assert_eq!(llama_model_n_embd_out(m), 96);
+        llama_model_free(m);
+        let m = open("embed_gemma3");
+        assert_eq!(llama_model_n_embd_out(m), 64);
+        llama_model_free(m);
+    }
+    std::fs::remove_dir_all(&dst).unwrap();
+}
