@@ -165,9 +165,12 @@ impl Gpu {
         Ok(Arc::new(Gpu { device, queue, info, max_binding, offset_align, pipelines: Mutex::new(HashMap::new()), error }))
     }
 
-    /// "name (backend, driver)", for `packlm info` and the log.
+    /// "name (backend, driver, device type)", for `packlm info` and the log. The device type
+    /// is wgpu's (`DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu`, `Other`): `Cpu` is a
+    /// software rasterizer such as Mesa's llvmpipe, which libllama (llama/src/offload.rs), as
+    /// llama.cpp's Vulkan backend, does not count as a GPU.
     pub fn adapter(&self) -> String {
-        format!("{} ({:?}, {})", self.info.name, self.info.backend, self.info.driver)
+        format!("{} ({:?}, {}, {:?})", self.info.name, self.info.backend, self.info.driver, self.info.device_type)
     }
 
     /// The pipeline of `kernel` (for weight type `ty`), compiled on first use.
