@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-use packlm::{Model, Session, StepItem, Want};
+use packlm::{Model, OpenOptions, Session, StepItem, Want};
 
+pub use packlm::Backend;
 pub use packlm::Error;
 pub use packlm::Pooling;
 pub use packlm::TokenKind;
@@ -22,6 +23,10 @@ pub struct Engine {
     info: packlm::ModelInfo,
     /// The fill-in-the-middle tokens, in `FimRole` order.
     fim: [Option<u32>; 6],
+    /// The backend it runs on (`Model::info_json`'s "backend": host or gpu) and the device,
+    /// for a device backend ("device": "name (api, driver, device type)").
+    backend: String,
+    device: Option<String>,
 }
 
 /// llama.cpp's fill-in-the-middle roles, in the order of `Engine::fim`.
@@ -69,11 +74,30 @@ fn find_fim(model: &Model, n_vocab: usize) -> [Option<u32>; 6] {
 }
 
 impl Engine {
-    pub fn open(path: &Path) -> Result<Engine> {
-        let model = Model::open(path)?;
+    /// Opens `path` on `backend`; `progress` is packlm's open progress (0 first, then after
+    /// the pack's files are read and after each layer's weights are prepared, 1 last).
+    pub fn open(path: &Path, backend: Backend, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
+        let model = Model::open_with_progress(path, &OpenOptions::default().backend(backend), progress)?;
         let info = model.info();
         let fim = find_fim(&model, info.n_vocab);
-        Ok(Engine { info, model, fim })
+        let json: serde_json::Value = serde_json::from_str(&model.info_json()).unwrap_or_default();
+        let backend = json["backend"].as_str().unwrap_or_default().to_string();
+        let device = json["device"].as_str().map(str::to_string);
+        Ok(Engine { info, model, fim, backend, device })
+    }
+
+    /// The backend the model runs on: "host" or "gpu" (packlm's names).
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+    /// The device of a GPU model: "name (api, driver, device type)" (packlm's `info_json`).
+    pub fn device(&self) -> Option<&str> {
+        self.device.as_deref()
+    }
+    /// Whether the model runs on a GPU adapter whose device type is CPU (a software rasterizer
+    /// such as Mesa's llvmpipe): packlm's device text ends with wgpu's type name `Cpu`.
+    pub fn is_cpu_device(&self) -> bool {
+        self.device.as_deref().is_some_and(|d| d.ends_with(", Cpu)"))
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -319,6 +343,12 @@ pub enum Rows {
 /// Whether a failure is a full context (llama.cpp's "no KV slot", 1) or bad input (-1).
 pub fn is_context_full(e: &Error) -> bool {
     e.status == packlm::Status::ErrContextOverflow
+}
+
+/// Whether a backend could not be made or does not take the model (packlm's
+/// PACKLM_ERR_BACKEND_UNAVAILABLE).
+pub fn is_backend_unavailable(e: &Error) -> bool {
+    e.status == packlm::Status::ErrBackendUnavailable
 }
 
 /// Whether a pass was stopped by the abort flag (llama.cpp's 2).

@@ -6,7 +6,8 @@
 //! chain. Every other function of the API exists and fails loudly (a log line naming it, and
 //! NULL, an error code or false), never silently wrong.
 //!
-//! Layout: `abi` the C structs; `adapter` the only calls into packlm; `model`, `model_facts`
+//! Layout: `abi` the C structs; `adapter` the only calls into packlm; `offload` where a model
+//! runs (`n_gpu_layers`: the GPU backend or the host); `model`, `model_facts`
 //! (the hyperparameter getters), `context` (its settings in `context_settings`, its
 //! embeddings in `embeddings`, its LoRA adapters in `lora`), `vocab`, `sampler` (its grammar
 //! sampler in `grammar`, its generator in `rng`) the implemented API; `names` the pure
@@ -31,6 +32,7 @@ pub mod lora;
 pub mod model;
 pub mod model_facts;
 pub mod names;
+pub mod offload;
 pub mod rng;
 pub mod sampler;
 pub mod state_file;

@@ -148,7 +148,8 @@ pub extern "C" fn llama_print_system_info() -> *const c_char {
 
 #[no_mangle]
 pub extern "C" fn llama_model_default_params() -> ModelParams {
-    // llama.cpp's defaults: all layers on the GPU when there is one (none here), mmap loading.
+    // llama.cpp's defaults: all layers on the GPU when there is one (see `offload`), mmap
+    // loading.
     ModelParams {
         devices: ptr::null_mut(),
         tensor_buft_overrides: ptr::null(),
@@ -171,8 +172,10 @@ pub extern "C" fn llama_model_default_params() -> ModelParams {
 }
 
 /// Opens a GGUF file (or a packlm pack folder). NULL, with the reason logged, on any failure.
-/// `kv_overrides` and tensor overrides change the model and are refused; GPU and memory
-/// placement fields are ignored (packlm runs on the CPU and maps the weights).
+/// `kv_overrides` and tensor overrides change the model and are refused. `n_gpu_layers` puts
+/// the whole model on packlm's GPU backend or on the host (`offload`: 0 is the host, any other
+/// value the GPU when there is one); the other placement and memory fields (split mode, main
+/// GPU, mmap, mlock) are ignored: packlm maps the weights, and runs a model on one device.
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params: ModelParams) -> *mut LlamaModel {
     const F: &str = "llama_model_load_from_file";
@@ -189,7 +192,7 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
             error(F, "kv_overrides and tensor_buft_overrides are not supported");
             return ptr::null_mut();
         }
-        match Engine::open(Path::new(path)) {
+        match crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only) {
             Ok(engine) => {
                 if let Some(cb) = params.progress_callback {
                     cb(1.0, params.progress_callback_user_data);

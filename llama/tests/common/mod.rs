@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::process::Command;
 use std::sync::{Mutex, Once};
 
-use llama::abi::{ContextParams, Token};
+use llama::abi::{ContextParams, ModelParams, Token};
 use llama::context::{llama_context_default_params, llama_init_from_model, LlamaContext};
 use llama::model::{llama_model_default_params, llama_model_load_from_file, LlamaModel};
 
@@ -17,8 +17,15 @@ pub fn fixture() -> CString {
     CString::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny/llama")).unwrap()
 }
 
+/// llama.cpp's default model params with `n_gpu_layers` 0: the host backend, whose bits the
+/// facade's tests compare with packlm's (the default, -1, runs on a GPU where there is one).
+pub fn host_params() -> ModelParams {
+    ModelParams { n_gpu_layers: 0, ..llama_model_default_params() }
+}
+
+/// The tiny llama fixture on the host backend.
 pub fn model() -> *mut LlamaModel {
-    let m = unsafe { llama_model_load_from_file(fixture().as_ptr(), llama_model_default_params()) };
+    let m = unsafe { llama_model_load_from_file(fixture().as_ptr(), host_params()) };
     assert!(!m.is_null(), "the fixture opens");
     m
 }
@@ -99,15 +106,37 @@ pub fn in_child(name: &str) {
     );
 }
 
+/// Runs the test `name` of this test binary alone in a child process whose environment has
+/// `vars` set (Some) or removed (None), and asserts that it passed: for settings read from
+/// the environment, and for what the library learns once per process.
+pub fn in_child_with(name: &str, vars: &[(&str, Option<&str>)]) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).env(CHILD, "1");
+    for (k, v) in vars {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} with {vars:?}: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The folder of tests/fixtures/tiny/`name`.
 pub fn tiny(name: &str) -> std::path::PathBuf {
     std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/tiny")).join(name)
 }
 
-/// The model at `path` (a fixture folder or file), through the facade.
+/// The model at `path` (a fixture folder or file), through the facade, on the host backend.
 pub fn model_at(path: &std::path::Path) -> *mut LlamaModel {
     let p = CString::new(path.to_str().unwrap()).unwrap();
-    let m = unsafe { llama_model_load_from_file(p.as_ptr(), llama_model_default_params()) };
+    let m = unsafe { llama_model_load_from_file(p.as_ptr(), host_params()) };
     assert!(!m.is_null(), "{} opens", path.display());
     m
 }

@@ -1,0 +1,119 @@
+//! Where a model runs (`n_gpu_layers` of `llama_model_params`): on packlm's GPU backend or on
+//! the host, all layers or none. 0 is the host; any other value (llama.cpp's default -1, "all
+//! layers", or a count) puts every layer on the GPU when the process has one, as llama.cpp
+//! counts GPUs: its Vulkan backend takes the discrete GPUs, else the first device that is not
+//! CPU-type, and never a CPU-type device (a software rasterizer such as Mesa's llvmpipe or
+//! lavapipe) unless GGML_VK_VISIBLE_DEVICES names it (ggml-vulkan.cpp, `ggml_vk_instance_init`).
+//! Here the environment variable `PACKLM_LLAMA_GPU=any` counts a CPU-type device. Without a
+//! GPU the model runs on the host with an info log line saying why; when the GPU backend does
+//! not take this model (a bidirectional model, a binding too large for the device), on the
+//! host with a warning naming why.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::adapter::{self, Backend, Engine};
+use crate::log::{self, Level};
+
+/// The environment variable that changes which devices count as a GPU: `any` counts a
+/// CPU-type device too (for tests on machines whose only Vulkan device is llvmpipe, and for
+/// whoever wants that device). Unset or empty: llama.cpp's rule. Read at each load.
+pub const GPU_ENV: &str = "PACKLM_LLAMA_GPU";
+
+/// What this process has learned of its GPU: packlm opens one adapter per process and keeps
+/// it (and keeps the answer when there is none), so the first GPU load's answer holds for
+/// every later one, which then need not open the model on the device to learn it.
+#[derive(Clone)]
+enum Gpu {
+    Unknown,
+    /// An adapter that is not CPU-type.
+    Usable,
+    /// The adapter is CPU-type: packlm's text naming it.
+    CpuType(String),
+    /// No GPU backend: packlm's reason.
+    Absent(String),
+}
+
+static GPU: Mutex<Gpu> = Mutex::new(Gpu::Unknown);
+
+fn known() -> Gpu {
+    GPU.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn learned(gpu: Gpu) {
+    *GPU.lock().unwrap_or_else(|e| e.into_inner()) = gpu;
+}
+
+/// Whether `GPU_ENV` counts CPU-type devices; another value is logged (under `f`) and ignored.
+fn counts_cpu_devices(f: &str) -> bool {
+    match std::env::var(GPU_ENV) {
+        Ok(v) if v == "any" => true,
+        Ok(v) if !v.is_empty() => {
+            log::log(Level::Warn, &format!("{f}: {GPU_ENV}={v:?} is not \"any\"; ignored"));
+            false
+        }
+        _ => false,
+    }
+}
+
+/// Opens `path` where `n_gpu_layers` puts it (see the module's doc): on the host for 0 and for
+/// a vocabulary-only load (no weights are used), else on the GPU when it counts and takes the
+/// model. `f` names the calling function in the log lines.
+pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapter::Result<Engine> {
+    let host = || Engine::open(path, Backend::Host, |_| true);
+    if n_gpu_layers == 0 || vocab_only {
+        return host();
+    }
+    let any = counts_cpu_devices(f);
+    let head = format!("{f}: n_gpu_layers {n_gpu_layers}");
+    let cpu_type = |device: &str| {
+        format!("{head}: the GPU adapter {device} is a CPU-type device (a software rasterizer), which llama.cpp does not count as a GPU; the model runs on the host ({GPU_ENV}=any counts it)")
+    };
+    match known() {
+        Gpu::Absent(why) => {
+            log::log(Level::Info, &format!("{head}: no GPU ({why}); the model runs on the host"));
+            return host();
+        }
+        Gpu::CpuType(device) if !any => {
+            log::log(Level::Info, &cpu_type(&device));
+            return host();
+        }
+        _ => {}
+    }
+    // packlm reports progress first at 0, then once the pack is read and the backend made: an
+    // open that fails before any later report failed there (engine/mod.rs,
+    // `open_with_progress`).
+    let mut read = false;
+    let opened = Engine::open(path, Backend::Gpu, |p| {
+        read |= p > 0.0;
+        true
+    });
+    match opened {
+        Ok(e) if e.is_cpu_device() => {
+            let device = e.device().unwrap_or_default().to_string();
+            learned(Gpu::CpuType(device.clone()));
+            if any {
+                log::log(Level::Info, &format!("{head}: the CPU-type GPU adapter {device} counts as a GPU ({GPU_ENV}=any); the model runs on it"));
+                return Ok(e);
+            }
+            drop(e);
+            log::log(Level::Info, &cpu_type(&device));
+            host()
+        }
+        Ok(e) => {
+            learned(Gpu::Usable);
+            Ok(e)
+        }
+        Err(e) if !read && adapter::is_backend_unavailable(&e) => {
+            learned(Gpu::Absent(e.message.clone()));
+            log::log(Level::Info, &format!("{head}: no GPU ({}); the model runs on the host", e.message));
+            host()
+        }
+        // The pack could not be read: the host would refuse it the same way.
+        Err(e) if !read => Err(e),
+        Err(e) => {
+            log::log(Level::Warn, &format!("{head}: the GPU backend does not run {}: {}; the model runs on the host", path.display(), e.message));
+            host()
+        }
+    }
+}
