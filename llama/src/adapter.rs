@@ -2,6 +2,7 @@
 //! and state, and the vocabulary. Everything else in this crate speaks llama.cpp's terms.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use packlm::{Model, OpenOptions, Session, StepItem, Want};
 
@@ -27,6 +28,9 @@ pub struct Engine {
     /// for a device backend ("device": "name (api, driver, device type)").
     backend: String,
     device: Option<String>,
+    /// The worker-thread cap last set on the model (`set_threads`), 0 before any: packlm's
+    /// API sets the cap but does not report it, and only this engine sets it.
+    threads: Mutex<usize>,
 }
 
 /// llama.cpp's fill-in-the-middle roles, in the order of `Engine::fim`.
@@ -74,8 +78,9 @@ fn find_fim(model: &Model, n_vocab: usize) -> [Option<u32>; 6] {
 }
 
 impl Engine {
-    /// Opens `path` on `backend`; `progress` is packlm's open progress (0 first, then after
-    /// the pack's files are read and after each layer's weights are prepared, 1 last).
+    /// Opens `path` on `backend` (one worker thread per core until a context sets its count);
+    /// `progress` is packlm's open progress (0 first, then after the pack's files are read
+    /// and after each layer's weights are prepared, 1 last).
     pub fn open(path: &Path, backend: Backend, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
         let model = Model::open_with_progress(path, &OpenOptions::default().backend(backend), progress)?;
         let info = model.info();
@@ -83,7 +88,7 @@ impl Engine {
         let json: serde_json::Value = serde_json::from_str(&model.info_json()).unwrap_or_default();
         let backend = json["backend"].as_str().unwrap_or_default().to_string();
         let device = json["device"].as_str().map(str::to_string);
-        Ok(Engine { info, model, fim, backend, device })
+        Ok(Engine { info, model, fim, backend, device, threads: Mutex::new(0) })
     }
 
     /// The backend the model runs on: "host" or "gpu" (packlm's names).
@@ -98,6 +103,21 @@ impl Engine {
     /// such as Mesa's llvmpipe): packlm's device text ends with wgpu's type name `Cpu`.
     pub fn is_cpu_device(&self) -> bool {
         self.device.as_deref().is_some_and(|d| d.ends_with(", Cpu)"))
+    }
+
+    /// Caps the worker threads of the model's later passes at `threads` (1 to 256; packlm's
+    /// `Model::set_threads`, which gives the same bits for any count, and which the GPU
+    /// backend takes with no effect). The cap is the model's: every context of it shares it.
+    pub fn set_threads(&self, threads: usize) -> Result<()> {
+        // Held while packlm's cap changes, so that `threads` is the cap in force.
+        let mut kept = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        self.model.set_threads(threads)?;
+        *kept = threads;
+        Ok(())
+    }
+    /// The cap `set_threads` last set (0 before any: one thread per core, the open's).
+    pub fn threads(&self) -> usize {
+        *self.threads.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn n_vocab(&self) -> usize {

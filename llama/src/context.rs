@@ -525,6 +525,7 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
         let v = c.n_vocab;
         let handles: Vec<_> = plan.items.iter().map(|it| c.seqs[it.seq].abort_handle()).collect();
         let settings = &(*ctx).settings;
+        settings.apply_threads(F, engine, plan.items.iter().map(|it| it.tokens.len()).sum());
         let result = run_abortable(settings, &handles, || {
             // Embeddings first: they change no sequence, so a failure of either part leaves
             // every sequence as it was.

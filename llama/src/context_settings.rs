@@ -1,6 +1,14 @@
 //! A context's settings that change no result: thread counts, warmup, causal attention and
 //! the abort callback (`llama_set_n_threads`, `llama_set_causal_attn`, ...). Embeddings are
 //! turned on and off in `embeddings`.
+//!
+//! Thread counts are applied: before each pass of a context the model's worker-thread cap
+//! (packlm's `Model::set_threads`) is set to the context's `n_threads` for a pass of one
+//! token, its `n_threads_batch` for more, as llama.cpp chooses (llama-context.cpp,
+//! `graph_compute`: `batched` is a ubatch of more than one token, whatever its sequences).
+//! packlm's cap belongs to the model, so the contexts of one model share it: while two of
+//! them run passes at once, each pass runs under the count set last. That changes speed
+//! only: packlm's results are the same bits for any thread count.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -10,8 +18,14 @@ use std::time::Duration;
 
 use packlm::AbortHandle;
 
+use crate::adapter::Engine;
 use crate::context::{ctx_ref, LlamaContext};
 use crate::log::{error, guard};
+
+/// The threads ggml computes with when asked for 0 or fewer (ggml.h, GGML_DEFAULT_N_THREADS).
+const GGML_DEFAULT_N_THREADS: usize = 4;
+/// The most worker threads packlm runs a model with (packlm's MAX_THREADS; more is refused).
+pub const MAX_THREADS: usize = 256;
 
 /// `ggml_abort_callback`: true asks the computation to stop.
 pub type AbortCallback = unsafe extern "C" fn(*mut c_void) -> bool;
@@ -20,8 +34,7 @@ pub type AbortCallback = unsafe extern "C" fn(*mut c_void) -> bool;
 /// while a decode runs (the abort callback is read by the decode's watcher).
 pub struct Settings {
     /// `llama_n_threads` / `llama_n_threads_batch`: what the params or `llama_set_n_threads`
-    /// gave. packlm's worker pool is shared by the process and sized at open, so they are kept
-    /// and reported, not applied.
+    /// gave (reported as given); `apply_threads` sets them on the model before each pass.
     n_threads: AtomicI32,
     n_threads_batch: AtomicI32,
     /// The abort callback and its data (as an address: the pointer is the client's).
@@ -41,10 +54,31 @@ impl Settings {
         }
     }
 
+    /// Sets the model's worker-thread cap to this context's count for a pass of `n_tokens`
+    /// tokens (see the module's doc): `n_threads` for one, `n_threads_batch` for more. A count
+    /// of 0 or less is ggml's default, 4 (ggml-cpu.c, `ggml_graph_plan`); one over packlm's
+    /// 256 is 256. A cap packlm refuses (its pool cannot grow) is logged under `f` and the
+    /// pass runs under the cap in force.
+    pub fn apply_threads(&self, f: &str, engine: &Engine, n_tokens: usize) {
+        let asked = if n_tokens == 1 { &self.n_threads } else { &self.n_threads_batch };
+        let threads = threads_for(asked.load(Ordering::Relaxed));
+        if let Err(e) = engine.set_threads(threads) {
+            error(f, &format!("{threads} threads: {e}; the pass runs under the model's thread count in force"));
+        }
+    }
+
     /// The abort callback and its data, if one is set.
     pub fn abort_callback(&self) -> Option<(AbortCallback, *mut c_void)> {
         let a = *self.abort.lock().unwrap_or_else(|e| e.into_inner());
         a.map(|(cb, data)| (cb, data as *mut c_void))
+    }
+}
+
+/// The threads a pass runs with for a context's count `asked` (see `Settings::apply_threads`).
+fn threads_for(asked: i32) -> usize {
+    match usize::try_from(asked) {
+        Ok(0) | Err(_) => GGML_DEFAULT_N_THREADS,
+        Ok(n) => n.min(MAX_THREADS),
     }
 }
 
@@ -58,7 +92,9 @@ pub unsafe extern "C" fn llama_n_threads_batch(ctx: *mut LlamaContext) -> i32 {
     guard("llama_n_threads_batch", -1, || ctx_ref("llama_n_threads_batch", ctx).map_or(-1, |c| c.settings.n_threads_batch.load(Ordering::Relaxed)))
 }
 
-/// Keeps the counts `llama_n_threads` and `llama_n_threads_batch` report (see `Settings`).
+/// Sets the context's thread counts: `n_threads` for a pass of one token, `n_threads_batch`
+/// for more, applied to the model before each of the context's passes (see the module's
+/// doc); `llama_n_threads` and `llama_n_threads_batch` report them as given.
 #[no_mangle]
 pub unsafe extern "C" fn llama_set_n_threads(ctx: *mut LlamaContext, n_threads: i32, n_threads_batch: i32) {
     guard("llama_set_n_threads", (), || {
@@ -141,4 +177,15 @@ pub fn run_abortable<T>(settings: &Settings, handles: &[AbortHandle], pass: impl
     });
     handles.iter().for_each(AbortHandle::clear);
     Some(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_for;
+
+    #[test]
+    fn thread_counts_map_as_ggml_and_packlm_take_them() {
+        // 0 or less: ggml's GGML_DEFAULT_N_THREADS; past packlm's 256: 256.
+        assert_eq!([-3, 0, 1, 2, 16, 256, 257, i32::MAX].map(threads_for), [4, 4, 1, 2, 16, 256, 256, 256]);
+    }
 }

@@ -224,6 +224,10 @@ unsafe fn resolved<'a>(f: &str, ctx: *mut LlamaContext) -> Option<crate::context
         return None;
     }
     let engine = &(*(*ctx).model).engine;
+    let pending: usize = c.embd.deferred.iter().map(|d| d.tokens.len()).sum();
+    if pending > 0 {
+        (*ctx).settings.apply_threads(f, engine, pending);
+    }
     if let Err(why) = c.embd.resolve(engine) {
         error(f, &why);
         return None;

@@ -271,6 +271,7 @@ unsafe fn set(f: &str, ctx: *mut LlamaContext, set: impl FnOnce(&LlamaContext, &
                 base = i + 1;
                 items.push((s, tokens, Rows::None));
             }
+            (*ctx).settings.apply_threads(f, engine, held.iter().map(|(_, t)| t.len()).sum());
             if let Err(e) = Sequence::step_many(&mut items) {
                 error(f, &format!("recomputing the held positions under the new adapters: {e}; the context is unchanged"));
                 return -1;
