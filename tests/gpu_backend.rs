@@ -322,3 +322,17 @@ fn lora_adapters_match_peft_on_the_device() {
         }
     }
 }
+
+/// `packlm::gpu_device` names the adapter the GPU backend opens, with wgpu's device type last,
+/// without loading a model; the same text the backend reports.
+#[test]
+fn gpu_device_names_the_adapter_and_its_type() {
+    let Some(gpus) = gpus() else {
+        assert_eq!(packlm::gpu_device().unwrap_err().status, Status::ErrBackendUnavailable);
+        return;
+    };
+    let d = packlm::gpu_device().unwrap();
+    let types = [", DiscreteGpu)", ", IntegratedGpu)", ", VirtualGpu)", ", Cpu)", ", Other)"];
+    assert!(types.iter().any(|t| d.ends_with(t)), "{d}");
+    assert_eq!(gpus[0].1.device().as_deref(), Some(d.as_str()));
+}

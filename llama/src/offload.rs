@@ -20,9 +20,9 @@ use crate::log::{self, Level};
 /// whoever wants that device). Unset or empty: llama.cpp's rule. Read at each load.
 pub const GPU_ENV: &str = "PACKLM_LLAMA_GPU";
 
-/// What this process has learned of its GPU: packlm opens one adapter per process and keeps
-/// it (and keeps the answer when there is none), so the first GPU load's answer holds for
-/// every later one, which then need not open the model on the device to learn it.
+/// What this process has learned of its GPU (`packlm::gpu_device`, asked at the first load
+/// that could use one): packlm opens one adapter per process and keeps it, so the answer holds
+/// for every later load.
 #[derive(Clone)]
 enum Gpu {
     Unknown,
@@ -69,6 +69,15 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapte
     let cpu_type = |device: &str| {
         format!("{head}: the GPU adapter {device} is a CPU-type device (a software rasterizer), which llama.cpp does not count as a GPU; the model runs on the host ({GPU_ENV}=any counts it)")
     };
+    if matches!(known(), Gpu::Unknown) {
+        // Asked of the device alone, so that no model is uploaded to a device that does not
+        // count.
+        learned(match packlm::gpu_device() {
+            Ok(d) if d.ends_with(", Cpu)") => Gpu::CpuType(d),
+            Ok(_) => Gpu::Usable,
+            Err(e) => Gpu::Absent(e.message),
+        });
+    }
     match known() {
         Gpu::Absent(why) => {
             log::log(Level::Info, &format!("{head}: no GPU ({why}); the model runs on the host"));

@@ -10,7 +10,7 @@ mod session;
 pub use adapter::{Adapter, EmbedOptions, Embeddings, Pooling};
 pub use constraint::{Constraint, GrammarKind, MAX_GRAMMAR_BYTES};
 pub use generate::{Detokenizer, Drafter, Generate, GenerateOptions, ModelDrafter, NgramDrafter, PrefixCache, Token};
-pub use model::{Backend, Model, ModelInfo, OpenOptions, Precision, TokenKind, DEFAULT_MAX_TOKENIZE_BYTES};
+pub use model::{gpu_device, Backend, Model, ModelInfo, OpenOptions, Precision, TokenKind, DEFAULT_MAX_TOKENIZE_BYTES};
 pub use session::{AbortHandle, Acceptance, Job, JobResult, Session, StepItem, VerifyCounters, VerifyOutcome, Want};
 
 pub use crate::pack::chat::Message as ChatMessage;

@@ -152,6 +152,17 @@ pub struct ModelInfo {
     pub n_kv_heads: Vec<usize>,
 }
 
+/// The device the GPU backend runs on in this process: wgpu's adapter, as "name (driver)
+/// (API, driver name, device type)", the type one of wgpu's (`DiscreteGpu`, `IntegratedGpu`,
+/// `VirtualGpu`, `Cpu` for a software rasterizer such as Mesa's llvmpipe, `Other`); or
+/// [`Status::ErrBackendUnavailable`] with the reason (no adapter, or a build without the GPU
+/// backend). The adapter is opened once per process and kept, so later calls are cheap; no
+/// model is loaded.
+pub fn gpu_device() -> Result<String> {
+    let be = backend::create(BackendKind::Accelerator, 1, backend::Precision::Exact)?;
+    Ok(be.device().unwrap_or_default())
+}
+
 /// An open model: weights (memory-mapped), tokenizer, chat template and layer table.
 ///
 /// Immutable and cheap to clone (the weights are shared): safe to move to any thread and to use
