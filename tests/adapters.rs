@@ -45,6 +45,7 @@ fn check_against_peft(adapter: &str, base: &str) {
         let want = common::read_f32(&dir.join(file));
         let got = logits(&model, &[(peft.clone(), scale)], &tokens);
         let d = common::max_abs_diff(&got, &want);
+        eprintln!("{adapter} scale {scale}: max |packlm - PEFT| = {d:e}");
         assert!(d <= 1e-4, "{adapter} scale {scale}: max-abs {d} from PEFT");
         let from_gguf = logits(&model, &[(gguf.clone(), scale)], &tokens);
         assert_eq!(

@@ -93,6 +93,7 @@ fn check_against_st(name: &str, pooling: Pooling) {
     );
     for (i, want) in e.embeddings.iter().enumerate() {
         let d = common::max_abs_diff(batch.row(i), want);
+        eprintln!("{name} text {i}: max |packlm - sentence-transformers| = {d:e}");
         assert!(
             d <= 1e-4,
             "{name} text {i}: max-abs {d} from sentence-transformers"
