@@ -12,7 +12,10 @@
 #     continues the same prompt with (and "Paris" for SmolLM2);
 #   - simple-chat answers two scripted user turns through llama_chat_apply_template and the
 #     model's own template, and exits 0 at the end of input, no reply filling the context
-#     (SmolLM2; Gemma3's GGUF has no chat template).
+#     (SmolLM2; Gemma3's GGUF has no chat template);
+#   - tests/llama/all_functions.c calls every function llama.h declares, each result checked
+#     (SmolLM2 and the tiny llama fixture); the build fails unless its object references every
+#     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too).
 # Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,7 +43,37 @@ link="-L$lib -lllama -lggml -lggml-base"
   ${CXX:-c++} $inc "$src/examples/simple/simple.cpp" $link -o "$work/simple"
   ${CXX:-c++} $inc "$src/examples/simple-chat/simple-chat.cpp" $link -o "$work/simple-chat"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/ggml_app.c" $link -o "$work/ggml_app"
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc -c "$root/tests/llama/all_functions.c" -o "$work/all_functions.o"
+  ${CC:-cc} "$work/all_functions.o" $link -lm -o "$work/all_functions"
 }
+
+# all_functions calls every function of llama.h: each name after LLAMA_API in the header (its
+# comments and preprocessor lines left out; DEPRECATED(...) looked through) must be an undefined
+# symbol of the program's object. Only a call (or an address taken) makes one, so a name in a
+# comment or a string does not count.
+python3 - "$src/include/llama.h" >"$work/llama_h.names" <<'EOF2'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+text = re.sub(r"//[^\n]*", " ", text)
+text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)
+names = []
+for m in re.finditer(r"\bLLAMA_API\b", text):
+    rest = re.sub(r"^\s*DEPRECATED\s*\(", "", text[m.end():])
+    decl = re.match(r"[^;(]*?\b([A-Za-z_]\w*)\s*\(", rest)
+    if not decl:
+        sys.exit("llama.h: no function name after LLAMA_API at offset %d" % m.start())
+    names.append(decl.group(1))
+if len(set(names)) != len(names):
+    sys.exit("llama.h: a name is declared twice")
+print("\n".join(names))
+EOF2
+n_names=$(wc -l <"$work/llama_h.names")
+[ "$n_names" = 255 ] || fail "llama.h declares $n_names LLAMA_API functions by this listing, not the 255 of llama-cpp-python 0.3.36"
+nm -u "$work/all_functions.o" | awk '{print $NF}' >"$work/all_functions.refs"
+missing=$(grep -vxF -f "$work/all_functions.refs" "$work/llama_h.names" | tr '\n' ' ')
+[ -z "$missing" ] || fail "tests/llama/all_functions.c does not call: $missing"
+echo "all_functions: calls all $n_names functions of llama.h"
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # needs PROGRAM SONAME...: PROGRAM records each SONAME, and every library of the folder it
@@ -61,6 +94,7 @@ needs() {
 needs simple libllama.so.0 libggml-base.so.0
 needs simple-chat libllama.so.0 libggml-base.so.0
 needs ggml_app libllama.so.0 libggml.so.0 libggml-base.so.0
+needs all_functions libllama.so.0
 
 "$work/ggml_app" || fail "tests/llama/ggml_app.c's checks"
 # GGML_ABORT: the program prints the message it expects on stdout, then aborts (status 134,
@@ -78,6 +112,25 @@ rc=0
 [ "$(sort -u "$work/abort.out" | wc -l)" = 1 ] && [ "$(wc -l <"$work/abort.out")" = 2 ] ||
   fail "the abort callback's message differs from the expected one: $(cat "$work/abort.out")"
 echo "ggml_abort: the message on stderr or to the callback, then SIGABRT"
+
+# all_functions on SmolLM2 (and the tiny fixture), with a LoRA and an aLoRA of SmolLM2 that
+# tests/llama/make_lora.py writes into the work folder (rank 4, seeded).
+smollm2=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$smollm2" ]; then
+  make_lora() {
+    PYTHONPATH=$cache/pydeps:$src/gguf-py python3 "$root/tests/llama/make_lora.py" "$smollm2" --rank 4 "$@" ||
+      fail "tests/llama/make_lora.py $*"
+  }
+  make_lora -o "$work/lora.gguf"
+  make_lora -o "$work/alora.gguf" --alora 1,2,3
+  "$work/all_functions" "$smollm2" "$root/tests/fixtures/tiny/llama" "$work" >"$work/all_functions.out" 2>"$work/all_functions.err" ||
+    { cat "$work/all_functions.out"; cat "$work/all_functions.err" >&2; fail "tests/llama/all_functions.c"; }
+  sed 's/^/all_functions: /' "$work/all_functions.out"
+elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
+  fail "$smollm2 is missing and PACKLM_REQUIRE_MODELS is set"
+else
+  echo "note: $smollm2 absent; tests/llama/all_functions.c built, not run"
+fi
 
 # Each model and what simple prints before the prompt's text: the piece of the BOS token the
 # tokenizer adds (SmolLM2 adds none).
