@@ -301,6 +301,28 @@ static void tiny_model(const char *tiny_path) {
     log_reset();
     /* A folder states no general.file_type: -1 and a log line (README). */
     REFUSED(llama_model_ftype, (int)llama_model_ftype(tiny) == -1);
+    /* n_ctx 0 is the model's; a longer one than the model's is refused (README). */
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 0;
+    struct llama_context *ctx = llama_init_from_model(tiny, cp);
+    CHECK(llama_init_from_model, ctx != NULL && llama_n_ctx(ctx) == 128 && llama_get_model(ctx) == tiny);
+    llama_free(ctx);
+    cp.n_ctx = 256;
+    log_reset();
+    REFUSED(llama_init_from_model, llama_init_from_model(tiny, cp) == NULL);
+    /* Embeddings with a pooling this library does not compute (RANK) are refused (README). */
+    cp.n_ctx = 0;
+    cp.embeddings = true;
+    cp.pooling_type = LLAMA_POOLING_TYPE_RANK;
+    log_reset();
+    REFUSED(llama_init_from_model, llama_init_from_model(tiny, cp) == NULL);
+    llama_model_free(tiny);
+
+    /* A vocabulary-only load serves the vocabulary. */
+    mp = llama_model_default_params();
+    mp.vocab_only = true;
+    tiny = llama_model_load_from_file(tiny_path, mp);
+    CHECK(llama_model_load_from_file, tiny != NULL && llama_vocab_n_tokens(llama_model_get_vocab(tiny)) == 300);
     llama_model_free(tiny);
 
     /* The deprecated loader and free. */
@@ -577,6 +599,10 @@ static void contexts(struct llama_model *model) {
 
 static void decoding(struct llama_model *model, llama_token *prompt) {
     struct llama_context *ctx = new_context(model, 512, 1);
+    /* llama_batch_get_one: the caller's tokens, positions and sequence left to the context. */
+    struct llama_batch one = llama_batch_get_one(prompt, N_PROMPT);
+    CHECK(llama_batch_get_one, one.n_tokens == N_PROMPT && one.token == prompt && one.embd == NULL && one.pos == NULL &&
+                                   one.n_seq_id == NULL && one.seq_id == NULL && one.logits == NULL);
     /* Greedy after the prompt: " Paris". */
     float *row = decode_prompt(ctx, prompt);
     CHECK(llama_decode, argmax(row, N_VOCAB) == PARIS);
@@ -643,7 +669,10 @@ static void decoding(struct llama_model *model, llama_token *prompt) {
         CHECK(llama_decode, llama_decode(ctx, llama_batch_get_one(&t, 1)) == 0 && llama_get_logits_ith(ctx, -1) != NULL);
     }
     struct llama_perf_context_data perf = llama_perf_context(ctx);
+    log_reset();
     llama_perf_context_print(ctx);
+    DEVIATION(llama_perf_context_print, logged("llama_perf_context_print: prompt eval time"),
+              "logs nothing; llama.cpp logs the load, prompt eval, eval and total times");
     DEVIATION(llama_perf_context, perf.n_p_eval == N_PROMPT && perf.n_eval == 3,
               "all zero after a 5-token prompt and 3 single steps; llama.cpp gives n_p_eval 5 and n_eval 3 (and never less than 1)");
 
@@ -675,6 +704,12 @@ static void memory(struct llama_model *model, llama_token *prompt) {
     CHECK(llama_decode, llama_decode(ctx, b) == 0);
     CHECK(llama_memory_seq_cp, memcmp(llama_get_logits_ith(ctx, 0), llama_get_logits_ith(ctx, 1), N_VOCAB * sizeof(float)) == 0);
 
+    /* A prefix [0, 3) of sequence 0 into the emptied sequence 1. */
+    CHECK(llama_memory_seq_rm, llama_memory_seq_rm(mem, 1, -1, -1) && llama_memory_seq_pos_max(mem, 1) == -1);
+    llama_memory_seq_cp(mem, 0, 1, 0, 3);
+    CHECK(llama_memory_seq_cp, llama_memory_seq_pos_min(mem, 1) == 0 && llama_memory_seq_pos_max(mem, 1) == 2);
+    llama_memory_seq_cp(mem, 0, 1, -1, -1);
+    CHECK(llama_memory_seq_cp, llama_memory_seq_pos_max(mem, 1) == N_PROMPT);
     /* A tail goes; the middle cannot (false, nothing changed). */
     CHECK(llama_memory_seq_rm, llama_memory_seq_rm(mem, 1, N_PROMPT, -1) && llama_memory_seq_pos_max(mem, 1) == N_PROMPT - 1);
     log_reset();
@@ -1136,7 +1171,9 @@ static void samplers_on_logits(struct llama_model *model, llama_token *prompt) {
     CHECK(llama_sampler_sample, llama_sampler_sample(chain, ctx, N_PROMPT - 1) == best);
     struct llama_perf_sampler_data perf = llama_perf_sampler(chain);
     CHECK(llama_perf_sampler, perf.n_sample == 2 && perf.t_sample_ms >= 0.0);
+    log_reset();
     llama_perf_sampler_print(chain);
+    CHECK(llama_perf_sampler_print, logged("llama_perf_sampler_print:    samplers time = ") && logged(" ms /     2 runs"));
     llama_perf_sampler_reset(chain);
     CHECK(llama_perf_sampler_reset, llama_perf_sampler(chain).n_sample == 0);
     llama_sampler_free(chain);
