@@ -24,6 +24,8 @@ pub struct Engine {
     info: packlm::ModelInfo,
     /// The fill-in-the-middle tokens, in `FimRole` order.
     fim: [Option<u32>; 6],
+    /// The padding token (`find_pad`).
+    pad: Option<u32>,
     /// The backend it runs on (`Model::info_json`'s "backend": host or gpu) and the device,
     /// for a device backend ("device": "name (api, driver, device type)").
     backend: String,
@@ -77,6 +79,26 @@ fn find_fim(model: &Model, n_vocab: usize) -> [Option<u32>; 6] {
     fim
 }
 
+/// The padding token as llama.cpp gets it from a GGUF (llama-vocab.cpp, `load`):
+/// `tokenizer.ggml.padding_token_id`, an id outside the vocabulary ignored. For an HF folder,
+/// where convert_hf_to_gguf.py's `SpecialVocab` (gguf-py vocab.py) finds it: tokenizer_config.json's
+/// `pad_token` (a string or `{"content": ...}`), the token of that text, else config.json's
+/// `pad_token_id`.
+fn find_pad(path: &Path, model: &Model, n_vocab: usize) -> Option<u32> {
+    let in_vocab = |id: u64| u32::try_from(id).ok().filter(|&id| (id as usize) < n_vocab);
+    if !path.is_dir() {
+        let id = model.metadata().iter().find(|kv| kv.0 == "tokenizer.ggml.padding_token_id")?.1.parse::<u64>().ok()?;
+        return in_vocab(id);
+    }
+    let json = |name: &str| -> Option<serde_json::Value> { serde_json::from_str(&std::fs::read_to_string(path.join(name)).ok()?).ok() };
+    let by_text = json("tokenizer_config.json").and_then(|c| {
+        let pad = &c["pad_token"];
+        let text = pad.as_str().or_else(|| pad["content"].as_str())?.to_string();
+        (0..n_vocab as u32).find(|&id| model.token_text(id).as_deref() == Some(text.as_str()))
+    });
+    by_text.or_else(|| json("config.json").and_then(|c| c["pad_token_id"].as_u64()).and_then(in_vocab))
+}
+
 impl Engine {
     /// Opens `path` on `backend` (one worker thread per core until a context sets its count);
     /// `progress` is packlm's open progress (0 first, then after the pack's files are read
@@ -85,10 +107,11 @@ impl Engine {
         let model = Model::open_with_progress(path, &OpenOptions::default().backend(backend), progress)?;
         let info = model.info();
         let fim = find_fim(&model, info.n_vocab);
+        let pad = find_pad(path, &model, info.n_vocab);
         let json: serde_json::Value = serde_json::from_str(&model.info_json()).unwrap_or_default();
         let backend = json["backend"].as_str().unwrap_or_default().to_string();
         let device = json["device"].as_str().map(str::to_string);
-        Ok(Engine { info, model, fim, backend, device, threads: Mutex::new(0) })
+        Ok(Engine { info, model, fim, pad, backend, device, threads: Mutex::new(0) })
     }
 
     /// The backend the model runs on: "host" or "gpu" (packlm's names).
@@ -169,6 +192,10 @@ impl Engine {
     }
     pub fn is_stop(&self, id: u32) -> bool {
         self.model.is_stop(id)
+    }
+    /// The padding token (llama.cpp's `llama_vocab_pad`), where the model states one.
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
     }
     /// The fill-in-the-middle token of `role` (llama.cpp's `llama_vocab_fim_*`).
     pub fn fim(&self, role: FimRole) -> Option<u32> {

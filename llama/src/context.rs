@@ -168,7 +168,7 @@ pub extern "C" fn llama_context_default_params() -> ContextParams {
         n_seq_max: 1,
         n_rs_seq: 0,
         n_outputs_max: 0,
-        n_outputs_max_per_seq: 0,
+        n_outputs_max_per_seq: 1,
         n_threads: 4,
         n_threads_batch: 4,
         ctx_type: 0,
@@ -255,14 +255,19 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
                 Err(e) => return refuse(e.to_string()),
             }
         }
-        let n_batch = if params.n_batch == 0 { n_ctx } else { params.n_batch };
+        // llama-context.cpp: with causal attention a batch is at most the context
+        // (min(n_ctx, n_batch)), and a micro-batch at most the batch (n_ubatch 0: n_batch).
+        // n_batch 0 asks for n_ctx here (llama.cpp would keep 0 and refuse every decode).
+        let asked = if params.n_batch == 0 { n_ctx } else { params.n_batch };
+        let n_batch = if m.engine.is_causal() { asked.min(n_ctx) } else { asked };
+        let n_ubatch = if params.n_ubatch == 0 { asked } else { params.n_ubatch };
         let n_vocab = m.engine.n_vocab();
         Box::into_raw(Box::new(LlamaContext {
             model,
             n_ctx,
             n_ctx_seq: per_seq as u32,
             n_batch,
-            n_ubatch: params.n_ubatch.min(n_batch).max(1),
+            n_ubatch: n_ubatch.min(n_batch).max(1),
             n_seq_max: n_seq as u32,
             pooling,
             pooling_code,
@@ -324,6 +329,17 @@ ctx_fact!(llama_perf_context, PerfContextData, PerfContextData::default(), |_c| 
 
 #[no_mangle]
 pub extern "C" fn llama_synchronize(_ctx: *mut LlamaContext) {}
+
+/// `llama_attach_threadpool(ctx, threadpool, threadpool_batch)`: accepted and not kept. packlm
+/// runs its passes on its own worker pool (the context's thread counts, `llama_set_n_threads`),
+/// so a ggml threadpool is never used; llama.h makes the pool optional ("an auto threadpool gets
+/// created in ggml if not passed explicitly"), and either way the results are the same.
+#[no_mangle]
+pub extern "C" fn llama_attach_threadpool(_ctx: *mut LlamaContext, _threadpool: *mut c_void, _threadpool_batch: *mut c_void) {}
+
+/// `llama_detach_threadpool`: a no-op, since `llama_attach_threadpool` keeps nothing.
+#[no_mangle]
+pub extern "C" fn llama_detach_threadpool(_ctx: *mut LlamaContext) {}
 
 #[no_mangle]
 pub extern "C" fn llama_perf_context_reset(_ctx: *mut LlamaContext) {}

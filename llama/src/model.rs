@@ -111,9 +111,11 @@ pub extern "C" fn llama_max_tensor_buft_overrides() -> usize {
     4096
 }
 
+/// LLAMA_MAX_SEQ (256), the most sequences a context of this library takes (`n_seq_max`), as
+/// llama.cpp's.
 #[no_mangle]
 pub extern "C" fn llama_max_parallel_sequences() -> usize {
-    1
+    crate::context::MAX_SEQ as usize
 }
 
 #[no_mangle]
@@ -155,8 +157,10 @@ pub extern "C" fn llama_model_default_params() -> ModelParams {
         tensor_buft_overrides: ptr::null(),
         n_gpu_layers: -1,
         split_mode: 1,
-        load_mode: 0,
-        lazy_mode: 0,
+        // LLAMA_LOAD_MODE_AUTO and LLAMA_LAZY_MODE_AUTO (llama-model.cpp); this library
+        // maps the weights whatever they say.
+        load_mode: -1,
+        lazy_mode: 1,
         main_gpu: 0,
         tensor_split: ptr::null(),
         progress_callback: None,
@@ -194,8 +198,14 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
         }
         match crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only) {
             Ok(engine) => {
+                // llama.h: a progress callback returning false aborts the load; llama.cpp then
+                // frees what it loaded, logs "cancelled model load" (info) and gives NULL.
                 if let Some(cb) = params.progress_callback {
-                    cb(1.0, params.progress_callback_user_data);
+                    if !cb(1.0, params.progress_callback_user_data) {
+                        drop(engine);
+                        log::log(log::Level::Info, &format!("{F}: cancelled model load"));
+                        return ptr::null_mut();
+                    }
                 }
                 let m = Box::into_raw(Box::new(LlamaModel::new(engine)));
                 crate::chat::opened(m);

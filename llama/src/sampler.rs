@@ -564,10 +564,15 @@ pub unsafe extern "C" fn llama_sampler_chain_add(chain: *mut Sampler, s: *mut Sa
     })
 }
 
+/// Sampler `i` of the chain, or NULL outside it. llama.h: `i == -1` gives the chain itself,
+/// the way to ask whether a sampler is a chain (llama-sampler.cpp), so a non-chain asked with
+/// -1 gives NULL without a log line.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_chain_get(chain: *mut Sampler, i: i32) -> *mut Sampler {
     const F: &str = "llama_sampler_chain_get";
     guard(F, ptr::null_mut(), || match kind(chain) {
+        Some(Kind::Chain { .. }) if i == -1 => chain,
+        _ if i == -1 => ptr::null_mut(),
         Some(Kind::Chain { samplers, .. }) => match usize::try_from(i).ok().and_then(|i| samplers.get(i)) {
             Some(&s) => s,
             None => {
@@ -624,8 +629,12 @@ pub extern "C" fn llama_sampler_init_dist(seed: u32) -> *mut Sampler {
     new_sampler(Kind::Dist { seed, rng: Box::new(Mt19937::new(seed)) })
 }
 
+/// k <= 0 keeps every token: llama.cpp's empty sampler "?top-k" (llama-sampler.cpp).
 #[no_mangle]
 pub extern "C" fn llama_sampler_init_top_k(k: i32) -> *mut Sampler {
+    if k <= 0 {
+        return new_sampler(Kind::Empty(c"?top-k"));
+    }
     new_sampler(Kind::TopK(k))
 }
 

@@ -37,7 +37,6 @@ unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
 unsupported_fn!(llama_model_init_from_user(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_size(_a0: *mut c_void) -> usize = 0);
 unsupported_fn!(llama_model_n_params(_a0: *mut c_void) -> usize = 0);
-unsupported_fn!(llama_model_quantize(_a0: *const c_char, _a1: *const c_char, _a2: *mut c_void) -> u32 = 0);
 unsupported_fn!(llama_adapter_lora_init_from_file_ptr(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_set_adapter_cvec(_a0: *mut c_void, _a1: *mut c_void, _a2: usize, _a3: i32, _a4: i32, _a5: i32) -> i32 = -1);
 unsupported_fn!(llama_memory_seq_add(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
@@ -52,8 +51,37 @@ unsupported_fn!(llama_get_sampled_logits_ith(_a0: *mut c_void, _a1: i32) -> *mut
 unsupported_fn!(llama_get_sampled_logits_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
 unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
-unsupported_fn!(llama_vocab_get_suppress_tokens(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
-unsupported_fn!(llama_opt_param_filter_all(_a0: *mut c_void, _a1: *mut c_void) -> bool = false);
 unsupported_fn!(llama_opt_init(_a0: *mut c_void, _a1: *mut c_void, _a2: OptParams));
 unsupported_fn!(llama_opt_epoch(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: *mut c_void, _a4: i64, _a5: *mut c_void, _a6: *mut c_void));
+
+/// `llama_model_quantize`: packlm writes no ggml models. llama.cpp's failure: 1 and its log
+/// line (llama-quant.cpp: "failed to quantize: ..."); nothing is written.
+#[no_mangle]
+pub extern "C" fn llama_model_quantize(_fname_inp: *const c_char, _fname_out: *const c_char, _params: *const c_void) -> u32 {
+    crate::log::error(
+        "llama_model_quantize",
+        "failed to quantize: not supported by this llama.cpp API over packlm",
+    );
+    1
+}
+
+/// `llama_vocab_get_suppress_tokens`: the suppress list (`tokenizer.ggml.suppress_tokens`) is
+/// not kept, so none is given (NULL, a log line). As llama.cpp does, the count is always
+/// written when `n_suppress_tokens` is not NULL: 0, the length of what is returned, so a caller
+/// looping over it reads nothing.
+#[no_mangle]
+pub unsafe extern "C" fn llama_vocab_get_suppress_tokens(_vocab: *const c_void, n_suppress_tokens: *mut i32) -> *const i32 {
+    unsupported("llama_vocab_get_suppress_tokens");
+    if !n_suppress_tokens.is_null() {
+        *n_suppress_tokens = 0;
+    }
+    ptr::null()
+}
+
+/// `llama_opt_param_filter_all`: llama.h "always returns true" (llama.cpp's body). Training
+/// itself (`llama_opt_init`, `llama_opt_epoch`) stays refused.
+#[no_mangle]
+pub extern "C" fn llama_opt_param_filter_all(_tensor: *const c_void, _userdata: *mut c_void) -> bool {
+    true
+}

@@ -51,7 +51,8 @@ vocab_fact!(llama_vocab_get_add_eos, bool, false, |_m| false);
 vocab_fact!(llama_vocab_get_add_sep, bool, false, |m| m.meta_value("tokenizer.ggml.add_sep_token") == Some("true"));
 // No pack states these roles; LLAMA_TOKEN_NULL is llama.cpp's "none".
 vocab_fact!(llama_vocab_sep, Token, NULL_TOKEN, |_m| NULL_TOKEN);
-vocab_fact!(llama_vocab_pad, Token, NULL_TOKEN, |_m| NULL_TOKEN);
+// The GGUF's `tokenizer.ggml.padding_token_id`, a folder's pad token (`Engine::pad`).
+vocab_fact!(llama_vocab_pad, Token, NULL_TOKEN, |m| id_or_null(m.engine.pad()));
 vocab_fact!(llama_vocab_mask, Token, NULL_TOKEN, |_m| NULL_TOKEN);
 // The fill-in-the-middle tokens, by GGUF key or by llama.cpp's names (`Engine::fim`).
 vocab_fact!(llama_vocab_fim_pre, Token, NULL_TOKEN, |m| id_or_null(m.engine.fim(FimRole::Pre)));

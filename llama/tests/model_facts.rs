@@ -100,3 +100,52 @@ fn n_embd_out_is_the_dense_projections_width() {
     }
     std::fs::remove_dir_all(&dst).unwrap();
 }
+
+/// A copy of the tiny llama folder with `edits` (file name, JSON key, value) applied to its
+/// JSON files, under the system's temp folder.
+fn tiny_llama_with(tag: &str, edits: &[(&str, &str, serde_json::Value)]) -> std::path::PathBuf {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny/llama");
+    let to = std::env::temp_dir().join(format!("packlm-llama-pad-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    for (file, key, value) in edits {
+        let p = to.join(file);
+        let mut j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        j[*key] = value.clone();
+        std::fs::write(&p, j.to_string()).unwrap();
+    }
+    to
+}
+
+/// llama_vocab_pad on a folder: where convert_hf_to_gguf.py's SpecialVocab finds the pad token
+/// (tokenizer_config.json's pad_token by text, else config.json's pad_token_id), else
+/// LLAMA_TOKEN_NULL; the GGUF key is checked on SmolLM2 by tests/llama/all_functions.c.
+#[test]
+fn pad_token_of_a_folder() {
+    use llama::vocab::{llama_token_pad, llama_vocab_bos, llama_vocab_pad};
+    use serde_json::json;
+    let cases: [(&str, Vec<(&str, &str, serde_json::Value)>, Option<i32>); 4] = [
+        ("none", vec![], None),
+        ("config", vec![("config.json", "pad_token_id", json!(5))], Some(5)),
+        // The text's token wins over config.json's id; "<s>" is the fixture's BOS.
+        ("text", vec![("config.json", "pad_token_id", json!(5)), ("tokenizer_config.json", "pad_token", json!({"content": "<s>"}))], None),
+        ("outside", vec![("config.json", "pad_token_id", json!(100000))], None),
+    ];
+    for (tag, edits, want) in cases {
+        let dir = tiny_llama_with(tag, &edits);
+        let path = CString::new(dir.to_str().unwrap()).unwrap();
+        let m = unsafe { llama_model_load_from_file(path.as_ptr(), llama_model_default_params()) };
+        assert!(!m.is_null(), "{tag} opens");
+        unsafe {
+            let want = if tag == "text" { llama_vocab_bos(m) } else { want.unwrap_or(-1) };
+            assert!(tag != "text" || want >= 0, "the fixture has a BOS");
+            assert_eq!(llama_vocab_pad(m), want, "{tag}");
+            assert_eq!(llama_token_pad(m), want, "{tag}");
+            llama_model_free(m);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
