@@ -190,6 +190,9 @@ impl Engine {
     pub fn add_bos(&self) -> bool {
         self.info.add_bos
     }
+    pub fn add_eos(&self) -> bool {
+        self.info.add_eos
+    }
     pub fn is_stop(&self, id: u32) -> bool {
         self.model.is_stop(id)
     }

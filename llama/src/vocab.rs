@@ -45,7 +45,9 @@ vocab_fact!(llama_vocab_type, i32, 0, |m| if m.engine.is_byte_level() { 2 } else
 vocab_fact!(llama_vocab_bos, Token, NULL_TOKEN, |m| id_or_null(m.engine.bos()));
 vocab_fact!(llama_vocab_eos, Token, NULL_TOKEN, |m| id_or_null(m.engine.eos()));
 vocab_fact!(llama_vocab_get_add_bos, bool, false, |m| m.engine.add_bos());
-vocab_fact!(llama_vocab_get_add_eos, bool, false, |_m| false);
+// packlm's tokenizer appends EOS with add-special when the pack says so (a GGUF's
+// `tokenizer.ggml.add_eos_token`, an embedding model's post-processor).
+vocab_fact!(llama_vocab_get_add_eos, bool, false, |m| m.engine.add_eos());
 // `tokenizer.ggml.add_sep_token` when the model states it; false otherwise (llama.cpp's
 // default for BPE and SentencePiece vocabularies, the ones packlm reads).
 vocab_fact!(llama_vocab_get_add_sep, bool, false, |m| m.meta_value("tokenizer.ggml.add_sep_token") == Some("true"));
@@ -171,6 +173,12 @@ pub unsafe extern "C" fn llama_tokenize(
                 ids.insert(0, b);
             }
         }
+        // And EOS last where the vocabulary adds one, also after an EOS the text produced.
+        if add_special && m.engine.add_eos() {
+            if let Some(e) = m.engine.eos() {
+                ids.push(e);
+            }
+        }
         let Ok(n) = i32::try_from(ids.len()) else {
             error(F, "too many tokens for an int32_t count");
             return i32::MIN;
@@ -257,8 +265,15 @@ pub unsafe extern "C" fn llama_detokenize(
             return i32::MIN;
         }
         let ids = if n == 0 { &[][..] } else { std::slice::from_raw_parts(tokens, n) };
-        let ids = match (remove_special, ids.first()) {
-            (true, Some(&first)) if Some(first) == m.engine.bos().map(|b| b as Token) => &ids[1..],
+        // llama.cpp (llama_vocab::impl::detokenize): remove_special drops a leading BOS where
+        // the vocabulary adds one, and a trailing EOS where it adds one.
+        let e = &m.engine;
+        let ids = match (remove_special && e.add_bos(), ids.first()) {
+            (true, Some(&first)) if Some(first) == e.bos().map(|b| b as Token) => &ids[1..],
+            _ => ids,
+        };
+        let ids = match (remove_special && e.add_eos(), ids.last()) {
+            (true, Some(&last)) if Some(last) == e.eos().map(|b| b as Token) => &ids[..ids.len() - 1],
             _ => ids,
         };
         let mut out = Vec::new();

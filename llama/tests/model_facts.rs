@@ -149,3 +149,26 @@ fn pad_token_of_a_folder() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// add_eos follows the pack (the tiny Qwen3 embedder's post-processor appends `</s>`), and
+/// llama_detokenize's remove_special drops a trailing EOS only where the vocabulary adds one
+/// and a leading BOS only where it adds one (llama.cpp's rule).
+#[test]
+fn add_eos_and_detokenize_follow_the_vocabulary() {
+    use llama::vocab::{llama_detokenize, llama_tokenize, llama_vocab_get_add_bos, llama_vocab_get_add_eos};
+    unsafe {
+        let m = open("embed_qwen3");
+        assert!(llama_vocab_get_add_eos(m) && !llama_vocab_get_add_bos(m));
+        let text = CString::new("a").unwrap();
+        let mut toks = [0i32; 8];
+        let n = llama_tokenize(m, text.as_ptr(), 1, toks.as_mut_ptr(), 8, true, false);
+        assert_eq!(&toks[..n as usize], &[66, 1], "the post-processor's EOS appended");
+        let mut out = [0i8; 64];
+        // EOS (1) dropped; a leading BOS (0) kept, the vocabulary adding none.
+        let ids = [0, 66, 1];
+        let got = llama_detokenize(m, ids.as_ptr(), 3, out.as_mut_ptr(), 64, true, true);
+        let s = std::slice::from_raw_parts(out.as_ptr() as *const u8, got as usize);
+        assert_eq!(s, b"<s>a", "{:?}", String::from_utf8_lossy(s));
+        llama_model_free(m);
+    }
+}

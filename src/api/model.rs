@@ -140,6 +140,9 @@ pub struct ModelInfo {
     pub stop_tokens: Vec<u32>,
     /// Whether tokenizing with `add_special` puts BOS first.
     pub add_bos: bool,
+    /// Whether tokenizing with `add_special` puts EOS last (a GGUF's `add_eos_token`, an
+    /// embedding model's post-processor).
+    pub add_eos: bool,
     pub has_chat_template: bool,
     /// The precision in use (a backend without reduced-precision kernels runs exact).
     pub precision: Precision,
@@ -231,6 +234,7 @@ impl Model {
             eos: v.eos.first().copied(),
             stop_tokens: v.stop.clone(),
             add_bos: v.add_bos,
+            add_eos: v.add_eos.is_some(),
             has_chat_template: v.chat_template.is_some(),
             precision: self.precision(),
             kv_widths: s
