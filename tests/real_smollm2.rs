@@ -153,3 +153,14 @@ fn passes_during_and_after_the_interleaving_agree() {
         }
     }
 }
+
+/// n_params and size_bytes are the sums of the pack's tensors' elements and stored bytes: on
+/// SmolLM2's GGUF the sums gguf-py's reader gives (134,515,008 and 96,576,768, which
+/// llama.cpp's llama_model_n_params / llama_model_size report too).
+#[test]
+fn n_params_and_size_are_the_packs_tensor_sums() {
+    let Some(path) = common::smollm2() else { return };
+    let m = packlm::Model::open(&path).unwrap();
+    assert_eq!(m.n_params(), 134_515_008);
+    assert_eq!(m.size_bytes(), 96_576_768);
+}

@@ -193,6 +193,13 @@ impl Engine {
     pub fn add_eos(&self) -> bool {
         self.info.add_eos
     }
+    /// Elements and stored bytes of every weight tensor (llama.cpp's n_params and size).
+    pub fn n_params(&self) -> u64 {
+        self.model.n_params()
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.model.size_bytes()
+    }
     pub fn is_stop(&self, id: u32) -> bool {
         self.model.is_stop(id)
     }

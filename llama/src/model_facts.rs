@@ -55,6 +55,10 @@ fn arch_int(m: &LlamaModel, suffix: &str) -> Option<i64> {
 // a pooled embedding: the pack's Dense projection's where it has one, else n_embd.
 model_fact!(llama_model_n_embd_inp, i32, -1, |m| m.engine.n_embd() as i32);
 model_fact!(llama_model_n_embd_out, i32, -1, |m| m.engine.n_embd_out() as i32);
+// Every weight tensor of the pack: its bytes as stored, its elements (llama.cpp sums
+// ggml_nbytes and ggml_nelements over the model's tensors).
+model_fact!(llama_model_size, u64, 0, |m| m.engine.size_bytes());
+model_fact!(llama_model_n_params, u64, 0, |m| m.engine.n_params());
 // The window packlm's sliding-window layers attend over (the GGUF's
 // `<arch>.attention.sliding_window`, a folder's `sliding_window`); 0 when none slides.
 model_fact!(llama_model_n_swa, i32, -1, |m| i32::try_from(m.engine.sliding_window()).unwrap_or(i32::MAX));

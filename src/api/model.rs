@@ -289,6 +289,16 @@ impl Model {
         crate::engine::embed::dim(&self.inner, pooling)
     }
 
+    /// Elements of every weight tensor of the pack (llama.cpp's `llama_model_n_params`).
+    pub fn n_params(&self) -> u64 {
+        self.inner.tensors().values().map(|t| t.shape.iter().product::<usize>() as u64).sum()
+    }
+
+    /// Bytes of every weight tensor of the pack as stored (llama.cpp's `llama_model_size`).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.tensors().values().map(|t| t.bytes().len() as u64).sum()
+    }
+
     /// Whether the model's attention is causal. A bidirectional model (an encoder such as
     /// EmbeddingGemma) serves embeddings only: its sessions refuse steps.
     pub fn is_causal(&self) -> bool {
