@@ -20,43 +20,15 @@ struct Expected {
 }
 
 fn expected(dir: &Path) -> Expected {
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("embeddings.json")).unwrap()).unwrap();
-    let rows = |k: &str| -> Vec<Vec<f32>> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-                    .collect()
-            })
-            .collect()
-    };
+    let v: Value = serde_json::from_slice(&std::fs::read(dir.join("embeddings.json")).unwrap()).unwrap();
+    let list = |k: &str| v[k].as_array().unwrap().clone();
+    let floats = |r: &Value| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
     Expected {
-        texts: v["texts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap().to_string())
-            .collect(),
-        tokens: v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap() as u32)
-                    .collect()
-            })
-            .collect(),
-        embeddings: rows("embeddings"),
+        texts: list("texts").iter().map(|t| t.as_str().unwrap().to_string()).collect(),
+        tokens: list("tokens").iter().map(common::ids).collect(),
+        embeddings: list("embeddings").iter().map(floats).collect(),
         token_text: v["token_embeddings_text_index"].as_u64().unwrap() as usize,
-        token_embeddings: rows("token_embeddings"),
+        token_embeddings: list("token_embeddings").iter().map(floats).collect(),
     }
 }
 

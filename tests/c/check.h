@@ -18,4 +18,12 @@ static int failures = 0, checks = 0;
         }                                                                       \
     } while (0)
 
+/* `call` returns the status `want`. */
+#define EXPECT_STATUS(call, want)                                               \
+    do {                                                                        \
+        packlm_status got_ = (call);                                            \
+        CHECK(got_ == (want), "%s returned %d (%s), want %d", #call, (int)got_, \
+              packlm_status_str(got_), (int)(want));                            \
+    } while (0)
+
 #endif

@@ -9,13 +9,6 @@
 #include "check.h"
 
 
-#define EXPECT_STATUS(call, want)                                               \
-    do {                                                                        \
-        packlm_status got_ = (call);                                            \
-        CHECK(got_ == (want), "%s returned %d (%s), want %d", #call, (int)got_, \
-              packlm_status_str(got_), (int)(want));                            \
-    } while (0)
-
 static void expect_error_mentions(const char *what) {
     const char *e = packlm_last_error();
     CHECK(e && strstr(e, what), "last error \"%s\" should mention \"%s\"", e ? e : "(null)", what);

@@ -18,13 +18,6 @@
 #include "packlm.h"
 #include "check.h"
 
-#define EXPECT_STATUS(call, want)                                               \
-    do {                                                                        \
-        packlm_status got_ = (call);                                            \
-        CHECK(got_ == (want), "%s returned %d (%s), want %d", #call, (int)got_, \
-              packlm_status_str(got_), (int)(want));                            \
-    } while (0)
-
 #define OK(call) EXPECT_STATUS(call, PACKLM_OK)
 
 static void expect_error_mentions(const char *what) {
