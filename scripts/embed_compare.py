@@ -16,7 +16,8 @@ rounds, llama.cpp first on odd ones):
   pooling_type=LLAMA_POOLING_TYPE_MEAN, n_threads, n_threads_batch, n_ctx=texts x tokens,
   n_batch=B, n_ubatch=B)` and `llm.embed(texts)` (llama-cpp-python packs up to B tokens of
   whole texts into each `llama_decode`; B = texts x tokens puts them all in one), --repeats
-  times after a warm-up; and with the first B, also one `llm.embed(text)` call per text.
+  times after a warm-up on 4 texts; and with the first B, also one `llm.embed(text)` call per
+  text.
 Prints every round's texts/s, then the medians with [min-max] over all rounds and repeats, the
 ratios packlm / llama.cpp, and how close the two engines' vectors are (cosine, first round).
 llama.cpp runs from an installed llama-cpp-python in --llama-python; this script installs
@@ -85,11 +86,11 @@ LLAMA_SIDE = textwrap.dedent(
     llm = Llama(model_path=path, embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
                 n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, n_batch=n_batch,
                 n_ubatch=n_batch, verbose=False)
-    vectors = llm.embed(texts)  # warm-up
+    llm.embed(texts[:4])  # warm-up
     batched, one = [], []
     for _ in range(repeats):
         t = time.perf_counter()
-        llm.embed(texts)
+        vectors = llm.embed(texts)
         batched.append(len(texts) / (time.perf_counter() - t))
         if single:
             t = time.perf_counter()
@@ -159,6 +160,7 @@ def main():
         results[f"llama.cpp n_batch={b}"] = []
     results[f"llama.cpp single (n_batch={batches[0]})"] = []
     for r in range(a.rounds):
+        print(f"round {r}: load averages {os.getloadavg()}", flush=True)
         first = r == 0
         p_out = os.path.join(tmp, "packlm.json") if first else ""
         l_out = os.path.join(tmp, "llama.json") if first else ""

@@ -94,6 +94,7 @@ def main():
         print(f"llama.cpp: {json.dumps(out[False])} {json.dumps(out[True])}", flush=True)
 
     for r in range(a.rounds):
+        print(f"round {r}: load averages {os.getloadavg()}", flush=True)
         if r % 2 == 0:
             packlm()
             llama(r)
