@@ -282,3 +282,25 @@ fn embeddings_do_not_depend_on_threads() {
         assert_eq!(bits(&run(t)), bits(&one), "{t} threads");
     }
 }
+
+/// A base model's save (EmbeddingGemma's checkpoint is a Gemma3TextModel's: no `model.` prefix
+/// on its tensor names) opens and gives the prefixed fixture's bits.
+#[test]
+fn a_base_model_save_without_the_model_prefix_opens() {
+    let d = scratch_copy("embed_gemma3", "noprefix");
+    let bytes = std::fs::read(d.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let renamed: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().map(|(n, t)| (n.strip_prefix("model.").unwrap_or(&n).to_string(), t)).collect();
+    assert!(renamed.iter().all(|(n, _)| !n.starts_with("model.")) && renamed.iter().any(|(n, _)| n == "layers.0.self_attn.q_proj.weight"));
+    safetensors::serialize_to_file(renamed, None, &d.join("model.safetensors")).unwrap();
+    let e = expected(&common::tiny("embed_gemma3"));
+    let texts: Vec<&[u32]> = e.tokens.iter().map(|t| t.as_slice()).collect();
+    let run = |dir: &Path| {
+        let m = Model::open(dir).unwrap();
+        Session::new(&m, 0).unwrap().embed(&texts, &EmbedOptions::default()).unwrap().values
+    };
+    let got = run(&d);
+    std::fs::remove_dir_all(&d).unwrap();
+    assert_eq!(bits(&got), bits(&run(&common::tiny("embed_gemma3"))));
+}

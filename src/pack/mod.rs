@@ -92,7 +92,7 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     let source = config_path.display().to_string();
     // The tensor table first (mapped, not read): the config's sizes are checked against it
     // before the per-layer table is built from them.
-    let tensors = safetensors_files::load_folder(dir)?;
+    let tensors = base_model_names(safetensors_files::load_folder(dir)?);
     sizes::check_against_tensors(&config, &source, "\"num_hidden_layers\"", &tensors)?;
     let mut spec = ModelSpec::from_config(&config, &source, Container::Folder)?;
 
@@ -144,6 +144,25 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     let metadata = folder_metadata(&spec, &vocab);
     let embedding = embedding::EmbedConfig::from_folder(dir)?;
     Ok(Pack { path: dir.to_path_buf(), config, spec, tensors, vocab, metadata, embedding })
+}
+
+/// A base model's save (`Gemma3TextModel`, `Qwen3Model`: what embedding checkpoints such as
+/// EmbeddingGemma and Qwen3-Embedding hold) names its tensors without the `model.` prefix of
+/// a `*ForCausalLM` save (`layers.0.self_attn.q_proj.weight`, `embed_tokens.weight`,
+/// `norm.weight`); those names get the prefix, so one table of names serves both. A table with
+/// any `model.` name is left as it is.
+fn base_model_names(tensors: std::collections::BTreeMap<String, WeightTensor>) -> std::collections::BTreeMap<String, WeightTensor> {
+    if tensors.keys().any(|k| k.starts_with("model.")) || !tensors.contains_key("embed_tokens.weight") {
+        return tensors;
+    }
+    tensors
+        .into_iter()
+        .map(|(k, mut t)| {
+            let k = if k == "lm_head.weight" { k } else { format!("model.{k}") };
+            t.name = k.clone();
+            (k, t)
+        })
+        .collect()
 }
 
 /// BOS, EOS and stop ids must name rows of the embedding (`vocab_size`): an id beyond it would be
