@@ -300,6 +300,29 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
         Ok(Weight::new(w.rows(), w.cols(), CpuWeight::new(&self.kernels, w)?))
     }
+    /// f32 adapters run `backend::lora`'s kernel on this thread (the same bits on every path);
+    /// other weight types (or bytes not aligned for f32) take the trait's four ops.
+    fn lora(&self, a: &Weight, b: &Weight, bt: &Weight, x: &Tensor, rows: usize, s: f32, r: &mut Tensor, delta: &mut Tensor, out: &mut Tensor) {
+        let (rank, n_in, n_out) = (a.rows(), a.cols(), b.rows());
+        fn f32s(w: &Weight) -> Option<&[f32]> {
+            let t = &w.get::<CpuWeight>().tensor;
+            if t.ty != crate::quant::WeightType::F32 {
+                return None;
+            }
+            // SAFETY: any bit pattern is an f32; only the aligned middle is taken.
+            let (head, mid, tail) = unsafe { t.bytes().align_to::<f32>() };
+            (head.is_empty() && tail.is_empty()).then_some(mid)
+        }
+        if let (Some(av), Some(btv)) = (f32s(a), f32s(bt)) {
+            let (t, acc) = (&mut data_mut(r)[..rank], &mut data_mut(delta)[..n_out]);
+            crate::backend::lora::lora_rows(av, btv, rank, n_in, n_out, &data(x)[..rows * n_in], rows, s, t, acc, &mut data_mut(out)[..rows * n_out]);
+            return;
+        }
+        self.matmul(a, x, rows, r);
+        self.matmul(b, r, rows, delta);
+        self.scale(delta, s, rows * n_out);
+        self.add(out, delta, rows * n_out);
+    }
     fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
         Ok(Vector::new(v.len(), v.to_vec()))
     }

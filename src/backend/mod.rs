@@ -44,6 +44,7 @@ pub mod exp;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod host;
+pub mod lora;
 pub mod pass;
 pub mod reference;
 
@@ -378,6 +379,19 @@ pub trait Backend: Send + Sync {
     /// attention with it).
     #[allow(clippy::too_many_arguments)]
     fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize);
+    /// A LoRA update of `rows` rows: `out += s * ((x A^T) B^T)`, A (rank x n_in), B (n_out x
+    /// rank) and `bt` the same B transposed (rank x n_out); `r` (rows x rank) and `delta` (rows
+    /// x n_out) are scratch. The default is two matmuls, a scale and an add (PEFT's order); a
+    /// backend may compute it otherwise, each row's bits depending on nothing but the row.
+    #[allow(clippy::too_many_arguments)]
+    fn lora(&self, a: &Weight, b: &Weight, bt: &Weight, x: &Tensor, rows: usize, s: f32, r: &mut Tensor, delta: &mut Tensor, out: &mut Tensor) {
+        let _ = bt;
+        let n_out = b.rows();
+        self.matmul(a, x, rows, r);
+        self.matmul(b, r, rows, delta);
+        self.scale(delta, s, rows * n_out);
+        self.add(out, delta, rows * n_out);
+    }
     /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);
     /// Row r of `out` (`width` wide) = columns `offset..offset + width` of row r of `src`

@@ -49,6 +49,8 @@ pub const MAX_RANK: usize = 4096;
 pub struct LoraPair {
     pub a: Weight,
     pub b: Weight,
+    /// B transposed (rank x out), for a backend's own `Backend::lora`.
+    pub bt: Weight,
     pub rank: usize,
     /// alpha / rank (or alpha / sqrt(rank)): multiplied by the session's scale.
     pub scaling: f32,
@@ -328,12 +330,26 @@ impl Adapter {
             }
             let s = scaling(r);
             hash_text.push_str(&format!("{il}:{t}:{r}:{}:{:016x}:{:016x}\n", s.to_bits(), crate::kv::snapshot::fnv1a64(p.a.bytes()), crate::kv::snapshot::fnv1a64(p.b.bytes())));
-            layers[il][t] = Some(LoraPair { a: be.prepare_matrix(&p.a)?, b: be.prepare_matrix(&p.b)?, rank: r, scaling: s });
+            let bt = transposed(&p.b)?;
+            layers[il][t] = Some(LoraPair { a: be.prepare_matrix(&p.a)?, b: be.prepare_matrix(&p.b)?, bt: be.prepare_matrix(&bt)?, rank: r, scaling: s });
             max_rank = max_rank.max(r);
         }
         let hash = crate::kv::snapshot::fnv1a64(hash_text.as_bytes());
         Ok(Adapter { model: model.clone(), layers, rank: max_rank, alpha, hash, source, metadata })
     }
+}
+
+/// `w` (rows x cols) transposed, as f32 (cols x rows).
+fn transposed(w: &WeightTensor) -> Result<WeightTensor> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let v = w.to_f32();
+    let mut bytes = Vec::with_capacity(v.len() * 4);
+    for c in 0..cols {
+        for r in 0..rows {
+            bytes.extend_from_slice(&v[r * cols + c].to_le_bytes());
+        }
+    }
+    WeightTensor::new(format!("{}^T", w.name), crate::quant::WeightType::F32, vec![cols, rows], TensorBytes::Owned(Arc::new(bytes)))
 }
 
 /// Matches each A with its B; one without the other names the tensor.

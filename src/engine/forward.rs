@@ -470,7 +470,7 @@ impl LoraScratch {
 
 /// `out += (scale * scaling) * ((x A^T) B^T)` for each adapter of each session that changes
 /// target `t` of layer `il`, over that session's rows (`input`: (m, n_in), `out`: (m, n_out)),
-/// after the base projection and its bias, as PEFT's `Linear.forward`. A session's rows move
+/// after the base projection and its bias, as PEFT's `Linear.forward` (`Backend::lora`). A session's rows move
 /// to `LoraScratch` and back in a shared pass: each row gets the ops it gets alone.
 #[allow(clippy::too_many_arguments)]
 fn lora(model: &Model, segs: &[Seg], il: usize, t: usize, input: &Tensor, n_in: usize, out: &mut Tensor, n_out: usize, l: &mut Option<LoraScratch>) {
@@ -487,14 +487,11 @@ fn lora(model: &Model, segs: &[Seg], il: usize, t: usize, input: &Tensor, n_in: 
                 be.copy_rows(input, g.row0, x, 0, g.rows, n_in);
                 x
             };
-            be.matmul(&p.a, src, g.rows, r);
-            be.matmul(&p.b, r, g.rows, delta);
-            be.scale(delta, p.scaling * scale, g.rows * n_out);
             if single {
-                be.add(out, delta, g.rows * n_out);
+                be.lora(&p.a, &p.b, &p.bt, src, g.rows, p.scaling * scale, r, delta, out);
             } else {
                 be.copy_rows(out, g.row0, acc, 0, g.rows, n_out);
-                be.add(acc, delta, g.rows * n_out);
+                be.lora(&p.a, &p.b, &p.bt, src, g.rows, p.scaling * scale, r, delta, acc);
                 be.copy_rows(acc, 0, out, g.row0, g.rows, n_out);
             }
         }
