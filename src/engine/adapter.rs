@@ -227,14 +227,11 @@ impl Adapter {
         if !alpha.is_finite() {
             return Err(Error::format(format!("{src}: adapter.lora.alpha is not finite")));
         }
-        // llama.cpp's converter permutes the rows of Q and K of llama-arch models (and so the
-        // rows of their B); put them back in HF order, as the base weights are.
+        // The rows of Q's and K's B are permuted as the base weights' are; put them back.
         let cfg = model.config();
-        let heads = |t: usize| match (arch.as_str(), t) {
-            ("llama", Q) => cfg["num_attention_heads"].as_u64().map(|h| h as usize),
-            ("llama", K) => cfg["num_key_value_heads"].as_u64().or(cfg["num_attention_heads"].as_u64()).map(|h| h as usize),
-            _ => None,
-        };
+        let n_heads = cfg["num_attention_heads"].as_u64().unwrap_or(1) as usize;
+        let n_kv_heads = cfg["num_key_value_heads"].as_u64().map_or(n_heads, |h| h as usize);
+        let heads = |t: usize| crate::pack::gguf_pack::rope_permuted_heads(&arch, GGUF_STEMS[t], n_heads, n_kv_heads);
         let mut raw: BTreeMap<(usize, usize), (Option<WeightTensor>, Option<WeightTensor>)> = BTreeMap::new();
         for t in &g.tensors {
             let (il, target, which) = gguf_name(&t.name).ok_or_else(|| Error::unsupported(format!("{src}: tensor {} is not a LoRA A or B of {}", t.name, GGUF_STEMS.join(", "))))?;

@@ -181,13 +181,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
             .map(|&d| usize::try_from(d))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| Error::format(format!("GGUF: tensor {} dims {:?} too large", t.name, t.dims)))?;
-        // llama.cpp's converter (LlamaModel.permute) reorders Q and K rows of llama-arch models
-        // so that ggml's interleaved rope applies; HF's rope pairs (i, i + d/2). Put them back.
-        let heads = match (arch, t.name.rsplit('.').nth(1)) {
-            ("llama", Some("attn_q")) => Some(n_heads),
-            ("llama", Some("attn_k")) => Some(n_kv_heads),
-            _ => None,
-        };
+        let heads = t.name.rsplit('.').nth(1).and_then(|stem| rope_permuted_heads(arch, stem, n_heads, n_kv_heads));
         let bytes = match heads {
             Some(h) => TensorBytes::Owned(Arc::new(unpermute_rows(g.tensor_data(t), &shape, t.ty, h, &t.name)?)),
             None => TensorBytes::Mapped { map: g.map.clone(), offset: t.offset, len: t.n_bytes },
@@ -196,6 +190,18 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
         out.insert(name, w);
     }
     Ok(out)
+}
+
+/// The rope heads whose rows llama.cpp's converter (LlamaModel.permute) reorders in tensor
+/// `stem` (`attn_q`, `attn_k`) of an `arch` model, so that ggml's interleaved rope applies
+/// (HF's rope pairs (i, i + d/2)); None where the rows are in HF order. The same holds for the
+/// rows of an adapter's B of those maps.
+pub(crate) fn rope_permuted_heads(arch: &str, stem: &str, n_heads: usize, n_kv_heads: usize) -> Option<usize> {
+    match (arch, stem) {
+        ("llama", "attn_q") => Some(n_heads),
+        ("llama", "attn_k") => Some(n_kv_heads),
+        _ => None,
+    }
 }
 
 /// Inverse of `w.reshape(n_head, 2, head_dim/2, ...).swapaxes(1, 2)`: GGUF row
