@@ -303,6 +303,92 @@ fn matmul_equals_the_reference_and_batched_equals_sequential() {
     }
 }
 
+/// `Backend::lora` (the adapter update `out += s * ((x A^T) B^T)`) and `Backend::matmul_lora` (a
+/// map with its bias and adapters) on every backend: within KERNEL_TOL of the reference's
+/// four-op default, batched == one row at a time, `matmul_lora` == its parts (matmul, bias,
+/// each update) bit for bit, and the host's bits the same on every thread count and forced
+/// kernel path. A and B in f32 and f16 (read in place on the host), rank 20 (the host's pieces
+/// cut the rank in chunks, one short).
+#[test]
+fn lora_equals_the_reference_and_batched_equals_sequential() {
+    let mut rng = Rng(29);
+    let (rank, n_in, n_out) = (20, 37, 53);
+    let mat = |ty: WeightType, rows: usize, cols: usize, v: &[f32]| {
+        let bytes: Vec<u8> = match ty {
+            WeightType::F16 => v.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        WeightTensor::new("w".into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes))).unwrap()
+    };
+    let transpose = |v: &[f32], rows: usize, cols: usize| (0..rows * cols).map(|i| v[(i % rows) * cols + i / rows]).collect::<Vec<f32>>();
+    let w = weight(WeightType::F32, n_out, n_in, &mut rng);
+    let bias: Vec<f32> = rng.vec(n_out);
+    let backends = backends();
+    let r = reference();
+    for ty in [WeightType::F32, WeightType::F16] {
+        // Two adapters, the second at a negative scale.
+        let ups: Vec<(WeightTensor, WeightTensor, WeightTensor, f32)> = [0.75f32, -0.5]
+            .iter()
+            .map(|&s| {
+                let (a, b) = (rng.vec(rank * n_in), rng.vec(n_out * rank));
+                (mat(ty, rank, n_in, &a), mat(ty, n_out, rank, &b), mat(ty, rank, n_out, &transpose(&b, n_out, rank)), s)
+            })
+            .collect();
+        let mut host_bits: Option<(&str, Vec<f32>)> = None;
+        for m in ROWS {
+            let x = rng.vec(m * n_in);
+            let base = rng.vec(m * n_out);
+            // One update, alone.
+            let lora = |be: &dyn Backend, x: &[f32], m: usize, base: &[f32]| {
+                let (a, b, bt, s) = &ups[0];
+                let (pa, pb, pbt) = (be.prepare_matrix(a).unwrap(), be.prepare_matrix(b).unwrap(), be.prepare_matrix(bt).unwrap());
+                let (xt, mut out) = (put(be, x), put(be, base));
+                let (mut rr, mut delta) = (be.tensor(m * rank), be.tensor(m * n_out));
+                be.lora(&pa, &pb, &pbt, &xt, m, *s, &mut rr, &mut delta, &mut out);
+                be.read(&out, m * n_out)
+            };
+            // The map: matmul, bias, both updates, in one call and in parts.
+            let map = |be: &dyn Backend, whole: bool| {
+                let (pw, pbias) = (be.prepare_matrix(&w).unwrap(), be.prepare_vector(&bias).unwrap());
+                let prepared: Vec<_> = ups.iter().map(|(a, b, bt, s)| (be.prepare_matrix(a).unwrap(), be.prepare_matrix(b).unwrap(), be.prepare_matrix(bt).unwrap(), *s)).collect();
+                let (xt, mut out) = (put(be, &x), be.tensor(m * n_out));
+                let (mut rr, mut delta) = (be.tensor(m * rank), be.tensor(m * n_out));
+                if whole {
+                    let args: Vec<backend::LoraArgs> = prepared.iter().map(|(a, b, bt, s)| backend::LoraArgs { a, b, bt, s: *s }).collect();
+                    be.matmul_lora(&pw, Some(&pbias), &xt, m, &mut out, &args, &mut rr, &mut delta);
+                } else {
+                    be.matmul(&pw, &xt, m, &mut out);
+                    be.add_bias(&mut out, &pbias, m);
+                    for (a, b, bt, s) in &prepared {
+                        be.lora(a, b, bt, &xt, m, *s, &mut rr, &mut delta, &mut out);
+                    }
+                }
+                be.read(&out, m * n_out)
+            };
+            let want = lora(r.as_ref(), &x, m, &base);
+            let want_map = map(r.as_ref(), false);
+            for UnderTest { name, be, .. } in &backends {
+                let be = be.as_ref();
+                let what = format!("{name}: {ty:?} lora, {m} rows");
+                let got = lora(be, &x, m, &base);
+                assert_close_where_finite(&got, &want, KERNEL_TOL, &what);
+                let rows: Vec<f32> = (0..m).flat_map(|i| lora(be, &x[i * n_in..(i + 1) * n_in], 1, &base[i * n_out..(i + 1) * n_out])).collect();
+                assert_bits_equal(&got, &rows, &format!("{what} vs one at a time"));
+                let whole = map(be, true);
+                assert_close_where_finite(&whole, &want_map, KERNEL_TOL, &format!("{what}: matmul_lora"));
+                assert_bits_equal(&whole, &map(be, false), &format!("{what}: matmul_lora vs its parts"));
+                if name.starts_with("host") && m == 17 {
+                    let got: Vec<f32> = got.into_iter().chain(whole).collect();
+                    match &host_bits {
+                        None => host_bits = Some((name, got)),
+                        Some((first, bits)) => assert_bits_equal(&got, bits, &format!("{what} and matmul_lora vs {first}")),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `got` within `tol` of `want` where `want` is finite, and the same infinity or a NaN where it
 /// is not (gguf-py's float fixtures hold inf and NaN weights).
 fn assert_close_where_finite(got: &[f32], want: &[f32], tol: f32, what: &str) {

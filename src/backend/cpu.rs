@@ -9,7 +9,7 @@ use std::any::Any;
 
 use crate::backend::attention::AttentionArgs;
 use crate::kv::pages::{Ledger, PagedPlane};
-use crate::backend::{AttentionShape, Backend, KvStore, Precision, Tensor, Vector, Weight};
+use crate::backend::{AttentionShape, Backend, KvStore, LoraArgs, Precision, Tensor, Vector, Weight};
 use crate::error::Result;
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::{apply_rope, apply_rope_table, cos_sin, RopeSpec};
@@ -141,6 +141,16 @@ pub trait Kernels: Send + Sync + 'static {
     /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) against a KV plane;
     /// see `attention::AttentionArgs`.
     fn attention(&self, args: &AttentionArgs, q: &[f32], rows: usize, out: &mut [f32]);
+    /// `task(i)` once for each i < n, on any of the kernels' threads; returns when all have run.
+    fn run_tasks(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(task)
+    }
+    /// `matmul_prepared`, and `task(i)` for each i < n (work that does not touch `out`) run
+    /// with it, on any of the kernels' threads; returns when both are done.
+    fn matmul_prepared_with(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32], n: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.matmul_prepared(w, x, rows, out);
+        self.run_tasks(n, task);
+    }
 }
 
 /// What `Kernels::prepare` made of a matrix, for its own `matmul_prepared` to read.
@@ -280,6 +290,13 @@ fn cpu_kv(kv: &dyn KvStore) -> &CpuKv {
     kv.as_any().downcast_ref().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"))
 }
 
+/// An adapter's A and B^T as `backend::lora` reads them.
+fn lora_job<'a>(a: &'a Weight, bt: &'a Weight, s: f32) -> crate::backend::lora::Job<'a> {
+    use crate::backend::lora::{Dims, Job, Rows};
+    let (a, bt) = (&a.get::<CpuWeight>().tensor, &bt.get::<CpuWeight>().tensor);
+    Job { a: Rows::of(a), bt: Rows::of(bt), d: Dims { rank: a.rows(), n_in: a.cols(), n_out: bt.cols() }, s }
+}
+
 impl<K: Kernels> Backend for CpuBackend<K> {
     fn name(&self) -> &'static str {
         self.kernels.name()
@@ -300,28 +317,34 @@ impl<K: Kernels> Backend for CpuBackend<K> {
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
         Ok(Weight::new(w.rows(), w.cols(), CpuWeight::new(&self.kernels, w)?))
     }
-    /// f32 adapters run `backend::lora`'s kernel on this thread (the same bits on every path);
-    /// other weight types (or bytes not aligned for f32) take the trait's four ops.
-    fn lora(&self, a: &Weight, b: &Weight, bt: &Weight, x: &Tensor, rows: usize, s: f32, r: &mut Tensor, delta: &mut Tensor, out: &mut Tensor) {
-        let (rank, n_in, n_out) = (a.rows(), a.cols(), b.rows());
-        fn f32s(w: &Weight) -> Option<&[f32]> {
-            let t = &w.get::<CpuWeight>().tensor;
-            if t.ty != crate::quant::WeightType::F32 {
-                return None;
+    /// `backend::lora`'s kernel (the same bits on every path and thread count); A and B^T are
+    /// read in their own element type. Its pieces go to the kernels' threads where there is
+    /// enough work to pay for the hand-off.
+    fn lora(&self, a: &Weight, _b: &Weight, bt: &Weight, x: &Tensor, rows: usize, s: f32, _r: &mut Tensor, _delta: &mut Tensor, out: &mut Tensor) {
+        let jobs = [lora_job(a, bt, s)];
+        let (n_in, n_out) = (jobs[0].d.n_in, jobs[0].d.n_out);
+        let threads = crate::backend::lora::worth_threads(&jobs, rows);
+        crate::backend::lora::lora_rows(&jobs, &data(x)[..rows * n_in], rows, &mut data_mut(out)[..rows * n_out], |n, task, _| {
+            if threads {
+                self.kernels.run_tasks(n, task)
+            } else {
+                (0..n).for_each(task)
             }
-            // SAFETY: any bit pattern is an f32; only the aligned middle is taken.
-            let (head, mid, tail) = unsafe { t.bytes().align_to::<f32>() };
-            (head.is_empty() && tail.is_empty()).then_some(mid)
-        }
-        if let (Some(av), Some(btv)) = (f32s(a), f32s(bt)) {
-            let (t, acc) = (&mut data_mut(r)[..rank], &mut data_mut(delta)[..n_out]);
-            crate::backend::lora::lora_rows(av, btv, rank, n_in, n_out, &data(x)[..rows * n_in], rows, s, t, acc, &mut data_mut(out)[..rows * n_out]);
-            return;
-        }
-        self.matmul(a, x, rows, r);
-        self.matmul(b, r, rows, delta);
-        self.scale(delta, s, rows * n_out);
-        self.add(out, delta, rows * n_out);
+        });
+    }
+    /// The updates' pieces run among the matmul's tasks (`Kernels::matmul_prepared_with`); their
+    /// sums are added after it and the bias, as `lora` adds them.
+    fn matmul_lora(&self, w: &Weight, bias: Option<&Vector>, x: &Tensor, rows: usize, out: &mut Tensor, updates: &[LoraArgs], _r: &mut Tensor, _delta: &mut Tensor) {
+        let w = w.get::<CpuWeight>();
+        let (n_out, n_in) = (w.tensor.rows(), w.tensor.cols());
+        let jobs: Vec<_> = updates.iter().map(|u| lora_job(u.a, u.bt, u.s)).collect();
+        let xs = &data(x)[..rows * n_in];
+        crate::backend::lora::lora_rows(&jobs, xs, rows, &mut data_mut(out)[..rows * n_out], |n, task, out| {
+            self.kernels.matmul_prepared_with(w, xs, rows, out, n, task);
+            if let Some(b) = bias {
+                add_bias(out, b.get::<Vec<f32>>());
+            }
+        });
     }
     fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
         Ok(Vector::new(v.len(), v.to_vec()))

@@ -52,6 +52,15 @@ use std::any::Any;
 
 use crate::error::{Error, Result, Status};
 pub use crate::kv::KvStore;
+
+/// One adapter's update of a map (`Backend::matmul_lora`): A (rank x n_in), B (n_out x rank),
+/// B transposed, and the scale.
+pub struct LoraArgs<'a> {
+    pub a: &'a Weight,
+    pub b: &'a Weight,
+    pub bt: &'a Weight,
+    pub s: f32,
+}
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::RopeSpec;
 use crate::semantics::{Activation, LayerSpec, ModelSpec};
@@ -391,6 +400,19 @@ pub trait Backend: Send + Sync {
         self.matmul(b, r, rows, delta);
         self.scale(delta, s, rows * n_out);
         self.add(out, delta, rows * n_out);
+    }
+    /// `out = x W^T` (`matmul`), `+= bias` (`add_bias`), then each update in order (`lora`, over
+    /// the same `x`): a map with its adapters. The default is those calls; a backend may run
+    /// them together, with the bits of those calls.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_lora(&self, w: &Weight, bias: Option<&Vector>, x: &Tensor, rows: usize, out: &mut Tensor, updates: &[LoraArgs], r: &mut Tensor, delta: &mut Tensor) {
+        self.matmul(w, x, rows, out);
+        if let Some(b) = bias {
+            self.add_bias(out, b, rows);
+        }
+        for u in updates {
+            self.lora(u.a, u.b, u.bt, x, rows, u.s, r, delta, out);
+        }
     }
     /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);

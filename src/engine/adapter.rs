@@ -336,17 +336,23 @@ impl Adapter {
     }
 }
 
-/// `w` (rows x cols) transposed, as f32 (cols x rows).
+/// `w` (rows x cols) transposed (cols x rows): f32, f16 and bf16 keep their type (the host
+/// reads a half-precision adapter in half the bytes), other types become f32.
 fn transposed(w: &WeightTensor) -> Result<WeightTensor> {
+    use crate::quant::WeightType;
     let (rows, cols) = (w.rows(), w.cols());
-    let v = w.to_f32();
-    let mut bytes = Vec::with_capacity(v.len() * 4);
+    let (ty, size, bytes) = match w.ty {
+        WeightType::F32 | WeightType::F16 | WeightType::BF16 => (w.ty, if w.ty == WeightType::F32 { 4 } else { 2 }, w.bytes().to_vec()),
+        _ => (WeightType::F32, 4, w.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect()),
+    };
+    let mut out = Vec::with_capacity(bytes.len());
     for c in 0..cols {
         for r in 0..rows {
-            bytes.extend_from_slice(&v[r * cols + c].to_le_bytes());
+            let at = (r * cols + c) * size;
+            out.extend_from_slice(&bytes[at..at + size]);
         }
     }
-    WeightTensor::new(format!("{}^T", w.name), crate::quant::WeightType::F32, vec![cols, rows], TensorBytes::Owned(Arc::new(bytes)))
+    WeightTensor::new(format!("{}^T", w.name), ty, vec![cols, rows], TensorBytes::Owned(Arc::new(out)))
 }
 
 /// Matches each A with its B; one without the other names the tensor.

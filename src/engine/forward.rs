@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{all_finite, pass, AttentionShape, Backend, Tensor};
+use crate::backend::{all_finite, pass, AttentionShape, Backend, LoraArgs, Tensor, Vector, Weight};
 use crate::engine::adapter::{self, AdapterSet};
 use crate::engine::weights::LayerWeights;
 use crate::engine::Model;
@@ -498,6 +498,28 @@ fn lora(model: &Model, segs: &[Seg], il: usize, t: usize, input: &Tensor, n_in: 
     }
 }
 
+/// `out = input W^T + bias`, then map `t` of layer `il`'s LoRA updates (`lora`). A pass of one
+/// session hands the backend the map and its adapters in one call (`Backend::matmul_lora`: the
+/// host runs the adapters' pieces among the matmul's tasks); a shared pass adds each session's
+/// updates to its own rows after (the same bits).
+#[allow(clippy::too_many_arguments)]
+fn project(model: &Model, segs: &[Seg], il: usize, t: usize, w: &Weight, bias: Option<&Vector>, input: &Tensor, n_in: usize, m: usize, out: &mut Tensor, n_out: usize, l: &mut Option<LoraScratch>) {
+    let be = model.backend.as_ref();
+    if let (Some(ls), [g]) = (l.as_mut(), segs) {
+        debug_assert_eq!((g.row0, g.rows), (0, m));
+        let updates: Vec<LoraArgs> =
+            g.adapters.list().iter().filter_map(|(a, scale)| a.layers[il][t].as_ref().map(|p| LoraArgs { a: &p.a, b: &p.b, bt: &p.bt, s: p.scaling * scale })).collect();
+        if !updates.is_empty() {
+            return be.matmul_lora(w, bias, input, m, out, &updates, &mut ls.r, &mut ls.delta);
+        }
+    }
+    be.matmul(w, input, m, out);
+    if let Some(b) = bias {
+        be.add_bias(out, b, m);
+    }
+    lora(model, segs, il, t, input, n_in, out, n_out, l);
+}
+
 /// One session's rows of a shared pass (`Seg`), in buffers of up to `rows` rows.
 struct SegScratch {
     /// (rows, n_heads * head_dim) each
@@ -562,11 +584,7 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
     let (hidden, d, eps) = (spec.hidden_size, ls.head_dim, spec.norm_eps);
     let (qw, kvw) = (ls.q_width(), ls.kv_width());
     pre_norm(model, lw.pre_attention_norm.as_ref(), x, m, &mut s.h);
-    be.matmul(&lw.q, &s.h, m, &mut s.q);
-    if let Some([bq, _, _]) = &lw.qkv_bias {
-        be.add_bias(&mut s.q, bq, m);
-    }
-    lora(model, segs, il, adapter::Q, &s.h, hidden, &mut s.q, qw, &mut s.lora);
+    project(model, segs, il, adapter::Q, &lw.q, lw.qkv_bias.as_ref().map(|b| &b[0]), &s.h, hidden, m, &mut s.q, qw, &mut s.lora);
     if let Some(w) = &lw.q_norm {
         be.head_norm(&mut s.q, Some(w), eps, m, qw, d);
     }
@@ -576,18 +594,10 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
     }
     let owns_plane = ls.kv_source == KvSource::Own;
     if let (true, Some(kw)) = (owns_plane, &lw.k) {
-        be.matmul(kw, &s.h, m, &mut s.k);
-        if let Some([_, bk, _]) = &lw.qkv_bias {
-            be.add_bias(&mut s.k, bk, m);
-        }
-        lora(model, segs, il, adapter::K, &s.h, hidden, &mut s.k, kvw, &mut s.lora);
+        project(model, segs, il, adapter::K, kw, lw.qkv_bias.as_ref().map(|b| &b[1]), &s.h, hidden, m, &mut s.k, kvw, &mut s.lora);
         match &lw.v {
             Some(vw) => {
-                be.matmul(vw, &s.h, m, &mut s.v);
-                if let Some([_, _, bv]) = &lw.qkv_bias {
-                    be.add_bias(&mut s.v, bv, m);
-                }
-                lora(model, segs, il, adapter::V, &s.h, hidden, &mut s.v, kvw, &mut s.lora);
+                project(model, segs, il, adapter::V, vw, lw.qkv_bias.as_ref().map(|b| &b[2]), &s.h, hidden, m, &mut s.v, kvw, &mut s.lora);
             }
             // Values are the raw key projection (before k-norm and rope).
             None => be.copy(&s.k, &mut s.v, m * kvw),
@@ -638,11 +648,7 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
             be.copy_rows(&t.attn, 0, &mut s.attn, g.row0, g.rows, qw);
         }
     }
-    be.matmul(&lw.o, &s.attn, m, &mut s.proj);
-    if let Some(b) = &lw.o_bias {
-        be.add_bias(&mut s.proj, b, m);
-    }
-    lora(model, segs, il, adapter::O, &s.attn, qw, &mut s.proj, hidden, &mut s.lora);
+    project(model, segs, il, adapter::O, &lw.o, lw.o_bias.as_ref(), &s.attn, qw, m, &mut s.proj, hidden, &mut s.lora);
     if let Some(w) = &lw.post_attention_norm {
         be.rms_norm_inplace(&mut s.proj, w, eps, m, hidden);
     }
@@ -657,13 +663,10 @@ fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerW
     let be = model.backend.as_ref();
     let (hidden, eps) = (spec.hidden_size, spec.norm_eps);
     pre_norm(model, lw.pre_feedforward_norm.as_ref(), x, m, &mut s.h);
-    be.matmul(&lw.gate, &s.h, m, &mut s.gate);
-    lora(model, segs, il, adapter::GATE, &s.h, hidden, &mut s.gate, ls.mlp_width, &mut s.lora);
-    be.matmul(&lw.up, &s.h, m, &mut s.up);
-    lora(model, segs, il, adapter::UP, &s.h, hidden, &mut s.up, ls.mlp_width, &mut s.lora);
+    project(model, segs, il, adapter::GATE, &lw.gate, None, &s.h, hidden, m, &mut s.gate, ls.mlp_width, &mut s.lora);
+    project(model, segs, il, adapter::UP, &lw.up, None, &s.h, hidden, m, &mut s.up, ls.mlp_width, &mut s.lora);
     be.gated_activation(ls.activation, &mut s.gate, &s.up, m * ls.mlp_width);
-    be.matmul(&lw.down, &s.gate, m, &mut s.proj);
-    lora(model, segs, il, adapter::DOWN, &s.gate, ls.mlp_width, &mut s.proj, hidden, &mut s.lora);
+    project(model, segs, il, adapter::DOWN, &lw.down, None, &s.gate, ls.mlp_width, m, &mut s.proj, hidden, &mut s.lora);
     if let Some(w) = &lw.post_feedforward_norm {
         be.rms_norm_inplace(&mut s.proj, w, eps, m, hidden);
     }

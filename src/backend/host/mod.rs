@@ -162,8 +162,21 @@ impl HostBackend {
         }
     }
 
-    /// `task(i)` for i in 0..n, on the team (or on this thread alone when `serial`).
+    /// `task(i)` for i in 0..n, on the team (or on this thread alone when `serial`). A rider
+    /// left by `matmul_prepared_with` runs first among the tasks, on the team.
     fn for_tasks(&self, n: usize, serial: bool, task: impl Fn(usize) + Sync) {
+        if let Some((rn, rider)) = RIDER.take() {
+            // SAFETY: `matmul_prepared_with` set the rider for the length of its call, which
+            // encloses this one, and its guard clears it before the closure goes away.
+            let rider = unsafe { &*rider };
+            let both = |i: usize| if i < rn { rider(i) } else { task(i - rn) };
+            return self.run_list(rn + n, false, &both);
+        }
+        self.run_list(n, serial, &task)
+    }
+
+    /// `for_tasks` without a rider.
+    fn run_list(&self, n: usize, serial: bool, task: &(dyn Fn(usize) + Sync)) {
         if serial || self.threads() == 1 {
             // One relaxed load per task, as on the team (team.rs): a long call stops early
             // when the pass is aborted.
@@ -177,7 +190,7 @@ impl HostBackend {
             }
             return;
         }
-        self.team.run(n, &task);
+        self.team.run(n, task);
     }
 
     /// `task(i, chunk i)` for the consecutive `chunk`-element pieces of `buf`, on the team (or
@@ -231,7 +244,22 @@ struct SharedOut {
 // matmul holds `out` mutably borrowed until they have all finished.
 unsafe impl Sync for SharedOut {}
 
+/// A task list's pointer with its lifetime erased (`RIDER`).
+type RiderPtr = *const (dyn Fn(usize) + Sync + 'static);
+
+/// Clears `RIDER` when the call that set it ends, also by a panic.
+struct RiderGuard;
+
+impl Drop for RiderGuard {
+    fn drop(&mut self) {
+        RIDER.set(None);
+    }
+}
+
 thread_local! {
+    /// Tasks to run among the next `for_tasks` call's (`matmul_prepared_with`): their count and
+    /// the task.
+    static RIDER: std::cell::Cell<Option<(usize, RiderPtr)>> = const { std::cell::Cell::new(None) };
     /// The calling thread's rounded activations (the `fast` matmuls), reused across calls.
     static Q8_SCRATCH: std::cell::RefCell<Q8Rows> = std::cell::RefCell::new(Q8Rows::default());
     /// The packed matmuls' rounded activations (`matmul_packed`), with the rows they were
@@ -435,6 +463,27 @@ impl Kernels for HostBackend {
             });
             sample::argmax_of_blocks(x, maxima.iter().copied())
         })
+    }
+
+    fn run_tasks(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.for_tasks(n, false, task)
+    }
+
+    /// The extra tasks ride on the matmul's own call to the team (`for_tasks`), first in its
+    /// list: no second hand-off, and the threads share both.
+    fn matmul_prepared_with(&self, w: &CpuWeight, x: &[f32], rows: usize, out: &mut [f32], n: usize, task: &(dyn Fn(usize) + Sync)) {
+        if n == 0 {
+            return self.matmul_prepared(w, x, rows, out);
+        }
+        let _clear = RiderGuard;
+        // SAFETY: only the lifetime changes; the guard clears the pointer before `task` goes away.
+        let ptr: RiderPtr = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), RiderPtr>(task) };
+        RIDER.set(Some((n, ptr)));
+        self.matmul_prepared(w, x, rows, out);
+        // A matmul that ran without the team (nothing to multiply) left it.
+        if let Some((n, _)) = RIDER.take() {
+            self.for_tasks(n, false, task);
+        }
     }
 
     fn matmul(&self, w: &WeightTensor, x: &[f32], rows: usize, out: &mut [f32]) {
