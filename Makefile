@@ -47,6 +47,7 @@ llama-test: models llama
 	$(CARGO) test --release -p llama
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/run.sh
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/examples.sh
+	PACKLM_REQUIRE_MODELS=1 ./tests/llama/splits.sh
 
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32

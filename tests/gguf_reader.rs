@@ -552,3 +552,99 @@ fn smollm2_tensors_dequantize_like_gguf_py() {
     dequantize_row(norm.ty, g.tensor_data(norm), &mut v);
     assert_eq!(v[..4].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), [0x3c650000, 0x3cc30000, 0xbca20000, 0xbcf80000]);
 }
+
+// ---- split models (llama.cpp's gguf-split layout: split.no / split.count / split.tensors.count,
+// files PREFIX-0000K-of-0000N.gguf) ----
+
+/// Part `k` (from 0) of a 3-file split of four f32 tensors: the first file holds the model's
+/// metadata, the others only the split keys (as gguf-split writes them).
+fn split_part(k: u16, count: u16, no: u16) -> Vec<u8> {
+    let f32s = |v: f32| -> Vec<u8> { [v, v + 1.0].iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let mut b = Builder::new();
+    if k == 0 {
+        b = b.kv_str("general.architecture", "testarch").kv_raw("split.tensors.count", 5, &4i32.to_le_bytes());
+    }
+    b = b.kv_raw("split.no", 2, &no.to_le_bytes()).kv_raw("split.count", 2, &count.to_le_bytes());
+    match k {
+        0 => b.tensor("t0", &[2], 0, &f32s(0.0)).tensor("t1", &[2], 0, &f32s(10.0)),
+        1 => b.tensor("t2", &[2], 0, &f32s(20.0)),
+        _ => b.tensor("t3", &[2], 0, &f32s(30.0)),
+    }
+    .bytes()
+}
+
+/// A temp dir removed on drop.
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new() -> TempDir {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("packlm-gguf-split-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_split_model_opens_from_its_first_file() {
+    let dir = TempDir::new();
+    let name = |k: u16| dir.0.join(format!("m-{:05}-of-00003.gguf", k + 1));
+    for k in 0..3 {
+        std::fs::write(name(k), split_part(k, 3, k)).unwrap();
+    }
+    let g = GgufFile::open(&name(0)).unwrap();
+    assert_eq!(g.architecture().unwrap(), "testarch");
+    let names: Vec<&str> = g.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["t0", "t1", "t2", "t3"]);
+    // Each tensor's bytes come from its own file: t_k holds 10k and 10k + 1.
+    for (k, t) in g.tensors.iter().enumerate() {
+        let v: Vec<f32> = g.tensor_data(t).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(v, [10.0 * k as f32, 10.0 * k as f32 + 1.0], "{}", t.name);
+    }
+    assert_eq!(g.tensors.iter().map(|t| t.part).collect::<Vec<_>>(), [0, 0, 1, 2]);
+    // The list form takes any names, in order.
+    let listed: Vec<PathBuf> = (0..3).map(|k| dir.0.join(format!("any-{k}.gguf"))).collect();
+    for (k, p) in listed.iter().enumerate() {
+        std::fs::copy(name(k as u16), p).unwrap();
+    }
+    let l = GgufFile::open_splits(&listed).unwrap();
+    assert_eq!(l.tensors.len(), 4);
+    assert_eq!(l.tensor_data(&l.tensors[3]), g.tensor_data(&g.tensors[3]));
+    // Opened from a later split: refused, naming the first.
+    let e = GgufFile::open(&name(1)).unwrap_err();
+    assert_eq!(e.status, Status::ErrFormat, "{e}");
+    assert!(e.message.contains("split 2 of 3") && e.message.contains("m-00001-of-00003.gguf"), "{e}");
+    // The list form: a wrong count, or the files out of order.
+    let e = GgufFile::open_splits(&listed[..2]).unwrap_err();
+    assert_eq!(e.status, Status::ErrInvalidArgument, "{e}");
+    assert!(e.message.contains("2 split files given") && e.message.contains("has 3"), "{e}");
+    let e = GgufFile::open_splits(&[listed[0].clone(), listed[2].clone(), listed[1].clone()]).unwrap_err();
+    assert!(e.message.contains("expected split 2 of 3"), "{e}");
+    // A missing split names its file.
+    std::fs::remove_file(name(2)).unwrap();
+    let e = GgufFile::open(&name(0)).unwrap_err();
+    assert_eq!(e.status, Status::ErrIo, "{e}");
+    assert!(e.message.contains("split 3 of 3") && e.message.contains("m-00003-of-00003.gguf"), "{e}");
+    // A split whose split.no says another place.
+    std::fs::write(name(2), split_part(2, 3, 1)).unwrap();
+    let e = GgufFile::open(&name(0)).unwrap_err();
+    assert!(e.message.contains("expected split 3 of 3") && e.message.contains("split.no 1"), "{e}");
+    // A first split not named as one.
+    let odd = dir.0.join("model.gguf");
+    std::fs::copy(name(0), &odd).unwrap();
+    let e = GgufFile::open(&odd).unwrap_err();
+    assert!(e.message.contains("PREFIX-00001-of-00003.gguf"), "{e}");
+    // A tensor in two splits.
+    std::fs::write(name(2), {
+        let mut b = Builder::new().kv_raw("split.no", 2, &2u16.to_le_bytes()).kv_raw("split.count", 2, &3u16.to_le_bytes());
+        b = b.tensor("t1", &[2], 0, &[0u8; 8]);
+        b.bytes()
+    })
+    .unwrap();
+    let e = GgufFile::open(&name(0)).unwrap_err();
+    assert!(e.message.contains("'t1' is also in an earlier split"), "{e}");
+}

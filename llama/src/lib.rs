@@ -35,6 +35,7 @@ pub mod names;
 pub mod offload;
 pub mod rng;
 pub mod sampler;
+pub mod splits;
 pub mod state_file;
 pub mod unsupported;
 pub mod vocab;

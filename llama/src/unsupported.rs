@@ -31,7 +31,6 @@ macro_rules! unsupported_fn {
     };
 }
 
-unsupported_fn!(llama_model_load_from_splits(_a0: *mut c_void, _a1: usize, _a2: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_load_from_file_ptr(_a0: *mut c_void, _a1: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
 unsupported_fn!(llama_model_init_from_user(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: ModelParams) -> *mut c_void = ptr::null_mut());

@@ -238,7 +238,7 @@ impl Adapter {
             let shape: Vec<usize> = t.dims.iter().rev().map(|&d| usize::try_from(d).unwrap_or(usize::MAX)).collect();
             let bytes = match (which, heads(target)) {
                 ('B', Some(h)) => TensorBytes::Owned(Arc::new(crate::pack::gguf_pack::unpermute_rows(g.tensor_data(t), &shape, t.ty, h, &t.name)?)),
-                _ => TensorBytes::Mapped { map: g.map.clone(), offset: t.offset, len: t.n_bytes },
+                _ => TensorBytes::Mapped { map: g.part_maps[t.part].clone(), offset: t.offset, len: t.n_bytes },
             };
             let w = WeightTensor::new(t.name.clone(), t.ty, shape, bytes)?;
             let e = raw.entry((il, target)).or_default();

@@ -21,7 +21,7 @@
 //! one `GgufValue` each would cost an allocation and some 60 bytes apiece at every open, to be
 //! read once and dropped.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::quant::WeightType;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -58,6 +58,8 @@ pub struct GgufTensorInfo {
     pub offset: usize,
     /// Bytes of the tensor: row_bytes(dims[0]) x dims[1] x dims[2] x dims[3].
     pub n_bytes: usize,
+    /// The file of a split model the bytes are in (`GgufFile::part_maps`): 0 for the file opened.
+    pub part: usize,
 }
 
 impl GgufTensorInfo {
@@ -74,6 +76,8 @@ pub struct GgufFile {
     pub metadata: BTreeMap<String, GgufValue>,
     pub tensors: Vec<GgufTensorInfo>,
     pub map: Arc<memmap2::Mmap>,
+    /// Every file's map, `map` first: a split model's other files follow (`open`).
+    pub part_maps: Vec<Arc<memmap2::Mmap>>,
 }
 
 impl fmt::Debug for GgufFile {
@@ -92,7 +96,51 @@ impl GgufFile {
     /// Map and parse a GGUF file. Checks the magic and version (2 or 3), every metadata value,
     /// every tensor's type (ErrUnsupported for a ggml type we do not implement), shape, alignment
     /// and that its bytes lie inside the file.
+    ///
+    /// A split model (llama.cpp's gguf-split: `split.count` > 1) is opened from its first file,
+    /// `PREFIX-00001-of-0000N.gguf`: the others are found beside it by llama.cpp's naming
+    /// (`PREFIX-0000K-of-0000N.gguf`), each checked to be split K-1 of N, and their tensors join
+    /// the first file's (its metadata is the model's). Opening a later split is refused, naming
+    /// the first.
     pub fn open(path: &Path) -> Result<GgufFile> {
+        let mut g = GgufFile::open_one(path)?;
+        let Some(count) = g.split_count()? else { return Ok(g) };
+        let no = g.split_no()?;
+        if no != 0 {
+            let first = split_prefix(path, no, count).map(|p| split_path(&p, 0, count).display().to_string());
+            return Err(Error::format(format!(
+                "{}: this is split {} of {count} of a model; open its first split{}",
+                path.display(),
+                no + 1,
+                first.map(|f| format!(", {f}")).unwrap_or_default()
+            )));
+        }
+        let prefix = split_prefix(path, 0, count).ok_or_else(|| {
+            Error::format(format!("{}: split 1 of {count} of a model, but not named PREFIX-00001-of-{count:05}.gguf, so its other splits cannot be found", path.display()))
+        })?;
+        let rest: Vec<PathBuf> = (1..count).map(|k| split_path(&prefix, k, count)).collect();
+        g.join_splits(count, &rest)?;
+        Ok(g)
+    }
+
+    /// `open` of a split model from its files listed in order (llama.cpp's
+    /// `llama_model_load_from_splits`): any names, each checked to be split K of N.
+    pub fn open_splits(paths: &[PathBuf]) -> Result<GgufFile> {
+        let first = paths.first().ok_or_else(|| Error::new(Status::ErrInvalidArgument, "no split files given"))?;
+        let mut g = GgufFile::open_one(first)?;
+        let count = g.split_count()?.unwrap_or(1);
+        if g.split_no()? != 0 {
+            return Err(Error::format(format!("{}: this is not the first split of its model (split.no = {})", first.display(), g.split_no()?)));
+        }
+        if paths.len() != count as usize {
+            return Err(Error::new(Status::ErrInvalidArgument, format!("{} split files given, {} says the model has {count}", paths.len(), first.display())));
+        }
+        g.join_splits(count, &paths[1..])?;
+        Ok(g)
+    }
+
+    /// One file alone.
+    fn open_one(path: &Path) -> Result<GgufFile> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len == 0 {
@@ -104,14 +152,65 @@ impl GgufFile {
         // documented contract of opening a model.
         let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?);
         let header = parse(&map, path)?;
-        Ok(GgufFile { path: path.to_path_buf(), version: header.version, metadata: header.metadata, tensors: header.tensors, map })
+        Ok(GgufFile { path: path.to_path_buf(), version: header.version, metadata: header.metadata, tensors: header.tensors, part_maps: vec![map.clone()], map })
+    }
+
+    /// `split.count` where it says more than one file.
+    fn split_count(&self) -> Result<Option<u16>> {
+        match self.get_u64("split.count")? {
+            None | Some(0 | 1) => Ok(None),
+            Some(n) => u16::try_from(n).map(Some).map_err(|_| Error::format(format!("{}: split.count is {n}, more than a u16", self.path.display()))),
+        }
+    }
+
+    /// `split.no` (0 for the first file); missing in a split file is an error.
+    fn split_no(&self) -> Result<u16> {
+        let no = self.get_u64("split.no")?.ok_or_else(|| Error::format(format!("{}: split.count is set but split.no is missing", self.path.display())))?;
+        match (u16::try_from(no), self.split_count()?) {
+            (Ok(no), Some(count)) if no < count => Ok(no),
+            _ => Err(Error::format(format!("{}: split.no is {no}, outside split.count", self.path.display()))),
+        }
+    }
+
+    /// Adds the tensors of splits 2..=count (`rest`, in order) to this first split's.
+    fn join_splits(&mut self, count: u16, rest: &[PathBuf]) -> Result<()> {
+        let mut names: std::collections::HashSet<String> = self.tensors.iter().map(|t| t.name.clone()).collect();
+        for (k, path) in rest.iter().enumerate() {
+            let part = GgufFile::open_one(path).map_err(|e| Error::new(e.status, format!("split {} of {count} of {}: {}", k + 2, self.path.display(), e.message)))?;
+            let (no, n) = (part.get_u64("split.no")?, part.get_u64("split.count")?);
+            if no != Some(k as u64 + 1) || n != Some(count as u64) {
+                return Err(Error::format(format!(
+                    "{}: expected split {} of {count} (split.no {}), it says split.no {} of split.count {}",
+                    path.display(),
+                    k + 2,
+                    k + 1,
+                    no.map_or("missing".into(), |v| v.to_string()),
+                    n.map_or("missing".into(), |v| v.to_string())
+                )));
+            }
+            let at = self.part_maps.len();
+            for mut t in part.tensors {
+                if !names.insert(t.name.clone()) {
+                    return Err(Error::format(format!("{}: tensor '{}' is also in an earlier split", path.display(), t.name)));
+                }
+                t.part = at;
+                self.tensors.push(t);
+            }
+            self.part_maps.push(part.map);
+        }
+        if let Some(want) = self.get_u64("split.tensors.count")? {
+            if want != self.tensors.len() as u64 {
+                return Err(Error::format(format!("{}: split.tensors.count is {want}, the {count} splits hold {} tensors", self.path.display(), self.tensors.len())));
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of a tensor of this file (validated at open). A `GgufTensorInfo` that did not
     /// come from this file and points outside it gets an empty slice rather than a panic.
     pub fn tensor_data(&self, t: &GgufTensorInfo) -> &[u8] {
         let range = t.offset..t.offset.saturating_add(t.n_bytes);
-        let data = self.map.get(range).unwrap_or(&[]);
+        let data = self.part_maps.get(t.part).and_then(|m| m.get(range)).unwrap_or(&[]);
         debug_assert_eq!(data.len(), t.n_bytes, "tensor {} is not from {}", t.name, self.path.display());
         data
     }
@@ -244,6 +343,22 @@ impl GgufFile {
     }
 }
 
+/// llama.cpp's name of split `k` (from 0) of `count`: `PREFIX-0000{k+1}-of-0000{count}.gguf`
+/// (`llama_split_path`).
+pub fn split_path(prefix: &Path, k: u16, count: u16) -> PathBuf {
+    let mut s = prefix.as_os_str().to_os_string();
+    s.push(format!("-{:05}-of-{:05}.gguf", k + 1, count));
+    PathBuf::from(s)
+}
+
+/// The prefix of `path` when it is named as split `k` (from 0) of `count`
+/// (`llama_split_prefix`), else None.
+pub fn split_prefix(path: &Path, k: u16, count: u16) -> Option<PathBuf> {
+    let tail = format!("-{:05}-of-{:05}.gguf", k + 1, count);
+    let s = path.to_str()?;
+    s.strip_suffix(&tail).filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
 /// What `parse` reads out of the header.
 struct Header {
     version: u32,
@@ -330,7 +445,7 @@ fn parse(map: &Arc<memmap2::Mmap>, path: &Path) -> Result<Header> {
             )));
         }
         // end <= file_len, and the file is mapped, so both fit in usize.
-        tensors.push(GgufTensorInfo { name, dims, ty, offset: start as usize, n_bytes });
+        tensors.push(GgufTensorInfo { name, dims, ty, offset: start as usize, n_bytes, part: 0 });
     }
     Ok(Header { version, metadata, tensors })
 }

@@ -184,7 +184,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
         let heads = t.name.rsplit('.').nth(1).and_then(|stem| rope_permuted_heads(arch, stem, n_heads, n_kv_heads));
         let bytes = match heads {
             Some(h) => TensorBytes::Owned(Arc::new(unpermute_rows(g.tensor_data(t), &shape, t.ty, h, &t.name)?)),
-            None => TensorBytes::Mapped { map: g.map.clone(), offset: t.offset, len: t.n_bytes },
+            None => TensorBytes::Mapped { map: g.part_maps[t.part].clone(), offset: t.offset, len: t.n_bytes },
         };
         let w = WeightTensor::new(name.clone(), t.ty, shape, bytes)?;
         out.insert(name, w);
