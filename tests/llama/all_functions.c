@@ -1209,7 +1209,14 @@ static void unsupported(struct llama_model *model, const char *model_path, llama
     struct llama_model_params mp = llama_model_default_params();
     const char *paths[1] = {model_path};
     log_reset();
-    REFUSED(llama_model_load_from_splits, llama_model_load_from_splits(paths, 1, mp) == NULL);
+    /* One file is the model itself; two paths of an unsplit file are refused (tests/llama/splits.sh
+       opens a real split). */
+    struct llama_model *one = llama_model_load_from_splits(paths, 1, mp);
+    CHECK(llama_model_load_from_splits, one != NULL && llama_model_n_params(one) == llama_model_n_params(model));
+    llama_model_free(one);
+    const char *twice[2] = {model_path, model_path};
+    log_reset();
+    REFUSED(llama_model_load_from_splits, llama_model_load_from_splits(twice, 2, mp) == NULL);
     FILE *f = fopen(model_path, "rb");
     CHECK(fopen, f != NULL);
     log_reset();
