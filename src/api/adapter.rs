@@ -62,3 +62,47 @@ impl Adapter {
         self.inner.source()
     }
 }
+
+/// A control vector made for one model (llama.cpp's "cvec"): a vector of the hidden width per
+/// layer, added to the residual stream at the end of each layer of its range. Cheap to clone;
+/// keeps its model alive. Give it to sessions with
+/// [`Session::set_control_vector`](crate::Session::set_control_vector): applied to their rows
+/// only, so sessions of one model can use different vectors at once (in one shared pass too).
+#[derive(Clone)]
+pub struct ControlVector {
+    pub(crate) inner: Arc<engine::control::ControlVector>,
+}
+
+impl std::fmt::Debug for ControlVector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl ControlVector {
+    /// From `data` (`n_layers x n_embd` floats, layer 0 first), added to layers
+    /// `layer_start ..= layer_end` (0-based). A width other than the model's hidden size, a
+    /// length other than one vector per layer, a range past the model's layers, or a value that
+    /// is not finite is refused, naming what was wrong. A layer whose vector is all zeros gets
+    /// nothing added (the bits of no vector).
+    pub fn from_data(model: &Model, data: &[f32], n_embd: usize, layer_start: usize, layer_end: usize) -> Result<ControlVector> {
+        Ok(ControlVector { inner: Arc::new(engine::control::ControlVector::from_data(model.engine(), data, n_embd, layer_start, layer_end)?) })
+    }
+    /// The sum of llama.cpp control-vector GGUFs (tensors `direction.N` for layer N, from 1),
+    /// each times its scale, added to layers `layer_start ..= layer_end` (llama.cpp's default
+    /// range is 1 ..= n_layers - 1). A file that is not a control vector, a direction of
+    /// another width or layer than the model has, or a value that is not finite is refused,
+    /// naming the file and tensor.
+    pub fn open_gguf<P: AsRef<Path>>(model: &Model, files: &[(P, f32)], layer_start: usize, layer_end: usize) -> Result<ControlVector> {
+        let files: Vec<(&Path, f32)> = files.iter().map(|(p, s)| (p.as_ref(), *s)).collect();
+        Ok(ControlVector { inner: Arc::new(engine::control::ControlVector::open_gguf(model.engine(), &files, layer_start, layer_end)?) })
+    }
+    /// The layers it adds a vector to (in its range, not all zeros), in order.
+    pub fn layers(&self) -> Vec<usize> {
+        self.inner.applied_layers()
+    }
+    /// Layer `il`'s vector (hidden-size floats), or None when it adds none there.
+    pub fn values(&self, il: usize) -> Option<&[f32]> {
+        self.inner.values(il)
+    }
+}

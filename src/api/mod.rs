@@ -7,7 +7,7 @@ mod generate;
 mod model;
 mod session;
 
-pub use adapter::{Adapter, EmbedOptions, Embeddings, Pooling};
+pub use adapter::{Adapter, ControlVector, EmbedOptions, Embeddings, Pooling};
 pub use constraint::{Constraint, GrammarKind, MAX_GRAMMAR_BYTES};
 pub use generate::{Detokenizer, Drafter, Generate, GenerateOptions, ModelDrafter, NgramDrafter, PrefixCache, Token};
 pub use model::{gpu_device, Backend, Model, ModelInfo, OpenOptions, Precision, TokenKind, DEFAULT_MAX_TOKENIZE_BYTES};

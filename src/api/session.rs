@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::api::{Adapter, Constraint, EmbedOptions, Embeddings, Generate, GenerateOptions, Model};
+use crate::api::{Adapter, Constraint, ControlVector, EmbedOptions, Embeddings, Generate, GenerateOptions, Model};
 use crate::engine;
 use crate::error::Result;
 
@@ -83,6 +83,14 @@ impl Session {
             .collect();
         let set = engine::adapter::AdapterSet::new(self.model.engine(), list)?;
         self.inner.set_adapters(set)
+    }
+
+    /// Adds `control` (None: no vector) to the end of each layer of its range in this
+    /// session's passes from now on; the adapters stay. Allowed on an empty session only, as
+    /// [`set_adapters`](Self::set_adapters): a snapshot carries the vector's fingerprint and a
+    /// session with another one refuses it. A vector made for another model is refused.
+    pub fn set_control_vector(&mut self, control: Option<&ControlVector>) -> Result<()> {
+        self.inner.set_control_vector(control.map(|c| c.inner.clone()))
     }
 
     /// The vectors of `texts` (token ids, as [`Model::tokenize`] gives them with

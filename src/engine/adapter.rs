@@ -22,6 +22,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::backend::Weight;
+use crate::engine::control::ControlVector;
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
 use crate::pack::files::{self, FileKind};
@@ -401,11 +402,13 @@ fn gguf_name(name: &str) -> Option<(usize, usize, char)> {
     Some((layer.parse().ok()?, target, which))
 }
 
-/// A session's adapters: (adapter, scale) in the order they apply; empty for the base model.
+/// A session's adapters: (adapter, scale) in the order they apply, and its control vector
+/// (engine/control.rs; llama.cpp calls both adapters); empty for the base model.
 #[derive(Clone, Default)]
 pub struct AdapterSet {
     list: Vec<(Arc<Adapter>, f32)>,
     hash: u64,
+    control: Option<Arc<ControlVector>>,
 }
 
 impl AdapterSet {
@@ -422,17 +425,37 @@ impl AdapterSet {
             text.push_str(&format!("{:016x}:{:08x}\n", a.hash(), s.to_bits()));
         }
         let hash = if list.is_empty() { 0 } else { crate::kv::snapshot::fnv1a64(text.as_bytes()) };
-        Ok(AdapterSet { list, hash })
+        Ok(AdapterSet { list, hash, control: None })
     }
+    /// This set with `control` as its control vector (None, or one whose layers are all
+    /// zeros: none); a vector made for another model is refused.
+    pub fn with_control(&self, model: &Arc<Model>, control: Option<Arc<ControlVector>>) -> Result<AdapterSet> {
+        if let Some(c) = &control {
+            if !Arc::ptr_eq(c.model(), model) {
+                return Err(Error::invalid(format!("the control vector ({}) was made for another model", c.source())));
+            }
+        }
+        Ok(AdapterSet { list: self.list.clone(), hash: self.hash, control: control.filter(|c| !c.is_empty()) })
+    }
+    /// No adapters and no control vector.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.list.is_empty() && self.control.is_none()
     }
     pub fn list(&self) -> &[(Arc<Adapter>, f32)] {
         &self.list
     }
-    /// 0 for the empty set; else a hash of each adapter's hash and scale, in order.
+    /// The control vector, when one with a vector for some layer is set.
+    pub fn control(&self) -> Option<&Arc<ControlVector>> {
+        self.control.as_ref()
+    }
+    /// 0 for the empty set; else a hash of each adapter's hash and scale, in order, mixed with
+    /// the control vector's hash when there is one (the adapters' hash alone when not, as
+    /// before control vectors).
     pub fn hash(&self) -> u64 {
-        self.hash
+        match &self.control {
+            None => self.hash,
+            Some(c) => crate::kv::snapshot::fnv1a64(format!("{:016x}:cvec:{:016x}", self.hash, c.hash()).as_bytes()),
+        }
     }
     /// Largest rank of its adapters (0 when empty).
     pub fn max_rank(&self) -> usize {

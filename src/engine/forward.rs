@@ -393,6 +393,7 @@ fn layers_into(model: &Model, segs: &mut [Seg], tokens: &[u32], aborts: &[Arc<At
             panic!("injected panic after layer {il}");
         }
         mlp_block(model, segs, il, ls, lw, x, m, ple.as_ref(), s);
+        control_vector(model, segs, il, x, &mut s.h);
         be.layer_done();
         if let Some(check) = check.as_mut() {
             if !check(Stage::Layer(il), x) {
@@ -684,6 +685,25 @@ fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerW
     }
     if let Some(scalar) = lw.layer_scalar {
         be.scale(x, scalar, m * hidden);
+    }
+}
+
+/// x += v[il] on the rows of each session whose control vector has one for layer `il`
+/// (engine/control.rs), the layer's last op as llama.cpp's `build_cvec`. In a shared pass a
+/// session's rows move to `tmp` ((m, hidden), free at the layer's end) and back: each row gets
+/// the add it gets alone.
+fn control_vector(model: &Model, segs: &[Seg], il: usize, x: &mut Tensor, tmp: &mut Tensor) {
+    let be = model.backend.as_ref();
+    let hidden = model.spec.hidden_size;
+    for g in segs {
+        let Some(v) = g.adapters.control().and_then(|c| c.layers[il].as_ref()) else { continue };
+        if segs.len() == 1 {
+            be.add_bias(x, v, g.rows);
+        } else {
+            be.copy_rows(x, g.row0, tmp, 0, g.rows, hidden);
+            be.add_bias(tmp, v, g.rows);
+            be.copy_rows(tmp, 0, x, g.row0, g.rows, hidden);
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod adapter;
 pub mod content_hash;
+pub mod control;
 pub mod embed;
 pub mod draft;
 pub mod forward;
@@ -679,7 +680,21 @@ impl Session {
                 self.n_past()
             )));
         }
-        self.adapters = adapters;
+        self.adapters = adapters.with_control(&self.model, self.adapters.control().cloned())?;
+        Ok(())
+    }
+
+    /// The control vector this session's passes add at the end of each layer of its range
+    /// (engine/control.rs), or none. Allowed on an empty session only, as `set_adapters` (the
+    /// set's fingerprint includes it); the adapters are kept.
+    pub fn set_control_vector(&mut self, control: Option<Arc<control::ControlVector>>) -> Result<()> {
+        if self.n_past() > 0 {
+            return Err(Error::invalid(format!(
+                "the session holds {} positions: a control vector changes on an empty session only (truncate to 0 first)",
+                self.n_past()
+            )));
+        }
+        self.adapters = self.adapters.with_control(&self.model, control)?;
         Ok(())
     }
 
@@ -710,9 +725,10 @@ impl Session {
         Error::new(
             Status::ErrSnapshot,
             format!(
-                "{}: a snapshot holds the fingerprint of the model and the adapter set it was taken with (this session has {n} adapter{})",
+                "{}: a snapshot holds the fingerprint of the model and the adapter set and control vector it was taken with (this session has {n} adapter{} and {} control vector)",
                 e.message,
-                if n == 1 { "" } else { "s" }
+                if n == 1 { "" } else { "s" },
+                if self.adapters.control().is_some() { "a" } else { "no" }
             ),
         )
     }
