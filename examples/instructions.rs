@@ -3,10 +3,11 @@
 //!
 //!   cargo build --release --example instructions
 //!   valgrind --tool=callgrind target/release/examples/instructions PACK PREFILL DECODE
+//!       [PRECISION] [ADAPTER]
 //!
 //! Opens PACK on the host backend with one thread (at PRECISION, exact or fast, when given;
-//! else the pack's default), runs one pass over PREFILL fixed token ids,
-//! then DECODE single steps. The cost of a prefill is the count with (P, 0) minus the count
+//! else the pack's default), with the LoRA adapter ADAPTER (a PEFT folder or an adapter GGUF,
+//! scale 1) when given, runs one pass over PREFILL fixed token ids, then DECODE single steps. The cost of a prefill is the count with (P, 0) minus the count
 //! with (0, 0); of a decode step, the count with (P, D) minus (P, 0), divided by D.
 
 use std::path::Path;
@@ -19,7 +20,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parse = |i: usize| args.get(i).and_then(|v| v.parse::<usize>().ok());
     let (Some(pack), Some(n_prefill), Some(n_decode)) = (args.first(), parse(1), parse(2)) else {
-        eprintln!("usage: instructions PACK PREFILL DECODE [PRECISION]");
+        eprintln!("usage: instructions PACK PREFILL DECODE [PRECISION] [ADAPTER]");
         std::process::exit(2);
     };
     let precision = match args.get(3).map(|p| p.parse::<Precision>()).transpose() {
@@ -50,6 +51,10 @@ fn main() {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
     let mut s = Session::new(m.clone(), 0).expect("session");
+    if let Some(path) = args.get(4) {
+        let adapter = std::sync::Arc::new(packlm::engine::adapter::Adapter::open(&m, Path::new(path)).expect("adapter"));
+        s.set_adapters(packlm::engine::adapter::AdapterSet::new(&m, vec![(adapter, 1.0)]).expect("adapter set")).expect("set_adapters");
+    }
     // Token ids spread over the vocabulary, the same on every run.
     let vocab = m.spec().vocab_size as u32;
     let ids: Vec<u32> = (0..n_prefill.max(1) as u32).map(|i| (i * 7919 + 1) % vocab).collect();
