@@ -235,6 +235,14 @@ pub struct OptParams {
     pub optimizer_type: i32,
 }
 
+/// `struct llama_sampler_seq_config`: a sampler chain for one sequence (the context params'
+/// `samplers`).
+#[repr(C)]
+pub struct SamplerSeqConfig {
+    pub seq_id: SeqId,
+    pub sampler: *mut Sampler,
+}
+
 /// A struct's C name, size and field offsets, for the layout test.
 pub struct Layout {
     pub name: &'static str,
@@ -259,6 +267,7 @@ pub fn layouts() -> Vec<Layout> {
         layout!("llama_token_data_array", TokenDataArray, data, size, selected, sorted),
         layout!("llama_sampler_i", SamplerI, name, accept, apply, reset, clone, free, backend_init, backend_accept, backend_apply, backend_set_input, backend_reset, copy_state),
         layout!("llama_sampler", Sampler, iface, ctx),
+        layout!("llama_sampler_seq_config", SamplerSeqConfig, seq_id, sampler),
         layout!("llama_logit_bias", LogitBias, token, bias),
         layout!("llama_chat_message", ChatMessage, role, content),
         layout!("llama_model_quantize_params", ModelQuantizeParams, nthread, ftype, output_tensor_type, token_embedding_type, allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run, imatrix, kv_overrides, tt_overrides, prune_layers, max_buf_size),

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId, Token, TokenData};
 use crate::adapter::{self, Pooling, Rows, Sequence};
+use crate::backend_sampling::{self, Sampling, Start};
 use crate::context_settings::{run_abortable, Settings};
 use crate::embeddings::{self, EmbeddingPass};
 use crate::log::{error, guard};
@@ -29,6 +30,9 @@ pub struct LlamaContext {
     n_ubatch: u32,
     /// Its sequences, seq_id 0 to n_seq_max - 1 (never changes).
     n_seq_max: u32,
+    /// Most output rows a decode may give a sequence with a sampler chain attached
+    /// (`backend_sampling`).
+    n_outputs_max_per_seq: u32,
     /// The pooling of its embeddings (the params' `pooling_type`, or the model's when
     /// unspecified); the reason when packlm does not compute it (embeddings are then refused).
     pub(crate) pooling: Result<Pooling, String>,
@@ -60,6 +64,8 @@ pub struct State {
     pub(crate) embd: embeddings::Output,
     /// The context's LoRA adapters and scales (`llama_set_adapters_lora`).
     pub(crate) loras: Vec<crate::lora::Entry>,
+    /// The sampler chains attached to its sequences and the last decode's results.
+    pub(crate) sampling: Sampling,
 }
 
 impl State {
@@ -81,6 +87,7 @@ impl State {
     fn clear_outputs(&mut self) {
         self.outputs.clear();
         self.output_of.clear();
+        self.sampling.clear_rows();
         self.embd = embeddings::Output::default();
     }
 
@@ -205,7 +212,7 @@ pub extern "C" fn llama_context_default_params() -> ContextParams {
 /// A context of `n_ctx` positions (0: the model's) for `n_seq_max` sequences. NULL, logged,
 /// when a parameter asks for what packlm does not do (embeddings with a pooling it does not
 /// compute, attention other than the model's, rope changes, a longer context than the
-/// model's, samplers on the backend).
+/// model's, `ctx_other`). The params' `samplers` are attached as `llama_set_sampler` does.
 #[no_mangle]
 pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: ContextParams) -> *mut LlamaContext {
     const F: &str = "llama_init_from_model";
@@ -233,8 +240,8 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
         if params.rope_freq_base != 0.0 || params.rope_freq_scale != 0.0 || params.rope_scaling_type > 0 {
             return refuse("rope overrides (rope_freq_base, rope_freq_scale, rope_scaling_type) are not supported".into());
         }
-        if !params.samplers.is_null() || params.n_samplers > 0 || !params.ctx_other.is_null() {
-            return refuse("backend samplers and ctx_other are not supported".into());
+        if !params.ctx_other.is_null() {
+            return refuse("ctx_other is not supported".into());
         }
         let first = match Sequence::new(&m.engine, params.n_ctx as usize) {
             Ok(s) => s,
@@ -262,13 +269,17 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
         let n_batch = if m.engine.is_causal() { asked.min(n_ctx) } else { asked };
         let n_ubatch = if params.n_ubatch == 0 { asked } else { params.n_ubatch };
         let n_vocab = m.engine.n_vocab();
-        Box::into_raw(Box::new(LlamaContext {
+        // llama.h: n_outputs_max_per_seq 0 is n_outputs_max, whose 0 is n_batch.
+        let n_outputs_max = if params.n_outputs_max == 0 { n_batch } else { params.n_outputs_max };
+        let n_outputs_max_per_seq = if params.n_outputs_max_per_seq == 0 { n_outputs_max } else { params.n_outputs_max_per_seq };
+        let mut ctx = Box::new(LlamaContext {
             model,
             n_ctx,
             n_ctx_seq: per_seq as u32,
             n_batch,
             n_ubatch: n_ubatch.min(n_batch).max(1),
             n_seq_max: n_seq as u32,
+            n_outputs_max_per_seq,
             pooling,
             pooling_code,
             in_use: AtomicBool::new(false),
@@ -281,8 +292,13 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
                 embeddings: params.embeddings,
                 embd: embeddings::Output::default(),
                 loras: Vec::new(),
+                sampling: Sampling::new(n_seq, n_vocab),
             }),
-        }))
+        });
+        if let Err(why) = backend_sampling::set_from_params(F, ctx.state.get_mut(), params.samplers, params.n_samplers) {
+            return refuse(why);
+        }
+        Box::into_raw(ctx)
     })
 }
 
@@ -536,6 +552,11 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
                 return -1;
             }
         };
+        let outputs_by_seq: Vec<usize> = plan.wanted.iter().map(|&(item, _)| plan.items[item].seq).collect();
+        if let Err(why) = c.sampling.check_outputs(&outputs_by_seq, (*ctx).n_outputs_max_per_seq) {
+            error(F, &why);
+            return -1;
+        }
         let pass = pooling.map(|p| EmbeddingPass::new(&c, engine, p, &plan));
         let step = engine.is_causal() || pass.is_none();
         let v = c.n_vocab;
@@ -594,6 +615,11 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
                     None => embeddings::Output::default(),
                 };
                 c.output_of = plan.output_of;
+                // The chains attached to the output rows' sequences run on them (this
+                // library's samplers only: no client code runs while the context is held).
+                let n_rows = if c.outputs.is_empty() { 0 } else { outputs_by_seq.len() };
+                let State { sampling, outputs, .. } = &mut *c;
+                sampling.run(outputs, v, &outputs_by_seq[..n_rows]);
                 0
             }
             Err(e) => {
@@ -1036,6 +1062,7 @@ fn restore_state(c: &mut State, bytes: &[u8]) -> Result<(), String> {
     }
     c.outputs = logits;
     c.output_of.clear();
+    c.sampling.clear_rows();
     Ok(())
 }
 
@@ -1191,12 +1218,17 @@ pub unsafe extern "C" fn llama_set_state_data(ctx: *mut LlamaContext, src: *cons
     })
 }
 
-/// For the sampler: the candidates (id, logit) of the logits row `idx` of `ctx`, copied while
-/// the context is held, so that samplers (which may be the client's code) run without it.
-pub unsafe fn candidates_for_sampling(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<Vec<TokenData>> {
+/// For the sampler: what a chain attached to the row's sequence left at decode
+/// (`backend_sampling::start_for_sampling`), else the candidates (id, logit) of the logits row
+/// `idx` of `ctx`; copied while the context is held, so that samplers (which may be the
+/// client's code) run without it.
+pub unsafe fn candidates_for_sampling(f: &str, ctx: *mut LlamaContext, idx: i32) -> Option<Start> {
     let c = hold(f, ctx)?;
+    if let Some(start) = backend_sampling::start_for_sampling(&c, idx) {
+        return Some(start);
+    }
     let logits = c.logits_ith(f, idx)?;
-    Some(logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect())
+    Some(Start::Candidates(logits.iter().enumerate().map(|(i, &l)| TokenData { id: i as Token, logit: l, p: 0.0 }).collect()))
 }
 
 /// A batch over the caller's `tokens` (not copied): positions from the context's length,

@@ -20,6 +20,7 @@
 
 pub mod abi;
 pub mod adapter;
+pub mod backend_sampling;
 pub mod batch_ext;
 pub mod chat;
 pub mod chat_builtin;

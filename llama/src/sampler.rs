@@ -11,6 +11,7 @@
 //! Samplers this library cannot build return NULL, and a chain given NULL refuses to sample,
 //! so nothing samples without a constraint the client asked for.
 
+pub(crate) mod backend;
 mod dry;
 mod filters;
 mod infill;
@@ -28,6 +29,7 @@ use std::ptr;
 use std::time::Instant;
 
 use crate::abi::{LogitBias, Sampler, SamplerChainParams, SamplerI, Token, TokenData, TokenDataArray};
+use crate::backend_sampling::Start;
 use crate::context::{candidates_for_sampling, LlamaContext};
 use crate::grammar::{self, GrammarSampler, Lazy};
 use crate::log::{error, guard};
@@ -43,7 +45,10 @@ use mirostat::{AdaptiveP, Mirostat, MirostatV2};
 const DEFAULT_SEED: u32 = 0xFFFF_FFFF;
 
 enum Kind {
-    Chain { samplers: Vec<*mut Sampler>, broken: bool, perf: ChainPerf },
+    /// `backend`: after `llama_set_sampler`, how many of its leading samplers run at each
+    /// `llama_decode` (`backend::init`); `llama_sampler_apply` then skips them, as llama.cpp's
+    /// chain does once backend-initialized.
+    Chain { samplers: Vec<*mut Sampler>, broken: bool, perf: ChainPerf, backend: Option<usize> },
     Greedy,
     /// llama.cpp's generator, seeded with `seed` (the drawn one for LLAMA_DEFAULT_SEED).
     Dist { seed: u32, rng: Box<Mt19937> },
@@ -181,7 +186,7 @@ unsafe extern "C" fn builtin_reset(s: *mut Sampler) {
 unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
     let Some(k) = kind(s) else { return ptr::null_mut() };
     let copy = match k {
-        Kind::Chain { samplers, broken, perf } => {
+        Kind::Chain { samplers, broken, perf, .. } => {
             let mut out = Vec::with_capacity(samplers.len());
             for &x in samplers.iter() {
                 let c = llama_sampler_clone(x);
@@ -193,7 +198,8 @@ unsafe extern "C" fn builtin_clone(s: *const Sampler) -> *mut Sampler {
                 }
                 out.push(c);
             }
-            Kind::Chain { samplers: out, broken: *broken, perf: *perf }
+            // As llama.cpp's clone: a new chain, not backend-initialized.
+            Kind::Chain { samplers: out, broken: *broken, perf: *perf, backend: None }
         }
         Kind::Greedy => Kind::Greedy,
         Kind::Dist { seed, rng } => Kind::Dist { seed: *seed, rng: rng.clone() },
@@ -261,14 +267,14 @@ unsafe extern "C" fn builtin_apply(s: *mut Sampler, cur: *mut TokenDataArray) {
         return;
     }
     let cur = &mut *cur;
-    if let Kind::Chain { samplers, perf, .. } = k {
+    if let Kind::Chain { samplers, perf, backend, .. } = k {
         if is_broken(s) {
             error("llama_sampler_apply", BROKEN);
             cur.selected = -1;
             return;
         }
         let start = Instant::now();
-        for &x in samplers.iter() {
+        for &x in samplers.iter().skip(backend.unwrap_or(0)) {
             llama_sampler_apply(x, cur);
         }
         perf.add_time(start);
@@ -539,7 +545,7 @@ pub extern "C" fn llama_sampler_chain_default_params() -> SamplerChainParams {
 
 #[no_mangle]
 pub extern "C" fn llama_sampler_chain_init(params: SamplerChainParams) -> *mut Sampler {
-    new_sampler(Kind::Chain { samplers: Vec::new(), broken: false, perf: ChainPerf::new(params.no_perf) })
+    new_sampler(Kind::Chain { samplers: Vec::new(), broken: false, perf: ChainPerf::new(params.no_perf), backend: None })
 }
 
 /// Takes ownership of `s`. NULL (a sampler that could not be built) marks the chain as
@@ -616,6 +622,24 @@ pub unsafe extern "C" fn llama_sampler_chain_remove(chain: *mut Sampler, i: i32)
             ptr::null_mut()
         }
     })
+}
+
+/// The number of samplers of a chain of this library's; None (no log line) for anything else.
+pub(crate) unsafe fn llama_sampler_chain_n_quiet(chain: *const Sampler) -> Option<usize> {
+    match kind(chain) {
+        Some(Kind::Chain { samplers, .. }) => Some(samplers.len()),
+        _ => None,
+    }
+}
+
+/// A sampler's name for a log line ("?" where it has none).
+pub(crate) unsafe fn name_of(s: *const Sampler) -> String {
+    let name = llama_sampler_name(s);
+    if name.is_null() {
+        "?".into()
+    } else {
+        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
 }
 
 #[no_mangle]
@@ -859,7 +883,9 @@ pub unsafe extern "C" fn llama_sampler_get_seed(s: *const Sampler) -> u32 {
 
 /// Applies `s` to the logits of `ctx`'s batch index `idx`, accepts the selected token and
 /// returns it. LLAMA_TOKEN_NULL (-1), logged, when there are no such logits, the chain holds a
-/// sampler that could not be built, or nothing selected a token.
+/// sampler that could not be built, or nothing selected a token. Where a chain attached to
+/// the row's sequence ran at decode (`llama_set_sampler`), as llama.cpp's: the token it
+/// selected is accepted and returned, else `s` is applied to the candidates it left.
 #[no_mangle]
 pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaContext, idx: i32) -> Token {
     const F: &str = "llama_sampler_sample";
@@ -872,7 +898,14 @@ pub unsafe extern "C" fn llama_sampler_sample(s: *mut Sampler, ctx: *mut LlamaCo
             error(F, BROKEN);
             return -1;
         }
-        let Some(mut data) = candidates_for_sampling(F, ctx, idx) else { return -1 };
+        let mut data = match candidates_for_sampling(F, ctx, idx) {
+            Some(Start::Token(token)) => {
+                llama_sampler_accept(s, token);
+                return token;
+            }
+            Some(Start::Candidates(data)) => data,
+            None => return -1,
+        };
         let mut cur = TokenDataArray { data: data.as_mut_ptr(), size: data.len(), selected: -1, sorted: false };
         llama_sampler_apply(s, &mut cur);
         // The array's start may have moved (XTC moves it past what it drops): read through it.

@@ -41,14 +41,6 @@ unsupported_fn!(llama_memory_seq_div(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: 
 unsupported_fn!(llama_batch_ext_add_embd(_a0: *mut c_void, _a1: i32, _a2: Embd) -> i32 = -1);
 unsupported_fn!(llama_batch_ext_set_embd_token(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
 unsupported_fn!(llama_batch_ext_set_embd_state(_a0: *mut c_void, _a1: i32, _a2: Embd) -> bool = false);
-unsupported_fn!(llama_get_sampled_token_ith(_a0: *mut c_void, _a1: i32) -> i32 = -1);
-unsupported_fn!(llama_get_sampled_probs_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_get_sampled_probs_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
-unsupported_fn!(llama_get_sampled_logits_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_get_sampled_logits_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
-unsupported_fn!(llama_get_sampled_candidates_ith(_a0: *mut c_void, _a1: i32) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_get_sampled_candidates_count_ith(_a0: *mut c_void, _a1: i32) -> u32 = 0);
-unsupported_fn!(llama_set_sampler(_a0: *mut c_void, _a1: i32, _a2: *mut c_void) -> bool = false);
 unsupported_fn!(llama_opt_init(_a0: *mut c_void, _a1: *mut c_void, _a2: OptParams));
 unsupported_fn!(llama_opt_epoch(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: *mut c_void, _a4: i64, _a5: *mut c_void, _a6: *mut c_void));
 

@@ -1272,26 +1272,27 @@ static void unsupported(struct llama_model *model, const char *model_path, llama
     REFUSED(llama_batch_ext_set_embd_state, !llama_batch_ext_set_embd_state(b, idx, embd));
     llama_batch_ext_free(b);
 
-    /* Backend sampling: LLAMA_TOKEN_NULL, NULL and 0 (llama.h's "none"). */
+    /* Backend sampling (tests/llama/backend_sampling.c checks it at length): a chain attached
+     * after the last decode has no results yet, llama.cpp's "none" (the logits count is
+     * n_vocab and the candidates the vocabulary's ids); NULL detaches it. */
     struct llama_sampler *chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(chain, llama_sampler_init_greedy());
-    log_reset();
-    REFUSED(llama_set_sampler, !llama_set_sampler(ctx, 0, chain));
+    CHECK(llama_set_sampler, llama_set_sampler(ctx, 0, chain));
+    CHECK(llama_get_sampled_token_ith, llama_get_sampled_token_ith(ctx, -1) == LLAMA_TOKEN_NULL);
+    CHECK(llama_get_sampled_probs_ith, llama_get_sampled_probs_ith(ctx, -1) == NULL);
+    CHECK(llama_get_sampled_probs_count_ith, llama_get_sampled_probs_count_ith(ctx, -1) == 0);
+    CHECK(llama_get_sampled_logits_ith, llama_get_sampled_logits_ith(ctx, -1) == NULL);
+    CHECK(llama_get_sampled_logits_count_ith, llama_get_sampled_logits_count_ith(ctx, -1) == N_VOCAB);
+    const llama_token *ids = llama_get_sampled_candidates_ith(ctx, -1);
+    CHECK(llama_get_sampled_candidates_ith, ids != NULL && ids[0] == 0 && ids[N_VOCAB - 1] == N_VOCAB - 1);
+    CHECK(llama_get_sampled_candidates_count_ith, llama_get_sampled_candidates_count_ith(ctx, -1) == 0);
+    /* Attached, the next decode selects the argmax of the row for a greedy chain. */
+    llama_token next_tok = PARIS;
+    CHECK(llama_decode, llama_decode(ctx, llama_batch_get_one(&next_tok, 1)) == 0);
+    CHECK(llama_get_sampled_token_ith, llama_get_sampled_token_ith(ctx, -1) == argmax(llama_get_logits_ith(ctx, -1), N_VOCAB));
+    CHECK(llama_set_sampler, llama_set_sampler(ctx, 0, NULL));
     llama_sampler_free(chain);
-    log_reset();
-    REFUSED(llama_get_sampled_token_ith, llama_get_sampled_token_ith(ctx, 0) == LLAMA_TOKEN_NULL);
-    log_reset();
-    REFUSED(llama_get_sampled_probs_ith, llama_get_sampled_probs_ith(ctx, 0) == NULL);
-    log_reset();
-    REFUSED(llama_get_sampled_probs_count_ith, llama_get_sampled_probs_count_ith(ctx, 0) == 0);
-    log_reset();
-    REFUSED(llama_get_sampled_logits_ith, llama_get_sampled_logits_ith(ctx, 0) == NULL);
-    log_reset();
-    REFUSED(llama_get_sampled_logits_count_ith, llama_get_sampled_logits_count_ith(ctx, 0) == 0);
-    log_reset();
-    REFUSED(llama_get_sampled_candidates_ith, llama_get_sampled_candidates_ith(ctx, 0) == NULL);
-    log_reset();
-    REFUSED(llama_get_sampled_candidates_count_ith, llama_get_sampled_candidates_count_ith(ctx, 0) == 0);
+    CHECK(llama_memory_seq_rm, llama_memory_seq_rm(mem, 0, N_PROMPT, -1));
 
     /* llama.cpp writes the count (0 for SmolLM2, which has none) whatever it returns. */
     int32_t n_suppress = 12345;

@@ -15,7 +15,9 @@
 #     (SmolLM2; Gemma3's GGUF has no chat template);
 #   - tests/llama/all_functions.c calls every function llama.h declares, each result checked
 #     (SmolLM2 and the tiny llama fixture); the build fails unless its object references every
-#     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too).
+#     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too);
+#   - tests/llama/backend_sampling.c: sampler chains attached to sequences run at llama_decode
+#     (llama_set_sampler, llama_get_sampled_*_ith), as llama_sampler_sample on the host (SmolLM2).
 # Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,6 +47,7 @@ link="-L$lib -lllama -lggml -lggml-base"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/ggml_app.c" $link -o "$work/ggml_app"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc -c "$root/tests/llama/all_functions.c" -o "$work/all_functions.o"
   ${CC:-cc} "$work/all_functions.o" $link -lm -o "$work/all_functions"
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/backend_sampling.c" $link -lm -o "$work/backend_sampling"
 }
 
 # all_functions calls every function of llama.h: each name after LLAMA_API in the header (its
@@ -126,6 +129,8 @@ if [ -f "$smollm2" ]; then
   "$work/all_functions" "$smollm2" "$root/tests/fixtures/tiny/llama" "$work" >"$work/all_functions.out" 2>"$work/all_functions.err" ||
     { cat "$work/all_functions.out"; cat "$work/all_functions.err" >&2; fail "tests/llama/all_functions.c"; }
   sed 's/^/all_functions: /' "$work/all_functions.out"
+  "$work/backend_sampling" "$smollm2" 2>"$work/backend_sampling.err" ||
+    { cat "$work/backend_sampling.err" >&2; fail "tests/llama/backend_sampling.c"; }
 elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
   fail "$smollm2 is missing and PACKLM_REQUIRE_MODELS is set"
 else
