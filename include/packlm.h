@@ -221,6 +221,14 @@ typedef struct packlm_adapter packlm_adapter;
 typedef struct packlm_constraint packlm_constraint;
 
 /**
+ * A control vector made for one model (opaque). Created by packlm_control_vector_from_data or
+ * packlm_control_vector_open, freed by packlm_control_vector_free. Immutable: safe to move to
+ * any thread and to use from any number of threads at once; the sessions it is set on keep it
+ * alive, and it keeps its model alive.
+ */
+typedef struct packlm_control_vector packlm_control_vector;
+
+/**
  * A streaming detokenizer (opaque): fed one token at a time, it gives out only text that no
  * later token can change, holding back a partial multi-byte character until a later token
  * completes it, and a run of byte tokens (`<0xNN>`) until a token that is not one ends it (a
@@ -839,6 +847,65 @@ void packlm_abort_free(packlm_abort *abort);
  * environment variable is "debug", "info" or "warn"). Process-wide; safe from any thread.
  */
 packlm_status packlm_set_log_callback(packlm_log_fn callback, void *user_data);
+
+/**
+ * A control vector for `model` from `len` floats at `data`: one vector of `n_embd` floats per
+ * layer, layer 0 first (so `len` = n_layers x n_embd), added to the residual stream at the end
+ * of layers `layer_start` to `layer_end` (0-based, inclusive) of the sessions it is set on.
+ * The floats are copied: `data` may be freed after the call. A layer whose vector is all zeros
+ * gets nothing added (the bits of no vector).
+ *
+ * Refused with PACKLM_ERR_INVALID_ARGUMENT: `n_embd` other than the model's hidden size, `len`
+ * other than n_layers x n_embd, a range past the model's layers or with start after end; with
+ * PACKLM_ERR_NON_FINITE a value that is not finite (the message names its layer and element);
+ * with PACKLM_ERR_NULL_ARGUMENT a NULL `model`, `out` or `data` (when `len` > 0). On success
+ * `*out` receives a vector the caller owns (free with packlm_control_vector_free); on failure
+ * `*out` is untouched. Safe from any thread.
+ */
+packlm_status packlm_control_vector_from_data(const packlm_model *model, const float *data, size_t len, size_t n_embd, uint32_t layer_start, uint32_t layer_end, packlm_control_vector **out);
+
+/**
+ * A control vector for `model` read from `n` (at least 1) llama.cpp control-vector GGUFs at
+ * the NUL-terminated UTF-8 `paths`: each file's tensors `direction.N` (f32 vectors of the
+ * hidden size, for layer N, N from 1) times `scales[i]`, summed over the files as llama.cpp's
+ * common_control_vector_load does, and added to the end of layers `layer_start` to
+ * `layer_end` (0-based, inclusive; llama.cpp's default is 1 to n_layers - 1: there is never a
+ * direction for layer 0).
+ *
+ * Refused, naming the file and tensor: PACKLM_ERR_IO a missing file; PACKLM_ERR_FORMAT a file
+ * that is not a control vector (another general.architecture, no tensors, a tensor not named
+ * direction.N); PACKLM_ERR_TENSOR a direction of another width than the model's hidden size,
+ * for layer 0 or a layer the model lacks, or not a one-dimensional f32 vector;
+ * PACKLM_ERR_NON_FINITE a value that is not finite; PACKLM_ERR_INVALID_ARGUMENT `n` 0, a scale
+ * that is not finite, a range past the model's layers; PACKLM_ERR_NULL_ARGUMENT a NULL
+ * `model`, `paths`, `scales`, `paths[i]` or `out`. On success `*out` receives a vector the
+ * caller owns (free with packlm_control_vector_free); on failure `*out` is untouched. Safe
+ * from any thread.
+ */
+packlm_status packlm_control_vector_open(const packlm_model *model, const char *const *paths, const float *scales, size_t n, uint32_t layer_start, uint32_t layer_end, packlm_control_vector **out);
+
+/**
+ * Frees a control vector handle; NULL is a no-op. Sessions it was set on keep using it (they
+ * hold their own reference) until their vector is changed or they are freed.
+ */
+void packlm_control_vector_free(packlm_control_vector *control);
+
+/**
+ * Adds `control` to the end of each layer of its range in `session`'s passes from now on;
+ * NULL removes the session's vector. The session's adapters (packlm_session_set_adapters)
+ * stay. Applied to this session's rows only, so sessions of one model may use different
+ * vectors at once, in packlm_step_sessions too; packlm_embed uses it as well. The session
+ * keeps its own reference: the handle may be freed after the call.
+ *
+ * Allowed on an empty session only (no positions held: a new one, or after
+ * packlm_truncate(session, 0)), so that every key and value it holds was computed with the
+ * same vector; otherwise PACKLM_ERR_INVALID_ARGUMENT. A snapshot carries the vector's
+ * fingerprint and a session with another vector (or none) refuses it. Also refused with
+ * PACKLM_ERR_INVALID_ARGUMENT: a vector made for another model handle; with
+ * PACKLM_ERR_NULL_ARGUMENT a NULL `session`. On failure the session's vector is as it was. The
+ * session is used by one thread at a time (PACKLM_ERR_SESSION_BUSY while another call holds it).
+ */
+packlm_status packlm_session_set_control_vector(packlm_session *session, const packlm_control_vector *control);
 
 /**
  * What `model` embeds by default, and the length of one vector. `pooling` is a PACKLM_POOLING_*

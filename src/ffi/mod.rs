@@ -13,6 +13,7 @@
 pub mod adapter;
 pub mod constraint;
 pub mod control;
+pub mod control_vector;
 pub mod embed;
 pub mod guard;
 pub mod model;

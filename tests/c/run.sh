@@ -50,3 +50,5 @@ cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tes
 "${runner[@]}" "$tmp/test_precision" "$tiny"
 cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_embed.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -lm -o "$tmp/test_embed"
 "${runner[@]}" "$tmp/test_embed" "$root/tests/fixtures/tiny"
+cc -std=c11 -Wall -Wextra -Werror -I"$root/include" -I"$root/tests/c" "$root/tests/c/test_control_vector.c" -L"$lib" -lpacklm -Wl,-rpath,"$lib" -lm -o "$tmp/test_control_vector"
+"${runner[@]}" "$tmp/test_control_vector" "$root/tests/fixtures/tiny"
