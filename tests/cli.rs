@@ -445,3 +445,57 @@ fn lora_of_another_base_or_a_bad_scale_is_refused() {
         assert!(err.contains("--lora") && err.contains(scale), "{err}");
     }
 }
+
+/// `logits --control-vector a.gguf:0.75 --control-vector b.gguf:-0.5` (default range 1 to the
+/// last layer, as llama.cpp's) gives transformers' hooked logits (make_cvec_fixtures.py's
+/// logits_gguf.f32) within 1e-4, `--control-vector-layers 1-1` the same on tiny llama's two
+/// layers; `generate --control-vector` changes the greedy continuation and scale 0 gives the
+/// base's; a range past the layers, a file that is not a control vector, a bad range are refused
+/// naming the flag.
+#[test]
+fn control_vector_flags_match_transformers_and_refuse_bad_input() {
+    let dir = tiny("llama");
+    let cv = tiny("cvec_llama");
+    let a = format!("{}:0.75", cv.join("a.gguf").to_str().unwrap());
+    let b = format!("{}:-0.5", cv.join("b.gguf").to_str().unwrap());
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(cv.join("cvec.json")).unwrap()).unwrap();
+    let toks: Vec<String> = info["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
+    let toks = toks.join(",");
+    let want = read_f32(&cv.join("logits_gguf.f32"));
+    for extra in [&[][..], &["--control-vector-layers", "1-1"][..]] {
+        let out = std::env::temp_dir().join(format!("packlm-cli-cvec-logits-{}", std::process::id()));
+        let mut args = vec!["logits", dir.to_str().unwrap(), "--tokens", &toks, "--all", "--out", out.to_str().unwrap(), "--control-vector", &a, "--control-vector", &b];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got = read_f32(&out);
+        std::fs::remove_file(&out).ok();
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= 1e-4, "logits --control-vector {extra:?}: max-abs {d} from transformers");
+    }
+    let prompt = "Once upon a time there";
+    let base = greedy_tokens(prompt, &[]);
+    let a1 = cv.join("a.gguf");
+    let a1 = a1.to_str().unwrap();
+    assert_ne!(greedy_tokens(prompt, &["--control-vector", &format!("{a1}:2")]), base, "the vector changes the greedy continuation");
+    assert_eq!(greedy_tokens(prompt, &["--control-vector", &format!("{a1}:0")]), base);
+
+    let lora_gguf = tiny("lora_llama").join("adapter.gguf");
+    for (extra, words) in [
+        (vec!["--control-vector", a1, "--control-vector-layers", "0-5"], vec!["--control-vector", "0..=5"]),
+        (vec!["--control-vector", a1, "--control-vector-layers", "x"], vec!["--control-vector-layers", "START-END"]),
+        (vec!["--control-vector-layers", "1-1"], vec!["needs at least one --control-vector"]),
+        (vec!["--control-vector", lora_gguf.to_str().unwrap()], vec!["--control-vector", "not a control vector"]),
+        (vec!["--control-vector", &format!("{a1}:nan")], vec!["--control-vector", "not finite"]),
+    ] {
+        let mut args = vec!["generate", dir.to_str().unwrap(), "--prompt", "Hello", "-n", "4"];
+        args.extend_from_slice(&extra);
+        let o = packlm(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{extra:?}: {err} lacks {w:?}");
+        }
+        assert!(o.stdout.is_empty());
+    }
+}

@@ -20,6 +20,10 @@
 //! `--lora PATH[:SCALE]` (repeatable; `generate`, `generate --parallel`, `logits`, `embed`):
 //! a LoRA adapter (a PEFT folder or an adapter GGUF) applied to the session's passes with that
 //! scale (default 1.0), in the order given; the model's weights are left as they are.
+//! `--control-vector PATH[:SCALE]` (repeatable; the same commands): a llama.cpp control-vector
+//! GGUF, the files' directions summed times their scales (default 1.0) and added at the end of
+//! each layer of `--control-vector-layers START-END` (0-based, inclusive; by default 1 to the
+//! last layer, llama.cpp's range: its files hold no direction for layer 0).
 //!
 //! `--parallel N` answers every `--prompt` (given once per prompt), N at a time: their sessions
 //! step together, one pass over the weights for all of them (`Session::step_many`), and each
@@ -43,7 +47,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use packlm::{Adapter, Backend, ChatMessage, Constraint, Drafter, EmbedOptions, GrammarKind, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Pooling, Precision, Result, SamplerParams, Session, StepItem, Want};
+use packlm::{Adapter, Backend, ChatMessage, Constraint, ControlVector, Drafter, EmbedOptions, GrammarKind, Error, GenerateOptions, Model, ModelDrafter, NgramDrafter, OpenOptions, Pooling, Precision, Result, SamplerParams, Session, StepItem, Want};
 
 struct Args {
     rest: Vec<String>,
@@ -100,7 +104,10 @@ const USAGE: &str = "usage:
       pooling and normalization default to the pack's
 options: --threads N  --backend host|reference|gpu  --precision exact|fast
          --lora PATH[:SCALE] (generate, logits, embed; repeatable; scale 1.0 by default): a LoRA adapter,
-         a PEFT folder or an adapter GGUF, applied to the session";
+         a PEFT folder or an adapter GGUF, applied to the session
+         --control-vector PATH[:SCALE] (generate, logits, embed; repeatable): a llama.cpp control-vector
+         GGUF, summed with the others, added at the end of each layer of --control-vector-layers START-END
+         (0-based, inclusive; 1 to the last layer by default)";
 
 /// Writes to stderr without panicking when stderr is closed too.
 fn report(text: &str) {
@@ -188,13 +195,18 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
 /// unless given). A path that exists is taken whole, so a path with a colon in it needs no
 /// scale; otherwise what follows the last colon is the scale, a finite number.
 fn lora_args(args: &mut Args) -> Result<Vec<(String, f32)>> {
+    scaled_paths(args, "--lora")
+}
+
+/// `flag PATH[:SCALE]`, as often as given, in order (the rule of `lora_args`).
+fn scaled_paths(args: &mut Args, flag: &str) -> Result<Vec<(String, f32)>> {
     let mut found = Vec::new();
-    while let Some(v) = args.value(&["--lora"])? {
+    while let Some(v) = args.value(&[flag])? {
         let spec = match v.rsplit_once(':') {
             Some((path, scale)) if !Path::new(&v).exists() => {
-                let scale: f32 = scale.parse().map_err(|_| Error::invalid(format!("--lora {v:?}: the scale {scale:?} after the last ':' is not a number")))?;
+                let scale: f32 = scale.parse().map_err(|_| Error::invalid(format!("{flag} {v:?}: the scale {scale:?} after the last ':' is not a number")))?;
                 if !scale.is_finite() {
-                    return Err(Error::invalid(format!("--lora {v:?}: the scale {scale} is not finite")));
+                    return Err(Error::invalid(format!("{flag} {v:?}: the scale {scale} is not finite")));
                 }
                 (path.to_string(), scale)
             }
@@ -215,11 +227,46 @@ fn open_adapters(m: &Model, lora: &[(String, f32)]) -> Result<Vec<(Adapter, f32)
     lora.iter().map(|(path, scale)| Adapter::open(m, path).map(|a| (a, *scale)).map_err(|e| named(path, e))).collect()
 }
 
-/// A new session on `m` that runs `adapters` (none: the base model).
-fn session_with(m: &Model, adapters: &[(Adapter, f32)]) -> Result<Session> {
+/// `--control-vector PATH[:SCALE]` (repeatable) and `--control-vector-layers START-END`.
+struct CvecArgs {
+    files: Vec<(String, f32)>,
+    layers: Option<(usize, usize)>,
+}
+
+fn cvec_args(args: &mut Args) -> Result<CvecArgs> {
+    let files = scaled_paths(args, "--control-vector")?;
+    let layers = match args.value(&["--control-vector-layers"])? {
+        None => None,
+        Some(v) => {
+            let bad = || Error::invalid(format!("--control-vector-layers {v:?}: START-END, two layer numbers (0-based, inclusive)"));
+            let (a, b) = v.split_once('-').ok_or_else(bad)?;
+            Some((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+        }
+    };
+    if layers.is_some() && files.is_empty() {
+        return Err(Error::invalid("--control-vector-layers needs at least one --control-vector"));
+    }
+    Ok(CvecArgs { files, layers })
+}
+
+/// The `--control-vector` files' sum for `m` (None without one); an error names the flag.
+fn open_control_vector(m: &Model, c: &CvecArgs) -> Result<Option<ControlVector>> {
+    if c.files.is_empty() {
+        return Ok(None);
+    }
+    let last = m.info().n_layers.saturating_sub(1);
+    let (start, end) = c.layers.unwrap_or((1.min(last), last));
+    ControlVector::open_gguf(m, &c.files, start, end).map(Some).map_err(|e| Error::new(e.status, format!("--control-vector: {}", e.message)))
+}
+
+/// A new session on `m` that runs `adapters` and `control` (none: the base model).
+fn session_with(m: &Model, adapters: &[(Adapter, f32)], control: Option<&ControlVector>) -> Result<Session> {
     let mut s = m.session()?;
     if !adapters.is_empty() {
         s.set_adapters(adapters)?;
+    }
+    if control.is_some() {
+        s.set_control_vector(control)?;
     }
     Ok(s)
 }
@@ -229,6 +276,7 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
     let out = args.value(&["--out"])?.ok_or_else(|| Error::invalid("--out is required"))?;
     let all = args.flag("--all");
     let lora = lora_args(args)?;
+    let cvec = cvec_args(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<u32> = tokens
@@ -236,7 +284,8 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
         .map(|t| t.trim().parse().map_err(|_| Error::invalid(format!("--tokens: {t:?} is not a token id"))))
         .collect::<Result<_>>()?;
     let adapters = open_adapters(&m, &lora)?;
-    let mut s = session_with(&m, &adapters)?;
+    let control = open_control_vector(&m, &cvec)?;
+    let mut s = session_with(&m, &adapters, control.as_ref())?;
     let logits = s.step_batch(&ids, if all { Want::All } else { Want::Last })?;
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
@@ -251,6 +300,7 @@ struct GenerateArgs {
     sampler: SamplerParams,
     seed: u64,
     lora: Vec<(String, f32)>,
+    cvec: CvecArgs,
 }
 
 impl GenerateArgs {
@@ -267,7 +317,8 @@ impl GenerateArgs {
         let sampler = SamplerParams { temperature: temp, ..Default::default() };
         sampler.check().map_err(|e| Error::invalid(format!("--temp: {}", e.message)))?;
         let lora = lora_args(args)?;
-        Ok(GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora })
+        let cvec = cvec_args(args)?;
+        Ok(GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora, cvec })
     }
 }
 
@@ -303,11 +354,12 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     if samples == 0 {
         return Err(Error::invalid("--samples 0: at least one reply per prompt"));
     }
-    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora } = GenerateArgs::read(args)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora, cvec } = GenerateArgs::read(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<Vec<u32>> = prompts.iter().map(|p| prompt_tokens(&m, p, chat, parse_special)).collect::<Result<_>>()?;
     let adapters = open_adapters(&m, &lora)?;
+    let control = open_control_vector(&m, &cvec)?;
     // Each reply: (prompt, sample), answered with seed + sample.
     let jobs: Vec<(usize, usize)> = (0..ids.len()).flat_map(|p| (0..samples).map(move |j| (p, j))).collect();
     let t0 = Instant::now();
@@ -315,7 +367,7 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
     for (batch, batch_replies) in jobs.chunks(n).zip(replies.chunks_mut(n)) {
         let prompts: Vec<&[u32]> = batch.iter().map(|&(p, _)| &ids[p][..]).collect();
         let seeds: Vec<u64> = batch.iter().map(|&(_, j)| seed.wrapping_add(j as u64)).collect();
-        parallel_replies(&m, &adapters, &prompts, &seeds, batch_replies, n_new, &sampler)?;
+        parallel_replies(&m, &adapters, control.as_ref(), &prompts, &seeds, batch_replies, n_new, &sampler)?;
     }
     let total_s = t0.elapsed().as_secs_f64();
     let generated: usize = replies.iter().map(Vec::len).sum();
@@ -336,10 +388,12 @@ fn cmd_generate_parallel(pack: &str, args: &mut Args, n: usize) -> Result<()> {
 /// The replies to `prompts`, their sessions stepped together: each session's token choice is
 /// `Generate`'s (the same sampler, recent tokens and random state from its seed), so each
 /// reply is the one a lone `generate` gives. Equal prompts are prefilled once: the first one's
-/// session steps it, the others are forks of that session (which keep its `adapters`).
-fn parallel_replies(m: &Model, adapters: &[(Adapter, f32)], prompts: &[&[u32]], seeds: &[u64], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams) -> Result<()> {
+/// session steps it, the others are forks of that session (which keep its `adapters` and
+/// `control`).
+#[allow(clippy::too_many_arguments)]
+fn parallel_replies(m: &Model, adapters: &[(Adapter, f32)], control: Option<&ControlVector>, prompts: &[&[u32]], seeds: &[u64], replies: &mut [Vec<u32>], n_new: usize, sampler: &SamplerParams) -> Result<()> {
     let first: Vec<usize> = prompts.iter().enumerate().map(|(i, p)| prompts[..i].iter().position(|q| q == p).unwrap_or(i)).collect();
-    let mut own: Vec<Option<Session>> = first.iter().enumerate().map(|(i, &f)| if f == i { session_with(m, adapters).map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
+    let mut own: Vec<Option<Session>> = first.iter().enumerate().map(|(i, &f)| if f == i { session_with(m, adapters, control).map(Some) } else { Ok(None) }).collect::<Result<_>>()?;
     let mut items: Vec<StepItem> = own.iter_mut().zip(prompts).filter_map(|(s, p)| Some(StepItem { session: s.as_mut()?, tokens: p, want: Want::Last })).collect();
     Session::step_many(&mut items)?;
     drop(items);
@@ -402,7 +456,7 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
         return cmd_generate_parallel(pack, args, n);
     }
     let prompt = args.value(&["--prompt"])?.ok_or_else(|| Error::invalid("--prompt is required"))?;
-    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora } = GenerateArgs::read(args)?;
+    let GenerateArgs { chat, parse_special, json, n_new, sampler, seed, lora, cvec } = GenerateArgs::read(args)?;
     let draft = args.value(&["--draft"])?;
     let draft_k: usize = args.parsed(&["--draft-k"], 8)?;
     let grammar = grammar_arg(args)?;
@@ -410,14 +464,16 @@ fn cmd_generate(pack: &str, args: &mut Args) -> Result<()> {
     args.done()?;
     let prompt_ids = prompt_tokens(&m, &prompt, chat, parse_special)?;
     let adapters = open_adapters(&m, &lora)?;
+    let control = open_control_vector(&m, &cvec)?;
     let constraint = grammar.map(|(kind, text)| Constraint::new(&m, kind, &text)).transpose()?;
     let mut drafter: Option<Box<dyn Drafter>> = match draft.as_deref() {
         None => None,
         Some("ngram") => Some(Box::new(NgramDrafter::default())),
         Some(path) => Some(Box::new(ModelDrafter::new(&Model::open(path)?, &m)?)),
     };
-    // The adapters apply to this model's session only; a draft model runs as it is.
-    let mut s = session_with(&m, &adapters)?;
+    // The adapters and control vector apply to this model's session only; a draft model runs
+    // as it is.
+    let mut s = session_with(&m, &adapters, control.as_ref())?;
     // Prefill timed alone, then the generation loop (whose first pass is the prompt's last row).
     let t0 = Instant::now();
     let (head, last) = prompt_ids.split_at(prompt_ids.len() - 1);
@@ -484,11 +540,13 @@ fn cmd_embed(pack: &str, args: &mut Args) -> Result<()> {
         (false, false) => None,
     };
     let lora = lora_args(args)?;
+    let cvec = cvec_args(args)?;
     let m = open(pack, args)?;
     args.done()?;
     let ids: Vec<Vec<u32>> = texts.iter().map(|t| m.tokenize(t, true, false)).collect::<Result<_>>()?;
     let adapters = open_adapters(&m, &lora)?;
-    let mut s = session_with(&m, &adapters)?;
+    let control = open_control_vector(&m, &cvec)?;
+    let mut s = session_with(&m, &adapters, control.as_ref())?;
     let rows: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
     let e = s.embed(&rows, &EmbedOptions { pooling, normalize })?;
     // Per text: its vector, or (pooling none) its token vectors, rows taken in text order.
