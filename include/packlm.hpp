@@ -88,6 +88,7 @@ struct AbortFree { void operator()(packlm_abort *p) const noexcept { packlm_abor
 struct PrefixCacheFree { void operator()(packlm_prefix_cache *p) const noexcept { packlm_prefix_cache_free(p); } };
 struct ConstraintFree { void operator()(packlm_constraint *p) const noexcept { packlm_constraint_free(p); } };
 struct AdapterFree { void operator()(packlm_adapter *p) const noexcept { packlm_adapter_free(p); } };
+struct ControlVectorFree { void operator()(packlm_control_vector *p) const noexcept { packlm_control_vector_free(p); } };
 
 } // namespace detail
 
@@ -255,6 +256,40 @@ private:
     std::unique_ptr<packlm_adapter, detail::AdapterFree> adapter_;
 };
 
+/** A control vector (llama.cpp's cvec) made for one model: a vector of the hidden width per layer,
+ *  added at the end of each layer of its range; Session::set_control_vector applies it. Sessions
+ *  keep it alive, so it may be destroyed before them. Shareable across threads. */
+class ControlVector {
+public:
+    /** From `data` (n_layers x n_embd floats, layer 0 first), added at the end of layers
+     *  `layer_start`..`layer_end` (0-based, inclusive); a wrong width, length or range throws Error
+     *  with PACKLM_ERR_INVALID_ARGUMENT, a value that is not finite PACKLM_ERR_NON_FINITE. */
+    ControlVector(const Model &model, const std::vector<float> &data, size_t n_embd, uint32_t layer_start, uint32_t layer_end) {
+        packlm_control_vector *c = nullptr;
+        detail::check(packlm_control_vector_from_data(model.get(), data.data(), data.size(), n_embd, layer_start, layer_end, &c));
+        control_.reset(c);
+    }
+    /** The sum of llama.cpp control-vector GGUFs (each a path and its scale), added at the end of
+     *  layers `layer_start`..`layer_end` (llama.cpp's default: 1 to the last layer); a file that is
+     *  not a control vector throws Error with PACKLM_ERR_FORMAT, one for another model
+     *  PACKLM_ERR_TENSOR. */
+    ControlVector(const Model &model, const std::vector<std::pair<std::string, float>> &files, uint32_t layer_start, uint32_t layer_end) {
+        std::vector<const char *> paths;
+        std::vector<float> scales;
+        for (const auto &f : files) {
+            paths.push_back(f.first.c_str());
+            scales.push_back(f.second);
+        }
+        packlm_control_vector *c = nullptr;
+        detail::check(packlm_control_vector_open(model.get(), paths.data(), scales.data(), paths.size(), layer_start, layer_end, &c));
+        control_.reset(c);
+    }
+    const packlm_control_vector *get() const noexcept { return control_.get(); }
+
+private:
+    std::unique_ptr<packlm_control_vector, detail::ControlVectorFree> control_;
+};
+
 /** A session's abort flag: set() from any thread stops its passes between layers. */
 class AbortFlag {
 public:
@@ -360,6 +395,10 @@ public:
         }
         detail::check(packlm_session_set_adapters(get(), handles.data(), scales.data(), handles.size()));
     }
+    /** Adds `c` at the end of each layer of its range in the session's passes from now on (nullptr:
+     *  no vector); the adapters stay. Only on an empty session (PACKLM_ERR_INVALID_ARGUMENT once it
+     *  holds positions). The session keeps the vector alive. */
+    void set_control_vector(const ControlVector *c) { detail::check(packlm_session_set_control_vector(get(), c ? c->get() : nullptr)); }
     /** The vectors of `texts` (token ids each): pooled as `pooling` says (the pack's own by default)
      *  and normalized as `normalize` says (nullopt: the pack's own). A text's vector has the same bits
      *  whatever texts share the call; the session's adapters apply and its positions are untouched. */

@@ -144,6 +144,45 @@ static void embeddings_and_adapters(const std::string &tiny, const packlm::Model
     fresh.set_adapters({});
 }
 
+// tiny/cvec_llama (make_cvec_fixtures.py: transformers with a hook adding v[il] to each decoder
+// layer's output): vectors.f32 on layers 0..1 and a.gguf x 0.75 + b.gguf x -0.5 on layer 1, each
+// within 1e-4 of the hooked logits and far from no vector's; nullptr clears it (a fresh session's
+// bits); the refusals with their status.
+static void control_vectors(const std::string &tiny, const packlm::Model &llama) {
+    const std::string dir = tiny + "/cvec_llama";
+    const std::vector<uint32_t> tokens = ids_of(json_numbers(read_file(dir + "/cvec.json"), "tokens").at(0));
+    auto floats = [&](const std::string &name) {
+        const std::string bytes = read_file(dir + "/" + name);
+        std::vector<float> v(bytes.size() / sizeof(float));
+        std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float)); // little-endian hosts
+        return v;
+    };
+    auto max_abs = [](const std::vector<float> &a, const std::vector<float> &b) {
+        double d = a.size() == b.size() ? 0 : INFINITY;
+        for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::fmax(d, std::fabs(a[i] - b[i]));
+        return d;
+    };
+    const std::vector<float> plain = packlm::Session(llama).step_batch(tokens, PACKLM_WANT_ALL);
+    const packlm::ControlVector from_data(llama, floats("vectors.f32"), 64, 0, 1);
+    const packlm::ControlVector from_files(llama, {{dir + "/a.gguf", 0.75f}, {dir + "/b.gguf", -0.5f}}, 1, 1);
+    const std::pair<const packlm::ControlVector *, const char *> cases[] = {{&from_data, "logits_data.f32"}, {&from_files, "logits_gguf.f32"}};
+    for (const auto &c : cases) {
+        const std::vector<float> want = floats(c.second);
+        packlm::Session s(llama);
+        s.set_control_vector(c.first);
+        const std::vector<float> got = s.step_batch(tokens, PACKLM_WANT_ALL);
+        const double d = max_abs(got, want);
+        CHECK(d <= 1e-4 && max_abs(plain, want) > 0.1);
+        if (d > 1e-4) std::fprintf(stderr, "  %s: max abs %g from transformers\n", c.second, d);
+        CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { s.set_control_vector(nullptr); }).find("positions") != std::string::npos);
+        s.truncate(0);
+        s.set_control_vector(nullptr);
+        CHECK(s.step_batch(tokens, PACKLM_WANT_ALL) == plain);
+    }
+    CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::ControlVector bad(llama, floats("vectors.f32"), 65, 0, 1); }).find("hidden size") != std::string::npos);
+    expect_error(PACKLM_ERR_FORMAT, [&] { packlm::ControlVector bad(llama, {{tiny + "/lora_llama/adapter.gguf", 1.0f}}, 1, 1); });
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s TINY_PACK_DIR\n", argv[0]);
@@ -309,6 +348,7 @@ int main(int argc, char **argv) {
     expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Detokenizer odd(model, 8); });
 
     embeddings_and_adapters(dir + "/..", model);
+    control_vectors(dir + "/..", model);
 
     // Move-only owners: a moved-from handle frees nothing twice.
     packlm::Session moved = std::move(c);

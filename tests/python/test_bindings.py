@@ -434,5 +434,55 @@ except packlm.PacklmError as e:
     check(e.status == packlm.ERR_INVALID_ARGUMENT and "another model" in str(e), f"adapter of another model: {e}")
 m.session().set_adapters([])
 
+# Control vectors: tiny/cvec_llama (tests/fixtures/make_cvec_fixtures.py, transformers with a hook
+# adding v[il] to each decoder layer's output): vectors.f32 on every layer, and a.gguf x 0.75 +
+# b.gguf x -0.5 on llama.cpp's default range (1 to the last layer), within 1e-4 of the hooked
+# logits; None clears it (a fresh session's bits); a session holding positions refuses a change;
+# a wrong width is refused with ERR_INVALID_ARGUMENT, a file that is not a control vector with
+# ERR_FORMAT.
+cdir = os.path.join(tiny, "cvec_llama")
+with open(os.path.join(cdir, "cvec.json")) as f:
+    cinfo = json.load(f)
+
+
+def read_f32(name):
+    a = array("f")
+    with open(os.path.join(cdir, name), "rb") as f:
+        a.frombytes(f.read())
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
+
+
+plain = m.session().step_batch(cinfo["tokens"], all_rows=True)
+for cv, want_file in ((m.control_vector(read_f32("vectors.f32"), cinfo["hidden"], 0, cinfo["n_layers"] - 1), "logits_data.f32"),
+                      (m.open_control_vector([(os.path.join(cdir, "a.gguf"), 0.75), (os.path.join(cdir, "b.gguf"), -0.5)]), "logits_gguf.f32")):
+    want = read_f32(want_file)
+    cs = m.session()
+    cs.set_control_vector(cv)
+    cv.close()  # the session keeps its own reference
+    got = cs.step_batch(cinfo["tokens"], all_rows=True)
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    far = max(abs(a - b) for a, b in zip(plain, want))
+    check(len(got) == len(want) and worst <= 1e-4 and far > 0.1, f"{want_file}: max abs {worst} from transformers, no vector {far}")
+    try:
+        cs.set_control_vector(None)
+        check(False, "set_control_vector on a session holding positions was accepted")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_INVALID_ARGUMENT and "positions" in str(e), f"set_control_vector on a held session: {e}")
+    cs.truncate(0)
+    cs.set_control_vector(None)
+    check(cs.step_batch(cinfo["tokens"], all_rows=True).tobytes() == plain.tobytes(), f"{want_file}: cleared differs from a fresh session")
+try:
+    m.control_vector(read_f32("vectors.f32"), cinfo["hidden"] + 1, 0, 1)
+    check(False, "a control vector of the wrong width was made")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_INVALID_ARGUMENT and "hidden size" in str(e), f"wrong width: {e}")
+try:
+    m.open_control_vector([(os.path.join(tiny, "lora_llama", "adapter.gguf"), 1.0)])
+    check(False, "a LoRA GGUF was read as a control vector")
+except packlm.PacklmError as e:
+    check(e.status == packlm.ERR_FORMAT and "not a control vector" in str(e), f"LoRA GGUF as a control vector: {e}")
+
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -253,6 +253,10 @@ _SIGNATURES: Dict[str, Tuple[Any, List[Any]]] = {
     "packlm_adapter_free": (None, [_h]),
     "packlm_adapter_info": (_st, [_h, _P(_u32), _P(C.c_float)]),
     "packlm_session_set_adapters": (_st, [_h, _P(_h), _P(C.c_float), _sz]),
+    "packlm_control_vector_from_data": (_st, [_h, _P(C.c_float), _sz, _sz, _u32, _u32, _P(_h)]),
+    "packlm_control_vector_open": (_st, [_h, _P(C.c_char_p), _P(C.c_float), _sz, _u32, _u32, _P(_h)]),
+    "packlm_control_vector_free": (None, [_h]),
+    "packlm_session_set_control_vector": (_st, [_h, _h]),
 }
 for _name, (_restype, _argtypes) in _SIGNATURES.items():
     _fn = getattr(_lib, _name)  # AttributeError names a function the library lacks
@@ -480,6 +484,18 @@ class Model(_Handle):
         """The LoRA adapter at `path` (a PEFT folder or an adapter GGUF) for this model."""
         return Adapter(self, path)
 
+    def control_vector(self, data: Sequence[float], n_embd: int, layer_start: int, layer_end: int) -> ControlVector:
+        """A control vector from `data` (n_layers x n_embd floats, layer 0 first), added at the end
+        of layers layer_start..layer_end (0-based, inclusive)."""
+        return ControlVector(self, data=data, n_embd=n_embd, layers=(layer_start, layer_end))
+
+    def open_control_vector(self, files: Sequence[Tuple[Union[str, bytes, os.PathLike[str]], float]],
+                            layer_start: int = 1, layer_end: Optional[int] = None) -> ControlVector:
+        """The sum of llama.cpp control-vector GGUFs, each (path, scale), added at the end of layers
+        layer_start..layer_end (0-based, inclusive; by default 1 to the last, llama.cpp's range)."""
+        end = self.n_layers - 1 if layer_end is None else layer_end
+        return ControlVector(self, files=files, layers=(layer_start, end))
+
     def detokenizer(self, skip_special: bool = False) -> Detokenizer:
         return Detokenizer(self, skip_special)
 
@@ -502,6 +518,31 @@ class Adapter(_Handle):
         rank, alpha = C.c_uint32(), C.c_float()
         _check(_lib.packlm_adapter_info(self._ptr, C.byref(rank), C.byref(alpha)))
         self.rank, self.alpha = rank.value, alpha.value
+
+
+class ControlVector(_Handle):
+    """A control vector (llama.cpp's cvec) made for one model: a vector of the hidden width per
+    layer, added to the residual stream at the end of each layer of its range. Give it to sessions
+    with Session.set_control_vector; they keep it alive, so closing it afterwards is safe. May be
+    shared by threads. Made by Model.control_vector or Model.open_control_vector."""
+
+    _free = _lib.packlm_control_vector_free
+    model: Model
+
+    def __init__(self, model: Model, *, layers: Tuple[int, int], data: Optional[Sequence[float]] = None,
+                 n_embd: int = 0, files: Optional[Sequence[Tuple[Union[str, bytes, os.PathLike[str]], float]]] = None) -> None:
+        self.model = model
+        self._ptr = C.c_void_p()
+        start, end = layers
+        if start < 0 or end < 0:
+            raise PacklmError(ERR_INVALID_ARGUMENT, f"control vector layer range {start}..{end}: layers are 0 or more")
+        if files is None:
+            buf = (C.c_float * max(len(data or []), 1))(*(data or []))
+            _check(_lib.packlm_control_vector_from_data(model._ptr, buf, len(data or []), n_embd, start, end, C.byref(self._ptr)))
+        else:
+            paths = (C.c_char_p * max(len(files), 1))(*[os.fsencode(p) for p, _ in files])
+            scales = (C.c_float * max(len(files), 1))(*[float(x) for _, x in files])
+            _check(_lib.packlm_control_vector_open(model._ptr, paths, scales, len(files), start, end, C.byref(self._ptr)))
 
 
 class AbortFlag(_Handle):
@@ -596,6 +637,15 @@ class Session(_Handle):
             if not a._ptr:
                 raise PacklmError(ERR_NULL_ARGUMENT, f"packlm_session_set_adapters: adapter {i} is closed")
         _check(_lib.packlm_session_set_adapters(self._ptr, handles, scales, len(adapters)))
+
+    def set_control_vector(self, control: Optional[ControlVector]) -> None:
+        """Adds `control` at the end of each layer of its range in the session's passes from now on
+        (None: no vector); the adapters stay. Allowed on an empty session only (ERR_INVALID_ARGUMENT
+        once it holds positions); a vector of another model handle is refused too. The session
+        keeps the vector alive."""
+        if control is not None and not control._ptr:
+            raise PacklmError(ERR_NULL_ARGUMENT, "packlm_session_set_control_vector: the control vector is closed")
+        _check(_lib.packlm_session_set_control_vector(self._ptr, control._ptr if control is not None else None))
 
     def embed(self, texts: Sequence[Sequence[int]], pooling: Optional[int] = None,
               normalize: Optional[bool] = None) -> List[List[float]]:
