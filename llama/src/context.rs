@@ -9,9 +9,10 @@ use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::abi::{Batch, ContextParams, PerfContextData, Pos, SeqId, Token, TokenData};
+use crate::abi::{Batch, ContextParams, Pos, SeqId, Token, TokenData};
 use crate::adapter::{self, Pooling, Rows, Sequence};
 use crate::backend_sampling::{self, Sampling, Start};
+use crate::context_perf::Perf;
 use crate::context_settings::{run_abortable, Settings};
 use crate::embeddings::{self, EmbeddingPass};
 use crate::log::{error, guard};
@@ -66,6 +67,8 @@ pub struct State {
     pub(crate) loras: Vec<crate::lora::Entry>,
     /// The sampler chains attached to its sequences and the last decode's results.
     pub(crate) sampling: Sampling,
+    /// `llama_perf_context`'s counts.
+    pub(crate) perf: Perf,
 }
 
 impl State {
@@ -293,6 +296,7 @@ pub unsafe extern "C" fn llama_init_from_model(model: *mut LlamaModel, params: C
                 embd: embeddings::Output::default(),
                 loras: Vec::new(),
                 sampling: Sampling::new(n_seq, n_vocab),
+                perf: Perf::new(params.no_perf, m.t_start_us, m.t_load_us),
             }),
         });
         if let Err(why) = backend_sampling::set_from_params(F, ctx.state.get_mut(), params.samplers, params.n_samplers) {
@@ -341,7 +345,6 @@ ctx_fact!(llama_get_model, *const LlamaModel, ptr::null(), |c| c.model);
 // The params' pooling_type, or the model's when that was LLAMA_POOLING_TYPE_UNSPECIFIED.
 ctx_fact!(llama_pooling_type, i32, -1, |c| c.pooling_code);
 ctx_fact!(llama_get_memory, *mut c_void, ptr::null_mut(), |c| c as *const LlamaContext as *mut c_void);
-ctx_fact!(llama_perf_context, PerfContextData, PerfContextData::default(), |_c| PerfContextData::default());
 
 #[no_mangle]
 pub extern "C" fn llama_synchronize(_ctx: *mut LlamaContext) {}
@@ -356,12 +359,6 @@ pub extern "C" fn llama_attach_threadpool(_ctx: *mut LlamaContext, _threadpool: 
 /// `llama_detach_threadpool`: a no-op, since `llama_attach_threadpool` keeps nothing.
 #[no_mangle]
 pub extern "C" fn llama_detach_threadpool(_ctx: *mut LlamaContext) {}
-
-#[no_mangle]
-pub extern "C" fn llama_perf_context_reset(_ctx: *mut LlamaContext) {}
-
-#[no_mangle]
-pub extern "C" fn llama_perf_context_print(_ctx: *const LlamaContext) {}
 
 /// Most bytes `llama_batch_init` allocates (its arrays and the sequence-id rows): 1 GiB, room
 /// for a batch of over 16 million tokens, far beyond any context. Past it the batch is refused
@@ -536,6 +533,7 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
             return -1;
         }
         let Some(mut c) = hold(F, ctx) else { return -2 };
+        let started = std::time::Instant::now();
         let engine = &(*(*ctx).model).engine;
         let pooling = match (c.embeddings, &(*ctx).pooling) {
             (false, _) => None,
@@ -620,6 +618,7 @@ pub unsafe extern "C" fn llama_decode(ctx: *mut LlamaContext, batch: Batch) -> i
                 let n_rows = if c.outputs.is_empty() { 0 } else { outputs_by_seq.len() };
                 let State { sampling, outputs, .. } = &mut *c;
                 sampling.run(outputs, v, &outputs_by_seq[..n_rows]);
+                c.perf.count(batch.n_tokens as usize, started);
                 0
             }
             Err(e) => {

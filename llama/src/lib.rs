@@ -25,6 +25,7 @@ pub mod batch_ext;
 pub mod chat;
 pub mod chat_builtin;
 pub mod context;
+pub mod context_perf;
 pub mod context_settings;
 pub mod embeddings;
 pub mod grammar;

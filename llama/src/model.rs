@@ -22,15 +22,20 @@ pub struct LlamaModel {
     /// The addresses of its LoRA adapters not yet freed (`llama_adapter_lora_init`): the model
     /// frees them with itself, as llama.cpp's does.
     pub(crate) loras: Mutex<Vec<usize>>,
+    /// When its load began, on ggml's clock, and how long it took, in microseconds
+    /// (llama.cpp's `t_start_us`, `t_load_us`; `context_perf`).
+    pub t_start_us: i64,
+    pub t_load_us: i64,
 }
 
 impl LlamaModel {
-    fn new(engine: Engine) -> LlamaModel {
+    fn new(engine: Engine, t_start_us: i64) -> LlamaModel {
         let meta = engine.metadata().to_vec();
         let arch = meta.iter().find(|kv| kv.0 == "general.architecture").map(|kv| kv.1.clone()).unwrap_or_else(|| engine.family());
         let desc = CString::new(format!("{arch} {} layers (packlm)", engine.n_layer())).unwrap_or_default();
         let template = engine.chat_template().and_then(|t| CString::new(t).ok());
-        LlamaModel { engine, meta, desc, texts: OnceLock::new(), template, loras: Mutex::new(Vec::new()) }
+        let t_load_us = crate::context_perf::time_us() - t_start_us;
+        LlamaModel { engine, meta, desc, texts: OnceLock::new(), template, loras: Mutex::new(Vec::new()), t_start_us, t_load_us }
     }
 
     /// The metadata value under `key`.
@@ -196,6 +201,7 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
             error(F, "kv_overrides and tensor_buft_overrides are not supported");
             return ptr::null_mut();
         }
+        let t_start_us = crate::context_perf::time_us();
         match crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only) {
             Ok(engine) => {
                 // llama.h: a progress callback returning false aborts the load; llama.cpp then
@@ -207,7 +213,7 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
                         return ptr::null_mut();
                     }
                 }
-                let m = Box::into_raw(Box::new(LlamaModel::new(engine)));
+                let m = Box::into_raw(Box::new(LlamaModel::new(engine, t_start_us)));
                 crate::chat::opened(m);
                 m
             }

@@ -17,7 +17,8 @@
 #     (SmolLM2 and the tiny llama fixture); the build fails unless its object references every
 #     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too);
 #   - tests/llama/backend_sampling.c: sampler chains attached to sequences run at llama_decode
-#     (llama_set_sampler, llama_get_sampled_*_ith), as llama_sampler_sample on the host (SmolLM2).
+#     (llama_set_sampler, llama_get_sampled_*_ith), as llama_sampler_sample on the host (SmolLM2);
+#   - tests/llama/perf_load.c: llama_perf_context's counts and lines as llama.cpp keeps them.
 # Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,6 +49,7 @@ link="-L$lib -lllama -lggml -lggml-base"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc -c "$root/tests/llama/all_functions.c" -o "$work/all_functions.o"
   ${CC:-cc} "$work/all_functions.o" $link -lm -o "$work/all_functions"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/backend_sampling.c" $link -lm -o "$work/backend_sampling"
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/perf_load.c" $link -lm -o "$work/perf_load"
 }
 
 # all_functions calls every function of llama.h: each name after LLAMA_API in the header (its
@@ -131,6 +133,8 @@ if [ -f "$smollm2" ]; then
   sed 's/^/all_functions: /' "$work/all_functions.out"
   "$work/backend_sampling" "$smollm2" 2>"$work/backend_sampling.err" ||
     { cat "$work/backend_sampling.err" >&2; fail "tests/llama/backend_sampling.c"; }
+  "$work/perf_load" "$smollm2" 2>"$work/perf_load.err" ||
+    { cat "$work/perf_load.err" >&2; fail "tests/llama/perf_load.c"; }
 elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
   fail "$smollm2 is missing and PACKLM_REQUIRE_MODELS is set"
 else

@@ -1,0 +1,139 @@
+/* A context's performance counts (llama_perf_context, _print, _reset) on libllama.so with
+ * SmolLM2-135M-Instruct, checked against llama.cpp's llama-context.cpp (synchronize,
+ * perf_get_data, perf_reset, llama_perf_context_print):
+ *   - a decode of one token is one eval (n_eval), a larger one adds its tokens to n_p_eval;
+ *     both are given as at least 1; n_reused is 0 (no ggml graphs);
+ *   - with no_perf (the default) the eval times stay 0; without it they grow;
+ *   - t_start_ms is the model's load start on ggml_time_us's clock, and t_load_ms becomes, at
+ *     the first evaluation, the time from that start to the end of that evaluation;
+ *   - llama_perf_context_reset sets t_start_ms to now and the evals to 0 (given as 1);
+ *   - llama_perf_context_print logs llama.cpp's lines, formatted as its printf formats them.
+ *
+ *   perf_load MODEL.gguf
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ggml.h"
+#include "llama.h"
+
+static char log_text[1 << 15];
+static size_t log_len;
+
+static void on_log(enum ggml_log_level level, const char *text, void *user_data) {
+    (void)level;
+    (void)user_data;
+    size_t n = strlen(text);
+    if (log_len + n < sizeof log_text) {
+        memcpy(log_text + log_len, text, n + 1);
+        log_len += n;
+    }
+}
+
+static void log_reset(void) {
+    log_len = 0;
+    log_text[0] = 0;
+}
+
+#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "FAIL: %s (tests/llama/perf_load.c:%d)\n%s", #cond, __LINE__, log_text); exit(1); } } while (0)
+
+static const char *PROMPT = "The capital of France is";
+static llama_token prompt[32];
+static int n_prompt;
+
+static struct llama_context *context(struct llama_model *m, bool no_perf) {
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 256;
+    cp.no_perf = no_perf;
+    struct llama_context *ctx = llama_init_from_model(m, cp);
+    CHECK(ctx != NULL);
+    return ctx;
+}
+
+static void step(struct llama_context *ctx, llama_token t) {
+    CHECK(llama_decode(ctx, llama_batch_get_one(&t, 1)) == 0);
+}
+
+static void perf_counts(const char *model_path) {
+    double t0 = 1e-3 * ggml_time_us();
+    struct llama_model *model = llama_model_load_from_file(model_path, llama_model_default_params());
+    double t1 = 1e-3 * ggml_time_us();
+    CHECK(model != NULL);
+    n_prompt = llama_tokenize(llama_model_get_vocab(model), PROMPT, (int32_t)strlen(PROMPT), prompt, 32, false, true);
+    CHECK(n_prompt == 5);
+
+    /* Default params: no_perf. Before any decode: the evals given as 1, no time. */
+    struct llama_context *ctx = context(model, true);
+    struct llama_perf_context_data d = llama_perf_context(ctx);
+    CHECK(d.n_p_eval == 1 && d.n_eval == 1 && d.n_reused == 0 && d.t_p_eval_ms == 0 && d.t_eval_ms == 0);
+    CHECK(d.t_start_ms >= t0 - 0.01 && d.t_start_ms <= t1 + 0.01);
+    CHECK(d.t_load_ms >= 0 && d.t_start_ms + d.t_load_ms <= t1 + 0.01);
+    /* The first evaluation: t_load_ms runs from the load's start to its end. */
+    double t2 = 1e-3 * ggml_time_us();
+    CHECK(llama_decode(ctx, llama_batch_get_one(prompt, n_prompt)) == 0);
+    double t3 = 1e-3 * ggml_time_us();
+    d = llama_perf_context(ctx);
+    CHECK(d.t_start_ms + d.t_load_ms >= t2 - 0.01 && d.t_start_ms + d.t_load_ms <= t3 + 0.01);
+    CHECK(d.n_p_eval == n_prompt && d.n_eval == 1);
+    for (int i = 0; i < 3; i++) step(ctx, prompt[i]);
+    d = llama_perf_context(ctx);
+    CHECK(d.n_p_eval == n_prompt && d.n_eval == 3 && d.t_p_eval_ms == 0 && d.t_eval_ms == 0);
+    /* Two tokens in one decode are prompt evals; a failed decode counts nothing. */
+    llama_token two[2] = {prompt[0], prompt[1]};
+    CHECK(llama_decode(ctx, llama_batch_get_one(two, 2)) == 0);
+    llama_token bad = -5;
+    CHECK(llama_decode(ctx, llama_batch_get_one(&bad, 1)) != 0);
+    d = llama_perf_context(ctx);
+    CHECK(d.n_p_eval == n_prompt + 2 && d.n_eval == 3);
+
+    /* llama_perf_context_print: llama.cpp's lines. */
+    log_reset();
+    llama_perf_context_print(ctx);
+    char want[512];
+    snprintf(want, sizeof want, "llama_perf_context_print:        load time = %10.2f ms\n", d.t_load_ms);
+    CHECK(strstr(log_text, want) != NULL);
+    snprintf(want, sizeof want, "llama_perf_context_print: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+             d.t_p_eval_ms, d.n_p_eval, d.t_p_eval_ms / d.n_p_eval, 1e3 / d.t_p_eval_ms * d.n_p_eval);
+    CHECK(strstr(log_text, want) != NULL);
+    snprintf(want, sizeof want, "llama_perf_context_print:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+             d.t_eval_ms, d.n_eval, d.t_eval_ms / d.n_eval, 1e3 / d.t_eval_ms * d.n_eval);
+    CHECK(strstr(log_text, want) != NULL);
+    snprintf(want, sizeof want, "/ %5d tokens\n", d.n_p_eval + d.n_eval);
+    CHECK(strstr(log_text, "llama_perf_context_print:       total time = ") != NULL && strstr(log_text, want) != NULL);
+    snprintf(want, sizeof want, "llama_perf_context_print:    graphs reused = %10d\n", 0);
+    CHECK(strstr(log_text, want) != NULL);
+
+    /* Reset: the clock restarts now, the evals are 0 (given as 1). */
+    double t4 = 1e-3 * ggml_time_us();
+    llama_perf_context_reset(ctx);
+    double t5 = 1e-3 * ggml_time_us();
+    d = llama_perf_context(ctx);
+    CHECK(d.t_start_ms >= t4 - 0.01 && d.t_start_ms <= t5 + 0.01);
+    CHECK(d.n_p_eval == 1 && d.n_eval == 1 && d.t_p_eval_ms == 0 && d.t_eval_ms == 0);
+    step(ctx, prompt[2]);
+    CHECK(llama_perf_context(ctx).n_eval == 1 && llama_perf_context(ctx).n_p_eval == 1);
+    llama_free(ctx);
+
+    /* no_perf false: the times are measured. */
+    ctx = context(model, false);
+    CHECK(llama_decode(ctx, llama_batch_get_one(prompt, n_prompt)) == 0);
+    step(ctx, prompt[0]);
+    d = llama_perf_context(ctx);
+    CHECK(d.n_p_eval == n_prompt && d.n_eval == 1 && d.t_p_eval_ms > 0 && d.t_eval_ms > 0);
+    llama_free(ctx);
+    llama_model_free(model);
+    printf("perf: n_p_eval / n_eval per decode, times under no_perf, load time at the first eval, reset, print\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: perf_load MODEL.gguf\n");
+        return 2;
+    }
+    llama_log_set(on_log, NULL);
+    llama_backend_init();
+    perf_counts(argv[1]);
+    return 0;
+}
