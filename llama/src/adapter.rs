@@ -160,6 +160,11 @@ impl Engine {
     pub fn n_layer(&self) -> usize {
         self.info.n_layers
     }
+    /// A control vector of this model from `data` (n_layer x n_embd floats, layer 0 first),
+    /// added at the end of layers `start..=end` (packlm's `ControlVector::from_data`).
+    pub fn control_vector(&self, data: &[f32], start: usize, end: usize) -> Result<packlm::ControlVector> {
+        packlm::ControlVector::from_data(&self.model, data, self.info.hidden_size, start, end)
+    }
     /// Query heads of the first layer (llama.cpp's `n_head()`, which is layer 0's).
     pub fn n_head(&self) -> usize {
         self.info.n_heads.first().copied().unwrap_or(0)
@@ -485,6 +490,15 @@ impl Sequence {
     pub fn set_adapters(&mut self, adapters: &[(Lora, f32)]) -> Result<()> {
         let list: Vec<(packlm::Adapter, f32)> = adapters.iter().map(|(l, s)| (l.adapter.clone(), *s)).collect();
         self.session.set_adapters(&list)
+    }
+    /// Adds `control` (None: no vector) to the end of each layer of its range in this
+    /// sequence's passes; refused unless it holds no positions. Its adapters stay.
+    pub fn set_control_vector(&mut self, control: Option<&packlm::ControlVector>) -> Result<()> {
+        self.session.set_control_vector(control)
+    }
+    /// The control vector its passes add, if any.
+    pub fn control_vector(&self) -> Option<packlm::ControlVector> {
+        self.session.control_vector()
     }
     /// The vectors of `texts` under this sequence's adapters, not normalized: one row per text
     /// when pooled, one per token of each text in order with `Pooling::None` (packlm's

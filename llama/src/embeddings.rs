@@ -87,6 +87,8 @@ pub struct Output {
     /// The adapters (and scales) the decode ran under: the deferred ones are computed under
     /// them, whatever the context's adapters are by then.
     adapters: Vec<(Lora, f32)>,
+    /// The control vector the decode ran under (cvec.rs), likewise.
+    control: Option<packlm::ControlVector>,
 }
 
 impl Output {
@@ -106,7 +108,7 @@ impl Output {
             ));
         }
         let texts: Vec<&[u32]> = self.deferred.iter().map(|d| d.tokens.as_slice()).collect();
-        let all = scratch_embed(engine, &self.adapters, &texts).map_err(|e| e.to_string())?;
+        let all = scratch_embed(engine, &self.adapters, self.control.as_ref(), &texts).map_err(|e| e.to_string())?;
         let mut at = 0;
         for d in &self.deferred {
             let own = &all[(at + d.start) * hidden..(at + d.tokens.len()) * hidden];
@@ -127,10 +129,12 @@ impl Output {
     }
 }
 
-/// `Session::embed` with pooling none of `texts` on a new sequence under `adapters`.
-fn scratch_embed(engine: &Engine, adapters: &[(Lora, f32)], texts: &[&[u32]]) -> Result<Vec<f32>> {
+/// `Session::embed` with pooling none of `texts` on a new sequence under `adapters` and
+/// `control` (the context's control vector, cvec.rs).
+fn scratch_embed(engine: &Engine, adapters: &[(Lora, f32)], control: Option<&packlm::ControlVector>, texts: &[&[u32]]) -> Result<Vec<f32>> {
     let mut s = Sequence::new(engine, 0)?;
     s.set_adapters(adapters)?;
+    s.set_control_vector(control)?;
     s.embed(texts, Pooling::None)
 }
 
@@ -156,6 +160,7 @@ pub(crate) struct EmbeddingPass {
     /// The others, computed when first read.
     deferred: Vec<Deferred>,
     adapters: Vec<(Lora, f32)>,
+    control: Option<packlm::ControlVector>,
 }
 
 impl EmbeddingPass {
@@ -173,7 +178,9 @@ impl EmbeddingPass {
             deferred.push(Deferred { seq: it.seq, tokens, start: held.len(), rows });
         }
         let adapters = c.loras.iter().map(|e| (e.lora.clone(), e.scale)).collect();
-        EmbeddingPass { pooling, dim: engine.embedding_dim(pooling), fresh, deferred, adapters }
+        // Every sequence of a context holds the context's control vector (cvec.rs).
+        let control = c.seqs.first().and_then(Sequence::control_vector);
+        EmbeddingPass { pooling, dim: engine.embedding_dim(pooling), fresh, deferred, adapters, control }
     }
 
     /// The fresh items' vectors, one pass for all of them (on the first one's sequence: every
@@ -211,7 +218,7 @@ impl EmbeddingPass {
                 by_seq[plan.items[k].seq] = v;
             }
         }
-        Output { active: true, pooling: Some(self.pooling), dim, rows, by_seq, deferred: self.deferred, adapters: self.adapters }
+        Output { active: true, pooling: Some(self.pooling), dim, rows, by_seq, deferred: self.deferred, adapters: self.adapters, control: self.control }
     }
 }
 

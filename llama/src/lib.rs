@@ -9,7 +9,7 @@
 //! Layout: `abi` the C structs; `adapter` the only calls into packlm; `offload` where a model
 //! runs (`n_gpu_layers`: the GPU backend or the host); `model`, `model_facts`
 //! (the hyperparameter getters), `context` (its settings in `context_settings`, its
-//! embeddings in `embeddings`, its LoRA adapters in `lora`), `vocab`, `sampler` (its grammar
+//! embeddings in `embeddings`, its LoRA adapters in `lora`, its control vector in `cvec`), `vocab`, `sampler` (its grammar
 //! sampler in `grammar`, its generator in `rng`) the implemented API; `names` the pure
 //! functions over names (enum names, split-file names); `unsupported` the rest; `log` the log
 //! sink and the panic guard every entry point runs in.
@@ -27,6 +27,7 @@ pub mod chat_builtin;
 pub mod context;
 pub mod context_perf;
 pub mod context_settings;
+pub mod cvec;
 pub mod embeddings;
 pub mod grammar;
 pub mod log;

@@ -243,7 +243,12 @@ unsafe fn set(f: &str, ctx: *mut LlamaContext, set: impl FnOnce(&LlamaContext, &
         // New sequences under the new set, swapped in only when all are made.
         let mut fresh = Vec::with_capacity(c.seqs.len());
         for s in c.seqs.iter() {
-            let made = Sequence::new(engine, s.n_ctx()).and_then(|mut n| n.set_adapters(&list).map(|()| n));
+            // The context's control vector (cvec.rs) stays with the new adapters.
+            let made = Sequence::new(engine, s.n_ctx()).and_then(|mut n| {
+                n.set_adapters(&list)?;
+                n.set_control_vector(s.control_vector().as_ref())?;
+                Ok(n)
+            });
             match made {
                 Ok(n) => fresh.push(n),
                 Err(e) => {

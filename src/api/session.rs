@@ -93,6 +93,12 @@ impl Session {
         self.inner.set_control_vector(control.map(|c| c.inner.clone()))
     }
 
+    /// The control vector this session's passes add (None when it has none, or one that adds
+    /// nothing: all its layers zero).
+    pub fn control_vector(&self) -> Option<ControlVector> {
+        self.inner.adapters().control().map(|c| ControlVector { inner: c.clone() })
+    }
+
     /// The vectors of `texts` (token ids, as [`Model::tokenize`] gives them with
     /// `add_special`): one per text pooled as `options` says (by default as the pack declares:
     /// sentence-transformers' modules.json, a GGUF's pooling type), through the pack's Dense

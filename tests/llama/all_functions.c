@@ -1246,7 +1246,12 @@ static void unsupported(struct llama_model *model, const char *model_path, llama
     decode_prompt(ctx, prompt);
     static float cvec[N_EMBD * 30];
     log_reset();
-    REFUSED(llama_set_adapter_cvec, llama_set_adapter_cvec(ctx, cvec, N_EMBD * 30, N_EMBD, 1, 30) == -1);
+    /* A zero vector from layer 1 (llama.h: data starts at layer 1) is accepted and changes nothing;
+     * an n_embd other than the model's gives -1 and a log line (llama-adapter.cpp); the rest is
+     * tests/llama/cvec.c. */
+    CHECK(llama_set_adapter_cvec, llama_set_adapter_cvec(ctx, cvec, N_EMBD * 29, N_EMBD, 1, 30) == 0);
+    CHECK(llama_set_adapter_cvec, llama_set_adapter_cvec(ctx, cvec, N_EMBD * 29, N_EMBD - 1, 1, 30) == -1 && logged("n_embd"));
+    CHECK(llama_set_adapter_cvec, llama_set_adapter_cvec(ctx, NULL, 0, 0, -1, -1) == 0);
     log_reset();
     llama_memory_seq_add(mem, 0, 0, -1, 3);
     REFUSED(llama_memory_seq_add, llama_memory_seq_pos_max(mem, 0) == N_PROMPT - 1);

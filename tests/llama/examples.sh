@@ -18,7 +18,8 @@
 #     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too);
 #   - tests/llama/backend_sampling.c: sampler chains attached to sequences run at llama_decode
 #     (llama_set_sampler, llama_get_sampled_*_ith), as llama_sampler_sample on the host (SmolLM2);
-#   - tests/llama/perf_load.c: llama_perf_context's counts and lines as llama.cpp keeps them.
+#   - tests/llama/perf_load.c: llama_perf_context's counts and lines as llama.cpp keeps them;
+#   - tests/llama/cvec.c: llama_set_adapter_cvec on the tiny llama fixture against transformers.
 # Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +50,7 @@ link="-L$lib -lllama -lggml -lggml-base"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc -c "$root/tests/llama/all_functions.c" -o "$work/all_functions.o"
   ${CC:-cc} "$work/all_functions.o" $link -lm -o "$work/all_functions"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/backend_sampling.c" $link -lm -o "$work/backend_sampling"
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/cvec.c" $link -lm -o "$work/cvec"
   ${CC:-cc} -std=c11 -Wall -Wextra -Werror $inc "$root/tests/llama/perf_load.c" $link -lm -o "$work/perf_load"
 }
 
@@ -117,6 +119,9 @@ rc=0
 [ "$(sort -u "$work/abort.out" | wc -l)" = 1 ] && [ "$(wc -l <"$work/abort.out")" = 2 ] ||
   fail "the abort callback's message differs from the expected one: $(cat "$work/abort.out")"
 echo "ggml_abort: the message on stderr or to the callback, then SIGABRT"
+
+# Control vectors on the tiny llama fixture against transformers (tests/fixtures/tiny/cvec_llama).
+"$work/cvec" "$root/tests/fixtures/tiny" 2>"$work/cvec.err" || { cat "$work/cvec.err" >&2; fail "tests/llama/cvec.c"; }
 
 # all_functions on SmolLM2 (and the tiny fixture), with a LoRA and an aLoRA of SmolLM2 that
 # tests/llama/make_lora.py writes into the work folder (rank 4, seeded).
