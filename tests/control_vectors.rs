@@ -202,7 +202,12 @@ fn control_vector_logits_do_not_depend_on_threads() {
     assert_eq!(bits(&run(2)), bits(&run(1)));
 }
 
-fn write_gguf(path: &std::path::Path, arch: &str, tensors: &[(&str, u32, Vec<u64>, Vec<u8>)]) {
+/// A GGUF tensor to write: name, ggml type (0 f32, 1 f16), dims (ggml order), bytes.
+type RawTensor<'a> = (&'a str, u32, Vec<u64>, Vec<u8>);
+/// A bad GGUF case: file name, general.architecture, tensors, the status, words of the message.
+type BadFile<'a> = (&'a str, &'a str, Vec<RawTensor<'a>>, Status, Vec<&'a str>);
+
+fn write_gguf(path: &std::path::Path, arch: &str, tensors: &[RawTensor]) {
     // GGUF v3 (ggml's gguf.h): magic, version, tensor count, kv count; one string kv
     // (general.architecture); tensor infos (name, n_dims, dims, type, offset); data at 32 bytes.
     let mut b = Vec::new();
@@ -271,7 +276,7 @@ fn bad_control_vectors_are_refused() {
     let dir = std::env::temp_dir().join(format!("packlm-cvec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = f32_bytes(&f.vectors[h..]);
-    let cases: Vec<(&str, &str, Vec<(&str, u32, Vec<u64>, Vec<u8>)>, Status, Vec<&str>)> = vec![
+    let cases: Vec<BadFile> = vec![
         ("arch.gguf", "llama", vec![("direction.1", 0, vec![h as u64], good.clone())], Status::ErrFormat, vec!["\"llama\"", "not a control vector"]),
         ("empty.gguf", "controlvector", vec![], Status::ErrFormat, vec!["no direction.N"]),
         ("name.gguf", "controlvector", vec![("blk.1.weight", 0, vec![h as u64], good.clone())], Status::ErrFormat, vec!["blk.1.weight"]),
