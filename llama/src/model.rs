@@ -185,6 +185,7 @@ pub extern "C" fn llama_model_default_params() -> ModelParams {
 /// the whole model on packlm's GPU backend or on the host (`offload`: 0 is the host, any other
 /// value the GPU when there is one); the other placement and memory fields (split mode, main
 /// GPU, mmap, mlock) are ignored: packlm maps the weights, and runs a model on one device.
+/// The progress callback is called as the load goes (`Progress`); false cancels it (NULL).
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params: ModelParams) -> *mut LlamaModel {
     const F: &str = "llama_model_load_from_file";
@@ -202,27 +203,60 @@ pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params:
             return ptr::null_mut();
         }
         let t_start_us = crate::context_perf::time_us();
-        match crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only) {
+        let mut progress = Progress { callback: params.progress_callback, user_data: params.progress_callback_user_data, last: None };
+        // llama.h: a progress callback returning false aborts the load; llama.cpp then frees
+        // what it loaded, logs "cancelled model load" (info) and gives NULL.
+        let cancelled = || {
+            log::log(log::Level::Info, &format!("{F}: cancelled model load"));
+            ptr::null_mut()
+        };
+        let opened = crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only, &mut |p| progress.report(p));
+        match opened {
             Ok(engine) => {
-                // llama.h: a progress callback returning false aborts the load; llama.cpp then
-                // frees what it loaded, logs "cancelled model load" (info) and gives NULL.
-                if let Some(cb) = params.progress_callback {
-                    if !cb(1.0, params.progress_callback_user_data) {
-                        drop(engine);
-                        log::log(log::Level::Info, &format!("{F}: cancelled model load"));
-                        return ptr::null_mut();
-                    }
+                if !progress.finish() {
+                    drop(engine);
+                    return cancelled();
                 }
                 let m = Box::into_raw(Box::new(LlamaModel::new(engine, t_start_us)));
                 crate::chat::opened(m);
                 m
             }
+            Err(e) if crate::adapter::is_aborted(&e) => cancelled(),
             Err(e) => {
                 error(F, &format!("{path}: {e}"));
                 ptr::null_mut()
             }
         }
     })
+}
+
+/// The params' progress callback, called at packlm's own points of an open (`Engine::open`):
+/// 0 first, then once the pack's files are read, then after each layer's weights are prepared
+/// (one value per layer), and 1 last. Only a value above the last one given is passed on (a
+/// load the GPU does not take opens again on the host, from 0), so the values the client sees
+/// grow from 0 to 1; 1 is given at the end whatever packlm's last point was.
+struct Progress {
+    callback: Option<unsafe extern "C" fn(f32, *mut c_void) -> bool>,
+    user_data: *mut c_void,
+    last: Option<f32>,
+}
+
+impl Progress {
+    /// Passes `p` on; false when the callback asks to stop.
+    fn report(&mut self, p: f32) -> bool {
+        let Some(cb) = self.callback else { return true };
+        if self.last.is_some_and(|last| p <= last) {
+            return true;
+        }
+        self.last = Some(p);
+        // SAFETY: llama.h's `llama_progress_callback`, with the params' user data.
+        unsafe { cb(p, self.user_data) }
+    }
+
+    /// Gives 1 if it was not given yet; false when the callback asks to stop.
+    fn finish(&mut self) -> bool {
+        self.report(1.0)
+    }
 }
 
 #[no_mangle]

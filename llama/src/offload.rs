@@ -58,11 +58,13 @@ fn counts_cpu_devices(f: &str) -> bool {
 
 /// Opens `path` where `n_gpu_layers` puts it (see the module's doc): on the host for 0 and for
 /// a vocabulary-only load (no weights are used), else on the GPU when it counts and takes the
-/// model. `f` names the calling function in the log lines.
-pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapter::Result<Engine> {
-    let host = || Engine::open(path, Backend::Host, |_| true);
+/// model. `f` names the calling function in the log lines. `progress` gets packlm's open
+/// progress (`Engine::open`) of each open tried: a load the GPU does not take reports again
+/// from 0 on the host. A load it cancels (false) is not tried again.
+pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool, progress: &mut dyn FnMut(f32) -> bool) -> adapter::Result<Engine> {
+    let host = |progress: &mut dyn FnMut(f32) -> bool| Engine::open(path, Backend::Host, progress);
     if n_gpu_layers == 0 || vocab_only {
-        return host();
+        return host(progress);
     }
     let any = counts_cpu_devices(f);
     let head = format!("{f}: n_gpu_layers {n_gpu_layers}");
@@ -81,11 +83,11 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapte
     match known() {
         Gpu::Absent(why) => {
             log::log(Level::Info, &format!("{head}: no GPU ({why}); the model runs on the host"));
-            return host();
+            return host(progress);
         }
         Gpu::CpuType(device) if !any => {
             log::log(Level::Info, &cpu_type(&device));
-            return host();
+            return host(progress);
         }
         _ => {}
     }
@@ -95,9 +97,10 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapte
     let mut read = false;
     let opened = Engine::open(path, Backend::Gpu, |p| {
         read |= p > 0.0;
-        true
+        progress(p)
     });
     match opened {
+        Err(e) if adapter::is_aborted(&e) => Err(e),
         Ok(e) if e.is_cpu_device() => {
             let device = e.device().unwrap_or_default().to_string();
             learned(Gpu::CpuType(device.clone()));
@@ -107,7 +110,7 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapte
             }
             drop(e);
             log::log(Level::Info, &cpu_type(&device));
-            host()
+            host(progress)
         }
         Ok(e) => {
             learned(Gpu::Usable);
@@ -116,13 +119,13 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool) -> adapte
         Err(e) if !read && adapter::is_backend_unavailable(&e) => {
             learned(Gpu::Absent(e.message.clone()));
             log::log(Level::Info, &format!("{head}: no GPU ({}); the model runs on the host", e.message));
-            host()
+            host(progress)
         }
         // The pack could not be read: the host would refuse it the same way.
         Err(e) if !read => Err(e),
         Err(e) => {
             log::log(Level::Warn, &format!("{head}: the GPU backend does not run {}: {}; the model runs on the host", path.display(), e.message));
-            host()
+            host(progress)
         }
     }
 }

@@ -8,6 +8,10 @@
  *     the first evaluation, the time from that start to the end of that evaluation;
  *   - llama_perf_context_reset sets t_start_ms to now and the evals to 0 (given as 1);
  *   - llama_perf_context_print logs llama.cpp's lines, formatted as its printf formats them.
+ * And the load's progress callback (llama.h: values from 0.0 to 1.0; false aborts the load):
+ * called several times, first 0 and last 1, each value above the one before; false at the
+ * first or second call stops the load there (no later call) and gives NULL with llama.cpp's
+ * "cancelled model load".
  *
  *   perf_load MODEL.gguf
  */
@@ -127,6 +131,47 @@ static void perf_counts(const char *model_path) {
     printf("perf: n_p_eval / n_eval per decode, times under no_perf, load time at the first eval, reset, print\n");
 }
 
+/* ---- the load progress callback (llama.h: "Called with a progress value between 0.0 and
+ * 1.0"; returning false aborts the load) ---- */
+
+static float seen[4096];
+static int n_seen;
+static int stop_at;
+
+static bool record(float p, void *data) {
+    CHECK(data == &n_seen);
+    if (n_seen < 4096) seen[n_seen] = p;
+    n_seen++;
+    return n_seen != stop_at;
+}
+
+static void progress(const char *model_path) {
+    struct llama_model_params mp = llama_model_default_params();
+    mp.progress_callback = record;
+    mp.progress_callback_user_data = &n_seen;
+    n_seen = 0;
+    stop_at = -1;
+    struct llama_model *model = llama_model_load_from_file(model_path, mp);
+    CHECK(model != NULL);
+    /* SmolLM2 has 30 layers: 0, the files read, one value per layer, 1 (packlm's points). */
+    CHECK(n_seen >= 3 && n_seen <= 4096);
+    CHECK(seen[0] == 0.0f && seen[n_seen - 1] == 1.0f);
+    for (int i = 1; i < n_seen; i++) CHECK(seen[i] > seen[i - 1] && seen[i] <= 1.0f);
+    int n_full = n_seen;
+    llama_model_free(model);
+    /* false at the second call: the load stops there and gives NULL. */
+    for (int k = 1; k <= 2; k++) {
+        n_seen = 0;
+        stop_at = k;
+        log_reset();
+        CHECK(llama_model_load_from_file(model_path, mp) == NULL);
+        CHECK(n_seen == k);
+        CHECK(strstr(log_text, "cancelled model load") != NULL);
+    }
+    printf("progress: %d values from 0 to 1, increasing; false cancels (NULL)\n", n_full);
+}
+
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: perf_load MODEL.gguf\n");
@@ -135,5 +180,6 @@ int main(int argc, char **argv) {
     llama_log_set(on_log, NULL);
     llama_backend_init();
     perf_counts(argv[1]);
+    progress(argv[1]);
     return 0;
 }
