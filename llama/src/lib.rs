@@ -29,6 +29,7 @@ pub mod context_perf;
 pub mod context_settings;
 pub mod cvec;
 pub mod embeddings;
+pub mod file_ptr;
 pub mod grammar;
 pub mod log;
 pub mod lora;

@@ -189,45 +189,48 @@ pub extern "C" fn llama_model_default_params() -> ModelParams {
 #[no_mangle]
 pub unsafe extern "C" fn llama_model_load_from_file(path: *const c_char, params: ModelParams) -> *mut LlamaModel {
     const F: &str = "llama_model_load_from_file";
-    guard(F, ptr::null_mut(), || {
-        if path.is_null() {
-            error(F, "path is NULL");
-            return ptr::null_mut();
+    guard(F, ptr::null_mut(), || load(F, path, params))
+}
+
+/// `llama_model_load_from_file`'s load, its log lines under `f` (the entry point called).
+pub(crate) unsafe fn load(f: &str, path: *const c_char, params: ModelParams) -> *mut LlamaModel {
+    if path.is_null() {
+        error(f, "path is NULL");
+        return ptr::null_mut();
+    }
+    let Ok(path) = CStr::from_ptr(path).to_str() else {
+        error(f, "path is not UTF-8");
+        return ptr::null_mut();
+    };
+    if !params.kv_overrides.is_null() || !params.tensor_buft_overrides.is_null() {
+        error(f, "kv_overrides and tensor_buft_overrides are not supported");
+        return ptr::null_mut();
+    }
+    let t_start_us = crate::context_perf::time_us();
+    let mut progress = Progress { callback: params.progress_callback, user_data: params.progress_callback_user_data, last: None };
+    // llama.h: a progress callback returning false aborts the load; llama.cpp then frees
+    // what it loaded, logs "cancelled model load" (info) and gives NULL.
+    let cancelled = || {
+        log::log(log::Level::Info, &format!("{f}: cancelled model load"));
+        ptr::null_mut()
+    };
+    let opened = crate::offload::open(f, Path::new(path), params.n_gpu_layers, params.vocab_only, &mut |p| progress.report(p));
+    match opened {
+        Ok(engine) => {
+            if !progress.finish() {
+                drop(engine);
+                return cancelled();
+            }
+            let m = Box::into_raw(Box::new(LlamaModel::new(engine, t_start_us)));
+            crate::chat::opened(m);
+            m
         }
-        let Ok(path) = CStr::from_ptr(path).to_str() else {
-            error(F, "path is not UTF-8");
-            return ptr::null_mut();
-        };
-        if !params.kv_overrides.is_null() || !params.tensor_buft_overrides.is_null() {
-            error(F, "kv_overrides and tensor_buft_overrides are not supported");
-            return ptr::null_mut();
-        }
-        let t_start_us = crate::context_perf::time_us();
-        let mut progress = Progress { callback: params.progress_callback, user_data: params.progress_callback_user_data, last: None };
-        // llama.h: a progress callback returning false aborts the load; llama.cpp then frees
-        // what it loaded, logs "cancelled model load" (info) and gives NULL.
-        let cancelled = || {
-            log::log(log::Level::Info, &format!("{F}: cancelled model load"));
+        Err(e) if crate::adapter::is_aborted(&e) => cancelled(),
+        Err(e) => {
+            error(f, &format!("{path}: {e}"));
             ptr::null_mut()
-        };
-        let opened = crate::offload::open(F, Path::new(path), params.n_gpu_layers, params.vocab_only, &mut |p| progress.report(p));
-        match opened {
-            Ok(engine) => {
-                if !progress.finish() {
-                    drop(engine);
-                    return cancelled();
-                }
-                let m = Box::into_raw(Box::new(LlamaModel::new(engine, t_start_us)));
-                crate::chat::opened(m);
-                m
-            }
-            Err(e) if crate::adapter::is_aborted(&e) => cancelled(),
-            Err(e) => {
-                error(F, &format!("{path}: {e}"));
-                ptr::null_mut()
-            }
         }
-    })
+    }
 }
 
 /// The params' progress callback, called at packlm's own points of an open (`Engine::open`):

@@ -31,10 +31,8 @@ macro_rules! unsupported_fn {
     };
 }
 
-unsupported_fn!(llama_model_load_from_file_ptr(_a0: *mut c_void, _a1: ModelParams) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_model_save_to_file(_a0: *mut c_void, _a1: *const c_char));
 unsupported_fn!(llama_model_init_from_user(_a0: *mut c_void, _a1: *mut c_void, _a2: *mut c_void, _a3: ModelParams) -> *mut c_void = ptr::null_mut());
-unsupported_fn!(llama_adapter_lora_init_from_file_ptr(_a0: *mut c_void, _a1: *mut c_void) -> *mut c_void = ptr::null_mut());
 unsupported_fn!(llama_memory_seq_add(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
 unsupported_fn!(llama_memory_seq_div(_a0: *mut c_void, _a1: i32, _a2: i32, _a3: i32, _a4: i32));
 unsupported_fn!(llama_batch_ext_add_embd(_a0: *mut c_void, _a1: i32, _a2: Embd) -> i32 = -1);

@@ -1216,8 +1216,14 @@ static void unsupported(struct llama_model *model, const char *model_path, llama
     const char *twice[2] = {model_path, model_path};
     log_reset();
     REFUSED(llama_model_load_from_splits, llama_model_load_from_splits(twice, 2, mp) == NULL);
+    /* A FILE * at position 0 loads as the path does (tests/llama/perf_load.c checks the logits);
+     * at another position (a GGUF embedded in a larger file) it is refused. */
     FILE *f = fopen(model_path, "rb");
     CHECK(fopen, f != NULL);
+    struct llama_model *from_file = llama_model_load_from_file_ptr(f, mp);
+    CHECK(llama_model_load_from_file_ptr, from_file != NULL && llama_model_n_params(from_file) == llama_model_n_params(model));
+    llama_model_free(from_file);
+    CHECK(fseek, fseek(f, 1, SEEK_SET) == 0);
     log_reset();
     REFUSED(llama_model_load_from_file_ptr, llama_model_load_from_file_ptr(f, mp) == NULL);
     fclose(f);
@@ -1237,6 +1243,10 @@ static void unsupported(struct llama_model *model, const char *model_path, llama
 
     f = fopen(work_path("lora.gguf"), "rb");
     CHECK(fopen, f != NULL);
+    struct llama_adapter_lora *lora = llama_adapter_lora_init_from_file_ptr(model, f);
+    CHECK(llama_adapter_lora_init_from_file_ptr, lora != NULL);
+    llama_adapter_lora_free(lora);
+    CHECK(fseek, fseek(f, 1, SEEK_SET) == 0);
     log_reset();
     REFUSED(llama_adapter_lora_init_from_file_ptr, llama_adapter_lora_init_from_file_ptr(model, f) == NULL);
     fclose(f);

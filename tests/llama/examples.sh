@@ -18,7 +18,8 @@
 #     LLAMA_API name of llama.h (255, a literal: a listing that loses one fails too);
 #   - tests/llama/backend_sampling.c: sampler chains attached to sequences run at llama_decode
 #     (llama_set_sampler, llama_get_sampled_*_ith), as llama_sampler_sample on the host (SmolLM2);
-#   - tests/llama/perf_load.c: llama_perf_context's counts and lines as llama.cpp keeps them;
+#   - tests/llama/perf_load.c: llama_perf_context's counts and lines as llama.cpp keeps them, the
+#     load's progress callback, a model and a LoRA adapter from a FILE *;
 #   - tests/llama/cvec.c: llama_set_adapter_cvec on the tiny llama fixture against transformers.
 # Without the models it says so and skips their runs, or fails when PACKLM_REQUIRE_MODELS is set.
 set -eu
@@ -138,7 +139,7 @@ if [ -f "$smollm2" ]; then
   sed 's/^/all_functions: /' "$work/all_functions.out"
   "$work/backend_sampling" "$smollm2" 2>"$work/backend_sampling.err" ||
     { cat "$work/backend_sampling.err" >&2; fail "tests/llama/backend_sampling.c"; }
-  "$work/perf_load" "$smollm2" 2>"$work/perf_load.err" ||
+  "$work/perf_load" "$smollm2" "$work/lora.gguf" 2>"$work/perf_load.err" ||
     { cat "$work/perf_load.err" >&2; fail "tests/llama/perf_load.c"; }
 elif [ -n "${PACKLM_REQUIRE_MODELS:-}" ]; then
   fail "$smollm2 is missing and PACKLM_REQUIRE_MODELS is set"

@@ -13,13 +13,21 @@
  * first or second call stops the load there (no later call) and gives NULL with llama.cpp's
  * "cancelled model load".
  *
- *   perf_load MODEL.gguf
+ * And llama_model_load_from_file_ptr / llama_adapter_lora_init_from_file_ptr: a FILE * of the
+ * GGUF at position 0 gives the model (the adapter) its path gives, logits bit for bit, and
+ * leaves the stream where it was; at another position (llama.h reads "from the current
+ * position", a GGUF embedded in a larger file, which packlm does not map), a pipe, or NULL:
+ * NULL and a log line saying which.
+ *
+ *   perf_load MODEL.gguf LORA.gguf      (LORA.gguf: an adapter of MODEL, tests/llama/make_lora.py)
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "ggml.h"
 #include "llama.h"
 
@@ -172,14 +180,85 @@ static void progress(const char *model_path) {
 }
 
 
+/* ---- a model and a LoRA adapter from a FILE * ---- */
+
+static void last_logits(struct llama_model *m, struct llama_adapter_lora *lora, float *out) {
+    struct llama_context *ctx = context(m, true);
+    if (lora) {
+        float scale = 1.0f;
+        CHECK(llama_set_adapters_lora(ctx, &lora, 1, &scale) == 0);
+    }
+    CHECK(llama_decode(ctx, llama_batch_get_one(prompt, n_prompt)) == 0);
+    memcpy(out, llama_get_logits_ith(ctx, -1), sizeof(float) * 49152);
+    llama_free(ctx);
+}
+
+static void file_ptr(const char *model_path, const char *lora_path) {
+    static float a[49152], b[49152];
+    struct llama_model_params mp = llama_model_default_params();
+    struct llama_model *by_path = llama_model_load_from_file(model_path, mp);
+    CHECK(by_path != NULL && llama_vocab_n_tokens(llama_model_get_vocab(by_path)) == 49152);
+    FILE *f = fopen(model_path, "rb");
+    CHECK(f != NULL);
+    struct llama_model *by_file = llama_model_load_from_file_ptr(f, mp);
+    CHECK(by_file != NULL);
+    CHECK(ftell(f) == 0);
+    last_logits(by_path, NULL, a);
+    last_logits(by_file, NULL, b);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(llama_model_n_params(by_file) == llama_model_n_params(by_path));
+    /* Not at its start (a GGUF embedded in a larger file): refused. */
+    CHECK(fseek(f, 4, SEEK_SET) == 0);
+    log_reset();
+    CHECK(llama_model_load_from_file_ptr(f, mp) == NULL);
+    CHECK(strstr(log_text, "llama_model_load_from_file_ptr") != NULL && strstr(log_text, "position 4") != NULL);
+    /* A pipe: refused. */
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    FILE *p = fdopen(fds[0], "rb");
+    CHECK(p != NULL);
+    log_reset();
+    CHECK(llama_model_load_from_file_ptr(p, mp) == NULL);
+    CHECK(strstr(log_text, "not a regular file") != NULL);
+    log_reset();
+    CHECK(llama_model_load_from_file_ptr(NULL, mp) == NULL);
+    CHECK(strstr(log_text, "file is NULL") != NULL);
+
+    /* The adapter: the same adapter as by its path, logits bit for bit. */
+    struct llama_adapter_lora *lora_by_path = llama_adapter_lora_init(by_path, lora_path);
+    CHECK(lora_by_path != NULL);
+    FILE *lf = fopen(lora_path, "rb");
+    CHECK(lf != NULL);
+    struct llama_adapter_lora *lora_file = llama_adapter_lora_init_from_file_ptr(by_path, lf);
+    CHECK(lora_file != NULL && ftell(lf) == 0);
+    CHECK(llama_adapter_meta_count(lora_file) == llama_adapter_meta_count(lora_by_path));
+    last_logits(by_path, lora_by_path, a);
+    last_logits(by_path, lora_file, b);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(fseek(lf, 8, SEEK_SET) == 0);
+    log_reset();
+    CHECK(llama_adapter_lora_init_from_file_ptr(by_path, lf) == NULL);
+    CHECK(strstr(log_text, "llama_adapter_lora_init_from_file_ptr") != NULL && strstr(log_text, "position 8") != NULL);
+    llama_adapter_lora_free(lora_file);
+    llama_adapter_lora_free(lora_by_path);
+    fclose(lf);
+    fclose(p);
+    close(fds[1]);
+    fclose(f);
+    llama_model_free(by_file);
+    llama_model_free(by_path);
+    printf("file_ptr: a model and a LoRA adapter from a FILE * at position 0, as by their paths; other positions, pipes, NULL refused\n");
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: perf_load MODEL.gguf\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: perf_load MODEL.gguf LORA.gguf\n");
         return 2;
     }
     llama_log_set(on_log, NULL);
     llama_backend_init();
     perf_counts(argv[1]);
     progress(argv[1]);
+    file_ptr(argv[1], argv[2]);
     return 0;
 }
