@@ -238,6 +238,9 @@ impl Engine {
     pub fn is_byte_level(&self) -> bool {
         self.model.is_byte_level()
     }
+    pub fn suppress_tokens(&self) -> &[u32] {
+        self.model.suppress_tokens()
+    }
     pub fn chat_template(&self) -> Option<String> {
         self.model.chat_template().map(str::to_string)
     }

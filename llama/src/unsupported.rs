@@ -52,19 +52,6 @@ pub extern "C" fn llama_model_quantize(_fname_inp: *const c_char, _fname_out: *c
     1
 }
 
-/// `llama_vocab_get_suppress_tokens`: the suppress list (`tokenizer.ggml.suppress_tokens`) is
-/// not kept, so none is given (NULL, a log line). As llama.cpp does, the count is always
-/// written when `n_suppress_tokens` is not NULL: 0, the length of what is returned, so a caller
-/// looping over it reads nothing.
-#[no_mangle]
-pub unsafe extern "C" fn llama_vocab_get_suppress_tokens(_vocab: *const c_void, n_suppress_tokens: *mut i32) -> *const i32 {
-    unsupported("llama_vocab_get_suppress_tokens");
-    if !n_suppress_tokens.is_null() {
-        *n_suppress_tokens = 0;
-    }
-    ptr::null()
-}
-
 /// `llama_opt_param_filter_all`: llama.h "always returns true" (llama.cpp's body). Training
 /// itself (`llama_opt_init`, `llama_opt_epoch`) stays refused.
 #[no_mangle]

@@ -48,6 +48,27 @@ vocab_fact!(llama_vocab_get_add_bos, bool, false, |m| m.engine.add_bos());
 // packlm's tokenizer appends EOS with add-special when the pack says so (a GGUF's
 // `tokenizer.ggml.add_eos_token`, an embedding model's post-processor).
 vocab_fact!(llama_vocab_get_add_eos, bool, false, |m| m.engine.add_eos());
+
+/// `llama_vocab_get_suppress_tokens`: the GGUF's `tokenizer.ggml.suppress_tokens` (ids outside
+/// the vocabulary dropped, as llama-vocab.cpp drops them), valid while the model lives. The
+/// count is written whenever `n_suppress_tokens` is not NULL; with no list, NULL and 0 (a NULL
+/// vocab: NULL, 0 and a log line).
+#[no_mangle]
+pub unsafe extern "C" fn llama_vocab_get_suppress_tokens(vocab: *const LlamaModel, n_suppress_tokens: *mut i32) -> *const Token {
+    const F: &str = "llama_vocab_get_suppress_tokens";
+    guard(F, ptr::null(), || {
+        let ids = model_ref(F, vocab).map(|m| m.engine.suppress_tokens()).unwrap_or_default();
+        if !n_suppress_tokens.is_null() {
+            *n_suppress_tokens = ids.len() as i32;
+        }
+        // Ids are below the vocabulary's size, so each u32 is the same bits as its i32.
+        if ids.is_empty() {
+            ptr::null()
+        } else {
+            ids.as_ptr() as *const Token
+        }
+    })
+}
 // `tokenizer.ggml.add_sep_token` when the model states it; false otherwise (llama.cpp's
 // default for BPE and SentencePiece vocabularies, the ones packlm reads).
 vocab_fact!(llama_vocab_get_add_sep, bool, false, |m| m.meta_value("tokenizer.ggml.add_sep_token") == Some("true"));

@@ -392,6 +392,14 @@ impl Model {
         self.inner.vocab().chat_template.as_deref()
     }
 
+    /// Token ids the pack says a sampler should never pick (a GGUF's
+    /// `tokenizer.ggml.suppress_tokens`, ids outside the vocabulary dropped); empty when it
+    /// lists none. packlm's samplers do not apply it: it is for the application (as llama.h's
+    /// `llama_vocab_get_suppress_tokens`). Also "suppress_tokens" in `info_json`.
+    pub fn suppress_tokens(&self) -> &[u32] {
+        &self.inner.vocab().suppress
+    }
+
     /// The pack's chat template rendered over `messages`; `add_generation_prompt` appends the
     /// start of the assistant's turn. Templates run with bounded instructions and output.
     pub fn chat_apply(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {

@@ -801,6 +801,7 @@ pub fn info_json(m: &Model) -> serde_json::Value {
         "eos": m.vocab.eos,
         "stop": m.vocab.stop,
         "add_bos": m.vocab.add_bos,
+        "suppress_tokens": m.vocab.suppress,
         "tie_word_embeddings": s.tie_word_embeddings,
         "backend": m.backend.name(),
         "device": m.backend.device(),

@@ -63,6 +63,10 @@ pub struct GgufVocab {
     pub add_eos: bool,
     /// `tokenizer.chat_template`.
     pub chat_template: Option<String>,
+    /// `tokenizer.ggml.suppress_tokens`: ids a sampler should never pick (llama.h's
+    /// `llama_vocab_get_suppress_tokens`), those outside the vocabulary dropped as llama.cpp
+    /// drops them; empty when absent.
+    pub suppress: Vec<u32>,
 }
 
 impl std::fmt::Debug for GgufVocab {
@@ -135,7 +139,10 @@ pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
 
     let chat_template = g.get_str("tokenizer.chat_template")?.map(str::to_string);
     let vocab_size = vocab_size_with_added(&tokenizer);
-    Ok(GgufVocab { tokenizer, vocab_size, bos, eos, eot, pad, add_bos, add_eos, chat_template })
+    // llama-vocab.cpp: an array of integers (anything else refused), out-of-range ids dropped.
+    let suppress = g.get_int_array("tokenizer.ggml.suppress_tokens")?.unwrap_or_default();
+    let suppress = suppress.into_iter().filter(|&id| id >= 0 && (id as usize) < meta.tokens.len()).map(|id| id as u32).collect();
+    Ok(GgufVocab { tokenizer, vocab_size, bos, eos, eot, pad, add_bos, add_eos, chat_template, suppress })
 }
 
 /// What `TokenizerImpl::get_vocab_size(true)` returns, the size of the union of the model's

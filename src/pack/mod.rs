@@ -207,7 +207,7 @@ pub fn gguf_vocab(path: &Path) -> Result<Vocab> {
     let gv = gguf_tokenizer::vocab_from_gguf(&g)?;
     let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
     let add_eos = if gv.add_eos { gv.eos } else { None };
-    Ok(Vocab::new(tokenizer, gv.bos, gv.eos.into_iter().collect(), gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template).with_add_eos(add_eos))
+    Ok(Vocab::new(tokenizer, gv.bos, gv.eos.into_iter().collect(), gv.eot.into_iter().collect(), gv.add_bos, gv.chat_template).with_add_eos(add_eos).with_suppress(gv.suppress))
 }
 
 fn open_gguf(path: &Path) -> Result<Pack> {
@@ -227,7 +227,7 @@ fn open_gguf(path: &Path) -> Result<Pack> {
     spec.eos_token_ids = eos.clone();
     let tokenizer = PackTokenizer::Gguf { tokenizer: gv.tokenizer, vocab_size: gv.vocab_size };
     let add_eos = if gv.add_eos { eos.first().copied() } else { None };
-    let vocab = Vocab::new(tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template).with_add_eos(add_eos);
+    let vocab = Vocab::new(tokenizer, gv.bos, eos, eot, gv.add_bos, gv.chat_template).with_add_eos(add_eos).with_suppress(gv.suppress);
     let metadata = gguf_metadata(&g);
     let pooling_key = format!("{}.pooling_type", g.architecture()?);
     let embedding = embedding::EmbedConfig::from_gguf(&pooling_key, g.get_u64(&pooling_key)?);

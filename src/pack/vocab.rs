@@ -95,6 +95,10 @@ pub struct Vocab {
     pub add_eos: Option<u32>,
     pub chat_template: Option<String>,
     pub size: usize,
+    /// Ids a sampler should never pick, as the pack lists them (a GGUF's
+    /// `tokenizer.ggml.suppress_tokens`); packlm's samplers do not read it (llama.cpp's do not
+    /// either: it is for the application).
+    pub suppress: Vec<u32>,
 }
 
 impl Vocab {
@@ -120,7 +124,13 @@ impl Vocab {
         }
         stop.sort_unstable();
         stop.dedup();
-        Vocab { tokenizer, tokenizer_plain: plain, bos, eos, stop, add_bos, add_eos: None, chat_template, size }
+        Vocab { tokenizer, tokenizer_plain: plain, bos, eos, stop, add_bos, add_eos: None, chat_template, size, suppress: Vec::new() }
+    }
+
+    /// This vocabulary with the suppress list `ids` (see `suppress`).
+    pub fn with_suppress(mut self, ids: Vec<u32>) -> Vocab {
+        self.suppress = ids;
+        self
     }
 
     /// This vocabulary, appending `eos` when asked for special tokens (see `add_eos`).

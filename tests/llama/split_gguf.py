@@ -4,14 +4,16 @@ tests (tests/llama/splits.sh writes them into a temporary folder).
 
 Usage (PYTHONPATH: the llama-cpp-python 0.3.36 sdist's vendored gguf-py and the pinned numpy of
 tests/llama/fetch.sh, as splits.sh sets it):
-    python3 tests/llama/split_gguf.py MODEL.gguf OUT_PREFIX N
+    python3 tests/llama/split_gguf.py MODEL.gguf OUT_PREFIX N [--suppress ID,ID,..]
 
 Writes OUT_PREFIX-00001-of-0000N.gguf .. OUT_PREFIX-0000N-of-0000N.gguf. The layout is
 gguf-split's, as llama.cpp documents and reads it (src/llama-model-loader.cpp, examples/
 gguf-split): every file holds `split.no` (uint16, from 0) and `split.count` (uint16); the first
 also holds every metadata key of MODEL.gguf and `split.tensors.count` (int32, all files'
 tensors); the tensors, in MODEL.gguf's order, are dealt out in N runs of about equal count, the
-first file's run first. Tensor bytes are copied unchanged.
+first file's run first. Tensor bytes are copied unchanged. With --suppress the first file also
+gets `tokenizer.ggml.suppress_tokens` (an int32 array, as llama.cpp reads it), for the
+suppress-list test; N = 1 writes one file holding everything (split.count 1: not a split).
 """
 import sys
 
@@ -40,6 +42,9 @@ def copy_kv(w, f):
 
 def main():
     src, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    suppress = None
+    if len(sys.argv) == 6 and sys.argv[4] == "--suppress":
+        suppress = [int(v) for v in sys.argv[5].split(",")]
     r = GGUFReader(src)
     arch = bytes(r.fields["general.architecture"].parts[r.fields["general.architecture"].data[0]]).decode()
     tensors = list(r.tensors)
@@ -51,6 +56,8 @@ def main():
                 if f.name not in SKIP and not f.name.startswith("split."):
                     copy_kv(w, f)
             w.add_key_value("split.tensors.count", len(tensors), GGUFValueType.INT32)
+            if suppress is not None:
+                w.add_key_value("tokenizer.ggml.suppress_tokens", suppress, GGUFValueType.ARRAY, sub_type=GGUFValueType.INT32)
         w.add_key_value("split.no", k, GGUFValueType.UINT16)
         w.add_key_value("split.count", n, GGUFValueType.UINT16)
         for t in tensors[k * per:(k + 1) * per]:

@@ -1,8 +1,10 @@
 // A model split by gguf-split (tests/llama/split_gguf.py) through the facade, as a program built
 // against llama.cpp's llama.h opens one: llama_model_load_from_file on the first split and
 // llama_model_load_from_splits on the list give the whole file's logits, bit for bit; a list
-// out of order, a short list or a later split alone give NULL.
-//   splits WHOLE.gguf FIRST.gguf SECOND.gguf THIRD.gguf
+// out of order, a short list or a later split alone give NULL. SUPPRESSED.gguf is the whole file
+// with tokenizer.ggml.suppress_tokens = [5, 7, -1, 99999999]: llama_vocab_get_suppress_tokens
+// gives 5 and 7 (llama-vocab.cpp drops ids outside the vocabulary), the plain file none.
+//   splits WHOLE.gguf FIRST.gguf SECOND.gguf THIRD.gguf SUPPRESSED.gguf
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,7 @@ static float * logits_of(struct llama_model * m, int * n_vocab) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 5) { fprintf(stderr, "usage: splits WHOLE FIRST SECOND THIRD\n"); return 2; }
+    if (argc != 6) { fprintf(stderr, "usage: splits WHOLE FIRST SECOND THIRD SUPPRESSED\n"); return 2; }
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     int nv = 0, nv2 = 0;
@@ -59,6 +61,17 @@ int main(int argc, char ** argv) {
     CHECK(llama_model_load_from_splits(list, 2, mp) == NULL, "a short list is refused");
     CHECK(llama_model_load_from_splits(NULL, 0, mp) == NULL, "no list is refused");
     CHECK(llama_model_load_from_file(argv[3], mp) == NULL, "a later split alone is refused");
+
+    int32_t n_sup = -1;
+    const llama_token * sup = llama_vocab_get_suppress_tokens(llama_model_get_vocab(whole), &n_sup);
+    CHECK(sup == NULL && n_sup == 0, "no suppress list in the plain file (got %d)", n_sup);
+    struct llama_model * suppressed = llama_model_load_from_file(argv[5], mp);
+    CHECK(suppressed != NULL, "the file with a suppress list opens");
+    if (suppressed) {
+        sup = llama_vocab_get_suppress_tokens(llama_model_get_vocab(suppressed), &n_sup);
+        CHECK(sup != NULL && n_sup == 2 && sup[0] == 5 && sup[1] == 7, "suppress list 5, 7 (got %d ids)", n_sup);
+        llama_model_free(suppressed);
+    }
 
     free(want);
     llama_model_free(listed);
