@@ -19,9 +19,9 @@
 //! under it, one pass over each such sequence's tokens (logged as a warning), where llama.cpp
 //! keeps the keys and values computed under the old one.
 
-use crate::adapter::{Rows, Sequence};
+use crate::adapter::Sequence;
 use crate::context::{hold, LlamaContext};
-use crate::log::{self, error, guard, Level};
+use crate::log::{error, guard};
 
 /// Whether two control vectors add the same values to the same layers (None: none).
 fn same(a: Option<&packlm::ControlVector>, b: Option<&packlm::ControlVector>, n_layer: usize) -> bool {
@@ -87,47 +87,15 @@ pub unsafe extern "C" fn llama_set_adapter_cvec(ctx: *mut LlamaContext, data: *c
         // New sequences under the new vector (and the context's adapters), swapped in only
         // when all are made and recomputed.
         let adapters: Vec<_> = c.loras.iter().map(|e| (e.lora.clone(), e.scale)).collect();
-        let mut fresh = Vec::with_capacity(c.seqs.len());
-        for s in c.seqs.iter() {
-            let made = Sequence::new(engine, s.n_ctx()).and_then(|mut n| {
+        if !crate::lora::remake_sequences(F, ctx, &mut c.seqs, "control vector", |s| {
+            Sequence::new(engine, s.n_ctx()).and_then(|mut n| {
                 n.set_adapters(&adapters)?;
                 n.set_control_vector(new.as_ref())?;
                 Ok(n)
-            });
-            match made {
-                Ok(n) => fresh.push(n),
-                Err(e) => {
-                    error(F, &e.to_string());
-                    return -1;
-                }
-            }
+            })
+        }) {
+            return -1;
         }
-        let held: Vec<(usize, Vec<u32>)> = c.seqs.iter().enumerate().filter(|(_, s)| s.n_past() > 0).map(|(i, s)| (i, s.tokens().to_vec())).collect();
-        if !held.is_empty() {
-            let what: Vec<String> = held.iter().map(|(i, t)| format!("{i} ({} positions)", t.len())).collect();
-            log::log(
-                Level::Warn,
-                &format!(
-                    "{F}: sequences {} hold positions: they are recomputed under the new control vector, so that every position a sequence holds was computed under one vector (llama.cpp keeps the keys and values computed under the old one)",
-                    what.join(", ")
-                ),
-            );
-            let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(held.len());
-            let mut rest: &mut [Sequence] = &mut fresh;
-            let mut base = 0;
-            for (i, tokens) in &held {
-                let (s, tail) = std::mem::take(&mut rest)[i - base..].split_first_mut().expect("a held sequence");
-                rest = tail;
-                base = i + 1;
-                items.push((s, tokens, Rows::None));
-            }
-            (*ctx).settings.apply_threads(F, engine, held.iter().map(|(_, t)| t.len()).sum());
-            if let Err(e) = Sequence::step_many(&mut items) {
-                error(F, &format!("recomputing the held positions under the new control vector: {e}; the context is unchanged"));
-                return -1;
-            }
-        }
-        c.seqs = fresh;
         0
     })
 }

@@ -223,6 +223,52 @@ unsafe fn entries(f: &str, ctx: &LlamaContext, list: &[(*const LlamaLora, f32)])
     Some(out)
 }
 
+/// Replaces `seqs` (the context's sequences) with one made by `make` from each, the positions
+/// each holds recomputed in the new one under the new `what` (adapters, a control vector) with a
+/// warning naming them, so that every position a sequence holds was computed under one setting
+/// (llama.cpp keeps the keys and values computed before). Swapped in only when all are made and
+/// recomputed: true; false, logged, with `seqs` unchanged.
+pub(crate) unsafe fn remake_sequences<E: std::fmt::Display>(f: &str, ctx: *mut LlamaContext, seqs: &mut Vec<Sequence>, what: &str, make: impl Fn(&Sequence) -> Result<Sequence, E>) -> bool {
+    let engine = &(*(*ctx).model).engine;
+    let mut fresh = Vec::with_capacity(seqs.len());
+    for s in seqs.iter() {
+        match make(s) {
+            Ok(n) => fresh.push(n),
+            Err(e) => {
+                error(f, &e.to_string());
+                return false;
+            }
+        }
+    }
+    let held: Vec<(usize, Vec<u32>)> = seqs.iter().enumerate().filter(|(_, s)| s.n_past() > 0).map(|(i, s)| (i, s.tokens().to_vec())).collect();
+    if !held.is_empty() {
+        let list: Vec<String> = held.iter().map(|(i, t)| format!("{i} ({} positions)", t.len())).collect();
+        log::log(
+            Level::Warn,
+            &format!(
+                "{f}: sequences {} hold positions: they are recomputed under the new {what}, so that every position a sequence holds was computed under one setting (llama.cpp keeps the keys and values computed before)",
+                list.join(", ")
+            ),
+        );
+        let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(held.len());
+        let mut rest: &mut [Sequence] = &mut fresh;
+        let mut base = 0;
+        for (i, tokens) in &held {
+            let (s, tail) = std::mem::take(&mut rest)[i - base..].split_first_mut().expect("a held sequence");
+            rest = tail;
+            base = i + 1;
+            items.push((s, tokens, Rows::None));
+        }
+        (*ctx).settings.apply_threads(f, engine, held.iter().map(|(_, t)| t.len()).sum());
+        if let Err(e) = Sequence::step_many(&mut items) {
+            error(f, &format!("recomputing the held positions under the new {what}: {e}; the context is unchanged"));
+            return false;
+        }
+    }
+    *seqs = fresh;
+    true
+}
+
 /// Whether two sets hold the same adapters with the same scales, in any order (llama.cpp's
 /// `adapters_lora_are_same`).
 fn same(a: &[Entry], b: &[Entry]) -> bool {
@@ -240,49 +286,17 @@ unsafe fn set(f: &str, ctx: *mut LlamaContext, set: impl FnOnce(&LlamaContext, &
         }
         let engine = &(*(*ctx).model).engine;
         let list: Vec<(Lora, f32)> = new.iter().map(|e| (e.lora.clone(), e.scale)).collect();
-        // New sequences under the new set, swapped in only when all are made.
-        let mut fresh = Vec::with_capacity(c.seqs.len());
-        for s in c.seqs.iter() {
-            // The context's control vector (cvec.rs) stays with the new adapters.
-            let made = Sequence::new(engine, s.n_ctx()).and_then(|mut n| {
+        // The context's control vector (cvec.rs) stays with the new adapters.
+        let made = remake_sequences(f, ctx, &mut c.seqs, "adapters", |s| {
+            Sequence::new(engine, s.n_ctx()).and_then(|mut n| {
                 n.set_adapters(&list)?;
                 n.set_control_vector(s.control_vector().as_ref())?;
                 Ok(n)
-            });
-            match made {
-                Ok(n) => fresh.push(n),
-                Err(e) => {
-                    error(f, &e.to_string());
-                    return -1;
-                }
-            }
+            })
+        });
+        if !made {
+            return -1;
         }
-        let held: Vec<(usize, Vec<u32>)> = c.seqs.iter().enumerate().filter(|(_, s)| s.n_past() > 0).map(|(i, s)| (i, s.tokens().to_vec())).collect();
-        if !held.is_empty() {
-            let what: Vec<String> = held.iter().map(|(i, t)| format!("{i} ({} positions)", t.len())).collect();
-            log::log(
-                Level::Warn,
-                &format!(
-                    "{f}: sequences {} hold positions: they are recomputed under the new adapters, so that every position a sequence holds was computed under one set (llama.cpp keeps the keys and values computed under the old ones)",
-                    what.join(", ")
-                ),
-            );
-            let mut items: Vec<(&mut Sequence, &[u32], Rows)> = Vec::with_capacity(held.len());
-            let mut rest: &mut [Sequence] = &mut fresh;
-            let mut base = 0;
-            for (i, tokens) in &held {
-                let (s, tail) = std::mem::take(&mut rest)[i - base..].split_first_mut().expect("a held sequence");
-                rest = tail;
-                base = i + 1;
-                items.push((s, tokens, Rows::None));
-            }
-            (*ctx).settings.apply_threads(f, engine, held.iter().map(|(_, t)| t.len()).sum());
-            if let Err(e) = Sequence::step_many(&mut items) {
-                error(f, &format!("recomputing the held positions under the new adapters: {e}; the context is unchanged"));
-                return -1;
-            }
-        }
-        c.seqs = fresh;
         c.loras = new;
         0
     })
