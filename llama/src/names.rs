@@ -117,7 +117,7 @@ pub extern "C" fn llama_ftype_name(ftype: i32) -> *const c_char {
 
 /// The ending of split `split_no` (from 0) of `split_count`: "-%05d-of-%05d.gguf" with the
 /// number counted from 1, as llama.cpp formats it.
-fn split_postfix(split_no: i32, split_count: i32) -> String {
+pub(crate) fn split_postfix(split_no: i32, split_count: i32) -> String {
     format!("-{:05}-of-{:05}.gguf", split_no.wrapping_add(1), split_count)
 }
 

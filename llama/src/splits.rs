@@ -13,10 +13,11 @@ use std::ptr;
 use crate::abi::ModelParams;
 use crate::log::{error, guard};
 use crate::model::{llama_model_load_from_file, LlamaModel};
+use crate::names::split_postfix;
 
-/// The prefix of `path` when it is named as split `k` (from 0) of `count`.
+/// The prefix of `path` when it is named as split `k` (from 0) of `count` (`llama_split_prefix`).
 fn prefix(path: &str, k: usize, count: usize) -> Option<&str> {
-    path.strip_suffix(&format!("-{:05}-of-{:05}.gguf", k + 1, count)).filter(|p| !p.is_empty())
+    path.strip_suffix(&split_postfix(k as i32, count as i32)).filter(|p| !p.is_empty())
 }
 
 /// Whether `a` and `b` name the same existing file.
@@ -51,7 +52,7 @@ pub unsafe extern "C" fn llama_model_load_from_splits(paths: *const *const c_cha
                 return ptr::null_mut();
             };
             for (k, p) in list.iter().enumerate().skip(1) {
-                let want = PathBuf::from(format!("{pre}-{:05}-of-{n_paths:05}.gguf", k + 1));
+                let want = PathBuf::from(format!("{pre}{}", split_postfix(k as i32, n_paths as i32)));
                 if !same_file(Path::new(p), &want) {
                     error(F, &format!("paths[{k}] is {p}, not {}: the splits must be the files named by llama.cpp's split names, in order", want.display()));
                     return ptr::null_mut();
