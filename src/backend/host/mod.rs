@@ -699,6 +699,7 @@ impl attention::Arith for Avx512Arith {
 
     #[inline(always)]
     fn exp_sub(&self, s: &mut [f32], max: f32) {
-        Avx2Arith(()).exp_sub(s, max)
+        // SAFETY: as `dot8`; the 16-lane exponent gives the scalar one's bits (exp.rs).
+        unsafe { crate::backend::exp::avx512::exp_sub(s, max) }
     }
 }
