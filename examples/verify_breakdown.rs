@@ -9,9 +9,9 @@
 //! accepted verify's extra rows cost there in decode steps: (verify - step) / step. The kinds
 //! are each weight matrix by its name with the layer numbers taken out and its type (a call of
 //! `matmul` or `matmul_lora` on it: the activations' quantization, the kernels and the helper
-//! threads' hand-offs), attention (`Backend::attention`), and the rest (norms, rope, the gated
-//! activation, adds, copies, the KV appends, reading and judging the logits), and the time
-//! outside any backend call (the engine between calls). Timing each call costs some 40 ns, a
+//! threads' hand-offs), every other backend call by its name (`attention`, `rms_norm`, `rope`,
+//! `gated_activation`, `kv_append`, `argmax` for judging a row, ...), and the time outside any
+//! backend call (the engine between calls). Timing each call costs some 40 ns, a
 //! few hundred times a pass.
 
 use std::collections::BTreeMap;
@@ -66,8 +66,6 @@ impl Timed {
 fn inner(w: &Weight) -> &Weight {
     &w.get::<(usize, Weight)>().1
 }
-
-const OTHER: &str = "other backend calls";
 
 impl Backend for Timed {
     fn name(&self) -> &'static str {
@@ -127,62 +125,62 @@ impl Backend for Timed {
         self.inner.tensor(len)
     }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
-        self.time(OTHER, || self.inner.read_into(t, start, out))
+        self.time("read_into", || self.inner.read_into(t, start, out))
     }
     fn read(&self, t: &Tensor, len: usize) -> Vec<f32> {
-        self.time(OTHER, || self.inner.read(t, len))
+        self.time("read", || self.inner.read(t, len))
     }
     fn argmax(&self, t: &Tensor, start: usize, row: &mut [f32]) -> (u32, bool) {
-        self.time(OTHER, || self.inner.argmax(t, start, row))
+        self.time("argmax", || self.inner.argmax(t, start, row))
     }
     fn all_finite(&self, t: &Tensor, start: usize, len: usize) -> bool {
-        self.time(OTHER, || self.inner.all_finite(t, start, len))
+        self.time("all_finite", || self.inner.all_finite(t, start, len))
     }
     fn upload(&self, data: &[f32], t: &mut Tensor) {
-        self.time(OTHER, || self.inner.upload(data, t))
+        self.time("upload", || self.inner.upload(data, t))
     }
     fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore> {
         self.inner.new_kv(layers)
     }
     fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
-        self.time(OTHER, || self.inner.embed(inner(table), tokens, scale, out))
+        self.time("embed", || self.inner.embed(inner(table), tokens, scale, out))
     }
     fn rms_norm(&self, x: &Tensor, w: &Vector, eps: f32, rows: usize, width: usize, out: &mut Tensor) {
-        self.time(OTHER, || self.inner.rms_norm(x, w, eps, rows, width, out))
+        self.time("rms_norm", || self.inner.rms_norm(x, w, eps, rows, width, out))
     }
     fn rms_norm_inplace(&self, x: &mut Tensor, w: &Vector, eps: f32, rows: usize, width: usize) {
-        self.time(OTHER, || self.inner.rms_norm_inplace(x, w, eps, rows, width))
+        self.time("rms_norm_inplace", || self.inner.rms_norm_inplace(x, w, eps, rows, width))
     }
     fn copy(&self, src: &Tensor, dst: &mut Tensor, len: usize) {
-        self.time(OTHER, || self.inner.copy(src, dst, len))
+        self.time("copy", || self.inner.copy(src, dst, len))
     }
     fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
         let kind = self.weight_kind(w);
         self.time(&kind, || self.inner.matmul(inner(w), x, rows, out))
     }
     fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {
-        self.time(OTHER, || self.inner.add_bias(x, bias, rows))
+        self.time("add_bias", || self.inner.add_bias(x, bias, rows))
     }
     fn head_norm(&self, x: &mut Tensor, w: Option<&Vector>, eps: f32, rows: usize, width: usize, head_dim: usize) {
-        self.time(OTHER, || self.inner.head_norm(x, w, eps, rows, width, head_dim))
+        self.time("head_norm", || self.inner.head_norm(x, w, eps, rows, width, head_dim))
     }
     fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize) {
-        self.time(OTHER, || self.inner.rope(x, rope, rows, width, head_dim, start))
+        self.time("rope", || self.inner.rope(x, rope, rows, width, head_dim, start))
     }
     fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
-        self.time(OTHER, || self.inner.gated_activation(act, gate, up, len))
+        self.time("gated_activation", || self.inner.gated_activation(act, gate, up, len))
     }
     fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
-        self.time(OTHER, || self.inner.add(x, y, len))
+        self.time("add", || self.inner.add(x, y, len))
     }
     fn scale(&self, x: &mut Tensor, s: f32, len: usize) {
-        self.time(OTHER, || self.inner.scale(x, s, len))
+        self.time("scale", || self.inner.scale(x, s, len))
     }
     fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
-        self.time(OTHER, || self.inner.softcap(x, cap, len))
+        self.time("softcap", || self.inner.softcap(x, cap, len))
     }
     fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize) {
-        self.time(OTHER, || self.inner.copy_rows(src, src_row, dst, dst_row, rows, width))
+        self.time("copy_rows", || self.inner.copy_rows(src, src_row, dst, dst_row, rows, width))
     }
     fn lora(&self, a: &Weight, b: &Weight, bt: &Weight, x: &Tensor, rows: usize, s: f32, r: &mut Tensor, delta: &mut Tensor, out: &mut Tensor) {
         self.time("adapters", || self.inner.lora(inner(a), inner(b), inner(bt), x, rows, s, r, delta, out))
@@ -193,16 +191,16 @@ impl Backend for Timed {
         self.time(&kind, || self.inner.matmul_lora(inner(w), bias, x, rows, out, &updates, r, delta))
     }
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
-        self.time(OTHER, || self.inner.gather_rows(x, rows, width, out))
+        self.time("gather_rows", || self.inner.gather_rows(x, rows, width, out))
     }
     fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor) {
-        self.time(OTHER, || self.inner.gather_columns(src, rows, src_width, offset, width, out))
+        self.time("gather_columns", || self.inner.gather_columns(src, rows, src_width, offset, width, out))
     }
     fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
-        self.time(OTHER, || self.inner.per_layer_combine(c, inner(table), tokens, table_scale, combine))
+        self.time("per_layer_combine", || self.inner.per_layer_combine(c, inner(table), tokens, table_scale, combine))
     }
     fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
-        self.time(OTHER, || self.inner.kv_append(kv, layer, k, v, rows))
+        self.time("kv_append", || self.inner.kv_append(kv, layer, k, v, rows))
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         self.time("attention", || self.inner.attention(kv, plane, shape, q, rows, start, out))

@@ -182,12 +182,24 @@ pub mod avx512 {
         }
     }
 
-    /// `expf` on 16 lanes, operation for operation (the special cases blended in after).
+    /// TAB in four registers, for `exp16`.
     ///
     /// # Safety
     /// The CPU has AVX-512 F.
     #[inline(always)]
-    unsafe fn exp16(x: __m512, tab: &[__m512i; 4]) -> __m512 {
+    pub unsafe fn table() -> [__m512i; 4] {
+        let t = TAB.as_ptr();
+        // SAFETY: TAB's 32 entries are the four registers' 256 bytes; the caller's promise.
+        [0, 8, 16, 24].map(|i| unsafe { _mm512_loadu_si512(t.add(i).cast()) })
+    }
+
+    /// `expf` on 16 lanes, operation for operation (the special cases blended in after); `tab`
+    /// from `table`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[inline(always)]
+    pub unsafe fn exp16(x: __m512, tab: &[__m512i; 4]) -> __m512 {
         // SAFETY: the caller's promise.
         unsafe {
             let lo = main8(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), tab);
@@ -207,11 +219,9 @@ pub mod avx512 {
     pub unsafe fn exp_sub(x: &mut [f32], sub: f32) {
         let n = x.len() / 16 * 16;
         let p = x.as_mut_ptr();
-        // SAFETY: i + 16 <= n <= x.len(); TAB's 32 entries are the four registers' 256 bytes;
-        // the caller's promise for the instructions.
+        // SAFETY: i + 16 <= n <= x.len(); the caller's promise for the instructions.
         unsafe {
-            let t = TAB.as_ptr();
-            let tab = [0, 8, 16, 24].map(|i| _mm512_loadu_si512(t.add(i).cast()));
+            let tab = table();
             let s = _mm512_set1_ps(sub);
             for i in (0..n).step_by(16) {
                 _mm512_storeu_ps(p.add(i), exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s), &tab));

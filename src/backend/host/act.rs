@@ -51,10 +51,11 @@ fn gelu(x: f32, u: f32) -> f32 {
 }
 
 /// `gate[i] = silu(gate[i]) * up[i]` (cpu.rs's form, at both precisions), 8 lanes wide on
-/// the kernels of `isa` where they have AVX2: the same operations, so the same bits.
+/// the kernels of `isa` where they have AVX2, 16 on the AVX-512 ones: the same operations, so
+/// the same bits.
 pub fn gated_silu(gate: &mut [f32], up: &[f32], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
-    let lanes: Lanes = avx2::silu;
+    let lanes: Lanes = if isa == Isa::Avx512 { avx2::silu16 } else { avx2::silu };
     #[cfg(not(target_arch = "x86_64"))]
     let lanes = ();
     gated(gate, up, isa, lanes, |g, u| crate::backend::cpu::silu(g) * u)
@@ -146,6 +147,31 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn silu(gate: &mut [f32], up: &[f32]) -> usize {
         logistic_times_up(gate, up, |g| crate::backend::exp::avx2::exp8(neg8(g)))
+    }
+
+    /// `silu` 16 lanes wide, with exp.rs's AVX-512 exponent (the same bits): on a verify of 8
+    /// drafted rows on SmolLM2, the 8-lane form took about a twelfth of the extra rows' time.
+    /// The whole groups of 16, then `silu` on a group of 8 left.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and AVX-512 F (`Isa::Avx512`).
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn silu16(gate: &mut [f32], up: &[f32]) -> usize {
+        let n = gate.len().min(up.len()) / 16 * 16;
+        // SAFETY: i + 16 <= n, inside both slices; the caller's promise for the instructions.
+        unsafe {
+            let tab = crate::backend::exp::avx512::table();
+            let one = _mm512_set1_ps(1.0);
+            for i in (0..n).step_by(16) {
+                let g = _mm512_loadu_ps(gate.as_ptr().add(i));
+                let u = _mm512_loadu_ps(up.as_ptr().add(i));
+                // -g: the sign bit flipped (an integer xor: AVX-512 F has no float one).
+                let neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(i32::MIN)));
+                let e = crate::backend::exp::avx512::exp16(neg, &tab);
+                _mm512_storeu_ps(gate.as_mut_ptr().add(i), _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+            }
+            n + silu(&mut gate[n..], &up[n..])
+        }
     }
 
     /// GELU times up, as `gelu`.
