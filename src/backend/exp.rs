@@ -290,6 +290,18 @@ mod tests {
         }
     }
 
+    /// `exp_sub` of a vector form against the scalar one on every input.
+    #[cfg(target_arch = "x86_64")]
+    fn lanes_are_scalar(form: unsafe fn(&mut [f32], f32)) {
+        let mut x = inputs();
+        let want: Vec<f32> = x.iter().map(|&v| expf(v - 0.25)).collect();
+        // SAFETY: the callers checked that the CPU has the form's features.
+        unsafe { form(&mut x, 0.25) };
+        for (i, (&g, &w)) in x.iter().zip(&want).enumerate() {
+            assert!(same(g, w), "element {i}: {g:e} vs {w:e}");
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_is_scalar() {
@@ -297,13 +309,7 @@ mod tests {
             eprintln!("no AVX2 and FMA here: the 8-lane form is not run");
             return;
         }
-        let mut x = inputs();
-        let want: Vec<f32> = x.iter().map(|&v| expf(v - 0.25)).collect();
-        // SAFETY: AVX2 and FMA were detected above.
-        unsafe { avx2_exp_sub(&mut x, 0.25) };
-        for (i, (&g, &w)) in x.iter().zip(&want).enumerate() {
-            assert!(same(g, w), "element {i}: {g:e} vs {w:e}");
-        }
+        lanes_are_scalar(avx2_exp_sub);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -313,13 +319,7 @@ mod tests {
             eprintln!("no AVX-512 F here: the 16-lane form is not run");
             return;
         }
-        let mut x = inputs();
-        let want: Vec<f32> = x.iter().map(|&v| expf(v - 0.25)).collect();
-        // SAFETY: AVX-512 F was detected above.
-        unsafe { avx512_exp_sub(&mut x, 0.25) };
-        for (i, (&g, &w)) in x.iter().zip(&want).enumerate() {
-            assert!(same(g, w), "element {i}: {g:e} vs {w:e}");
-        }
+        lanes_are_scalar(avx512_exp_sub);
     }
 
     #[cfg(target_arch = "x86_64")]
