@@ -35,38 +35,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llama.h"
+#include "log_capture.h"
 
 /* The deprecated names are part of llama.h's API: calling them is the point. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 /* ---- checks ------------------------------------------------------------------------------ */
 
-/* The library's log lines since the current group (or refused call) began. */
-static char log_text[1 << 16];
-static size_t log_len;
+/* The library's log lines since the current group (or refused call) began: log_capture.h,
+ * with the lines counted in n_log_calls. */
 static int n_log_calls;
 static bool strict;
 static int n_deviations;
-
-static void on_log(enum ggml_log_level level, const char *text, void *user_data) {
-    (void)level;
-    ++*(int *)user_data;
-    size_t n = strlen(text);
-    if (log_len + n < sizeof log_text) {
-        memcpy(log_text + log_len, text, n + 1);
-        log_len += n;
-    }
-}
-
-static void log_reset(void) {
-    log_len = 0;
-    log_text[0] = 0;
-}
-
-/* Whether a log line since log_reset named `what`. */
-static bool logged(const char *what) {
-    return strstr(log_text, what) != NULL;
-}
 
 static void fail(const char *fn, int line, const char *fmt, ...) {
     va_list ap;

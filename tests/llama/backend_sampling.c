@@ -24,26 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llama.h"
+#include "log_capture.h"
 
-static char log_text[1 << 15];
-static size_t log_len;
-
-static void on_log(enum ggml_log_level level, const char *text, void *user_data) {
-    (void)level;
-    (void)user_data;
-    size_t n = strlen(text);
-    if (log_len + n < sizeof log_text) {
-        memcpy(log_text + log_len, text, n + 1);
-        log_len += n;
-    }
-}
-
-static void log_reset(void) {
-    log_len = 0;
-    log_text[0] = 0;
-}
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "FAIL: %s (tests/llama/backend_sampling.c:%d)\n%s", #cond, __LINE__, log_text); exit(1); } } while (0)
+#define CHECK(cond) do { if (!(cond)) check_failed(#cond, __FILE__, __LINE__); } while (0)
 
 static const char *PROMPT = "The capital of France is";
 
@@ -121,7 +104,7 @@ int main(int argc, char **argv) {
     CHECK(llama_get_sampled_token_ith(ctx, n_prompt - 1) == host_greedy);
     log_reset();
     CHECK(llama_get_sampled_token_ith(ctx, 0) == LLAMA_TOKEN_NULL);
-    CHECK(strstr(log_text, "llama_get_sampled_token_ith") != NULL);
+    CHECK(logged("llama_get_sampled_token_ith"));
     CHECK(llama_get_sampled_logits_count_ith(ctx, -1) == (uint32_t)n_vocab);
     CHECK(memcmp(llama_get_sampled_logits_ith(ctx, -1), raw, sizeof(float) * n_vocab) == 0);
     CHECK(llama_get_sampled_probs_ith(ctx, -1) == NULL && llama_get_sampled_probs_count_ith(ctx, -1) == 0);
@@ -144,16 +127,16 @@ int main(int argc, char **argv) {
     b.n_tokens = 2;
     log_reset();
     CHECK(llama_decode(ctx, b) == -1);
-    CHECK(strstr(log_text, "at most 1 outputs per sequence") != NULL);
+    CHECK(logged("at most 1 outputs per sequence"));
     llama_batch_free(b);
     /* Not a chain: not attached; outside the context: refused; NULL detaches. */
     struct llama_sampler *lone = llama_sampler_init_greedy();
     log_reset();
     CHECK(!llama_set_sampler(ctx, 0, lone));
-    CHECK(strstr(log_text, "cannot be offloaded") != NULL);
+    CHECK(logged("cannot be offloaded"));
     log_reset();
     CHECK(!llama_set_sampler(ctx, 7, greedy));
-    CHECK(strstr(log_text, "seq_id 7") != NULL);
+    CHECK(logged("seq_id 7"));
     CHECK(llama_set_sampler(ctx, 0, NULL));
     llama_token t = host_greedy;
     CHECK(llama_decode(ctx, llama_batch_get_one(&t, 1)) == 0);
@@ -202,7 +185,7 @@ int main(int argc, char **argv) {
     struct llama_sampler_seq_config bad = {0, lone};
     log_reset();
     CHECK(context(model, &bad, 1) == NULL);
-    CHECK(strstr(log_text, "llama_sampler_chain") != NULL);
+    CHECK(logged("llama_sampler_chain"));
     llama_sampler_free(lone);
 
     llama_sampler_free(greedy_host);

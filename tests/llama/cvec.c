@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llama.h"
+#include "log_capture.h"
 
 #define N_EMBD 64
 #define N_LAYER 2
@@ -31,18 +32,6 @@
 
 static int failures, checks;
 #define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "FAIL line %d: ", __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
-
-static char log_text[1 << 15];
-static size_t log_len;
-static void on_log(enum ggml_log_level level, const char *text, void *user) {
-    (void)level;
-    (void)user;
-    size_t n = strlen(text);
-    if (log_len + n < sizeof log_text) {
-        memcpy(log_text + log_len, text, n + 1);
-        log_len += n;
-    }
-}
 
 /* tiny/llama's golden.json tokens (cvec.json holds the same list). */
 static const llama_token TOKENS[ROWS] = {0, 39, 237, 74, 257, 205, 135, 146, 131, 73, 239, 283, 180, 278, 256, 254, 158, 52, 70, 217};
@@ -164,10 +153,9 @@ int main(int argc, char **argv) {
     /* Refusals: the context keeps its vector. */
     c = new_ctx(m);
     CHECK(llama_set_adapter_cvec(c, layer1, N_EMBD, N_EMBD, 1, N_LAYER) == 0, "set");
-    log_len = 0;
-    log_text[0] = 0;
+    log_reset();
     CHECK(llama_set_adapter_cvec(c, layer1, N_EMBD, N_EMBD - 1, 1, N_LAYER) == -1, "n_embd 63 accepted");
-    CHECK(strstr(log_text, "n_embd") != NULL, "no log line names n_embd: %s", log_text);
+    CHECK(logged("n_embd"), "no log line names n_embd: %s", log_text);
     static float bad[N_EMBD];
     bad[3] = NAN;
     CHECK(llama_set_adapter_cvec(c, bad, N_EMBD, N_EMBD, 1, N_LAYER) == -1, "a NaN accepted");

@@ -30,26 +30,9 @@
 #include <unistd.h>
 #include "ggml.h"
 #include "llama.h"
+#include "log_capture.h"
 
-static char log_text[1 << 15];
-static size_t log_len;
-
-static void on_log(enum ggml_log_level level, const char *text, void *user_data) {
-    (void)level;
-    (void)user_data;
-    size_t n = strlen(text);
-    if (log_len + n < sizeof log_text) {
-        memcpy(log_text + log_len, text, n + 1);
-        log_len += n;
-    }
-}
-
-static void log_reset(void) {
-    log_len = 0;
-    log_text[0] = 0;
-}
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "FAIL: %s (tests/llama/perf_load.c:%d)\n%s", #cond, __LINE__, log_text); exit(1); } } while (0)
+#define CHECK(cond) do { if (!(cond)) check_failed(#cond, __FILE__, __LINE__); } while (0)
 
 static const char *PROMPT = "The capital of France is";
 static llama_token prompt[32];
@@ -105,17 +88,17 @@ static void perf_counts(const char *model_path) {
     llama_perf_context_print(ctx);
     char want[512];
     snprintf(want, sizeof want, "llama_perf_context_print:        load time = %10.2f ms\n", d.t_load_ms);
-    CHECK(strstr(log_text, want) != NULL);
+    CHECK(logged(want));
     snprintf(want, sizeof want, "llama_perf_context_print: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
              d.t_p_eval_ms, d.n_p_eval, d.t_p_eval_ms / d.n_p_eval, 1e3 / d.t_p_eval_ms * d.n_p_eval);
-    CHECK(strstr(log_text, want) != NULL);
+    CHECK(logged(want));
     snprintf(want, sizeof want, "llama_perf_context_print:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n",
              d.t_eval_ms, d.n_eval, d.t_eval_ms / d.n_eval, 1e3 / d.t_eval_ms * d.n_eval);
-    CHECK(strstr(log_text, want) != NULL);
+    CHECK(logged(want));
     snprintf(want, sizeof want, "/ %5d tokens\n", d.n_p_eval + d.n_eval);
-    CHECK(strstr(log_text, "llama_perf_context_print:       total time = ") != NULL && strstr(log_text, want) != NULL);
+    CHECK(logged("llama_perf_context_print:       total time = ") && logged(want));
     snprintf(want, sizeof want, "llama_perf_context_print:    graphs reused = %10d\n", 0);
-    CHECK(strstr(log_text, want) != NULL);
+    CHECK(logged(want));
 
     /* Reset: the clock restarts now, the evals are 0 (given as 1). */
     double t4 = 1e-3 * ggml_time_us();
@@ -174,7 +157,7 @@ static void progress(const char *model_path) {
         log_reset();
         CHECK(llama_model_load_from_file(model_path, mp) == NULL);
         CHECK(n_seen == k);
-        CHECK(strstr(log_text, "cancelled model load") != NULL);
+        CHECK(logged("cancelled model load"));
     }
     printf("progress: %d values from 0 to 1, increasing; false cancels (NULL)\n", n_full);
 }
@@ -211,7 +194,7 @@ static void file_ptr(const char *model_path, const char *lora_path) {
     CHECK(fseek(f, 4, SEEK_SET) == 0);
     log_reset();
     CHECK(llama_model_load_from_file_ptr(f, mp) == NULL);
-    CHECK(strstr(log_text, "llama_model_load_from_file_ptr") != NULL && strstr(log_text, "position 4") != NULL);
+    CHECK(logged("llama_model_load_from_file_ptr") && logged("position 4"));
     /* A pipe: refused. */
     int fds[2];
     CHECK(pipe(fds) == 0);
@@ -219,10 +202,10 @@ static void file_ptr(const char *model_path, const char *lora_path) {
     CHECK(p != NULL);
     log_reset();
     CHECK(llama_model_load_from_file_ptr(p, mp) == NULL);
-    CHECK(strstr(log_text, "not a regular file") != NULL);
+    CHECK(logged("not a regular file"));
     log_reset();
     CHECK(llama_model_load_from_file_ptr(NULL, mp) == NULL);
-    CHECK(strstr(log_text, "file is NULL") != NULL);
+    CHECK(logged("file is NULL"));
 
     /* The adapter: the same adapter as by its path, logits bit for bit. */
     struct llama_adapter_lora *lora_by_path = llama_adapter_lora_init(by_path, lora_path);
@@ -238,7 +221,7 @@ static void file_ptr(const char *model_path, const char *lora_path) {
     CHECK(fseek(lf, 8, SEEK_SET) == 0);
     log_reset();
     CHECK(llama_adapter_lora_init_from_file_ptr(by_path, lf) == NULL);
-    CHECK(strstr(log_text, "llama_adapter_lora_init_from_file_ptr") != NULL && strstr(log_text, "position 8") != NULL);
+    CHECK(logged("llama_adapter_lora_init_from_file_ptr") && logged("position 8"));
     llama_adapter_lora_free(lora_file);
     llama_adapter_lora_free(lora_by_path);
     fclose(lf);
