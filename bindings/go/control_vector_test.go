@@ -23,19 +23,6 @@ func readF32(t *testing.T, path string) []float32 {
 	return v
 }
 
-func maxAbs32(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	worst := 0.0
-	for i := range a {
-		if d := math.Abs(float64(a[i] - b[i])); !(d <= worst) {
-			worst = d
-		}
-	}
-	return worst
-}
-
 // tests/fixtures/tiny/cvec_llama (make_cvec_fixtures.py: transformers with a hook adding v[il]
 // to each decoder layer's output) on tiny/llama: vectors.f32 on layers 0..1 and a.gguf x 0.75 +
 // b.gguf x -0.5 on layer 1, every row within 1e-4 of the hooked logits and far from no vector's;
@@ -82,7 +69,7 @@ func TestControlVectorMatchesTransformers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d, far := maxAbs32(got, want), maxAbs32(plain, want); d > 1e-4 || far <= 0.1 {
+		if d, far := maxAbs(got, want), maxAbs(plain, want); d > 1e-4 || far <= 0.1 {
 			t.Errorf("%s: max abs %g from transformers (1e-4 allowed), no vector %g", c.file, d, far)
 		}
 		e := wantStatus(t, s.SetControlVector(nil), ErrInvalidArgument)

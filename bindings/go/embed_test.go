@@ -20,10 +20,14 @@ type embedFixture struct {
 	TokenEmbeddings [][]float64 `json:"token_embeddings"`
 }
 
-func maxAbs(got []float32, want []float64) float64 {
+// The largest |got[i] - want[i]|, a NaN counting as infinitely far; +Inf for lengths that differ.
+func maxAbs[T float32 | float64](got []float32, want []T) float64 {
+	if len(got) != len(want) {
+		return math.Inf(1)
+	}
 	worst := 0.0
 	for i := range got {
-		if d := math.Abs(float64(got[i]) - want[i]); !(d <= worst) {
+		if d := math.Abs(float64(got[i]) - float64(want[i])); !(d <= worst) {
 			worst = d
 		}
 	}
