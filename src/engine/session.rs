@@ -57,7 +57,46 @@ pub struct Session {
     pub(super) adapters: adapter::AdapterSet,
 }
 
+/// What a pass that fails puts back (`Session::save`, `Session::settle`): the positions, the last
+/// logits (taken out while the pass runs), the speculative counters and the constraint's tokens.
+pub(super) struct Saved {
+    base: usize,
+    last: Vec<f32>,
+    counters: VerifyCounters,
+    taken: Option<usize>,
+}
+
 impl Session {
+    /// The session as a pass about to run finds it; its last logits are taken out.
+    pub(super) fn save(&mut self) -> Saved {
+        Saved {
+            base: self.n_past(),
+            last: std::mem::take(&mut self.last_logits),
+            counters: self.counters,
+            taken: self.constraint.as_ref().map(|(c, _)| c.taken()),
+        }
+    }
+
+    /// After the pass: if it failed (`ok` false), the session as `saved` holds it. If it
+    /// succeeded and `reuse_row` (a verify, which replaced the last logits by a row of its own),
+    /// the old logits' allocation serves the next verify's rows (`PassBuffers::take_row`).
+    pub(super) fn settle(&mut self, saved: Saved, ok: bool, reuse_row: bool) {
+        if ok {
+            if reuse_row {
+                self.bufs.keep_row(saved.last);
+            }
+            return;
+        }
+        self.kv.truncate(saved.base);
+        self.tokens.truncate(saved.base);
+        self.last_logits = saved.last;
+        self.counters = saved.counters;
+        if let (Some((c, _)), Some(taken)) = (&mut self.constraint, saved.taken) {
+            // Back to where it was (rolling back what it took cannot fail).
+            let _ = c.rollback(c.taken().saturating_sub(taken));
+        }
+    }
+
     /// `n_ctx == 0` means the model's context length; more than that is refused.
     pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
         // A device backend may hold fewer positions than the model's context (its largest binding).
@@ -309,26 +348,11 @@ impl Session {
             }
         }
         // What a failure restores.
-        let saved: Vec<(usize, Vec<f32>, VerifyCounters)> =
-            items.iter_mut().map(|(s, _)| (s.n_past(), std::mem::take(&mut s.last_logits), s.counters)).collect();
-        let taken: Vec<Option<usize>> = items.iter().map(|(s, _)| s.constraint.as_ref().map(|(c, _)| c.taken())).collect();
+        let saved: Vec<Saved> = items.iter_mut().map(|(s, _)| s.save()).collect();
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Session::run_many_pass(&model, items, &verify_rows)));
         let ok = matches!(out, Ok(Ok(_)));
-        for (((s, job), (base, last, counters)), taken) in items.iter_mut().zip(saved).zip(taken) {
-            if ok {
-                if matches!(job, Job::Verify { .. }) {
-                    s.bufs.keep_row(last);
-                }
-            } else {
-                s.kv.truncate(base);
-                s.tokens.truncate(base);
-                s.last_logits = last;
-                s.counters = counters;
-                if let (Some((c, _)), Some(taken)) = (&mut s.constraint, taken) {
-                    // Back to where it was (rolling back what it took cannot fail).
-                    let _ = c.rollback(c.taken().saturating_sub(taken));
-                }
-            }
+        for ((s, job), saved) in items.iter_mut().zip(saved) {
+            s.settle(saved, ok, matches!(job, Job::Verify { .. }));
         }
         match out {
             Ok(r) => r,

@@ -50,22 +50,9 @@ impl Session {
     pub fn verify(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
         // Under a constraint the pending token must be one it allows (the drafts are judged).
         self.check_constraint(&[pending])?;
-        let base = self.n_past();
-        let taken = self.constraint.as_ref().map(|(c, _)| c.taken());
-        let last = std::mem::take(&mut self.last_logits);
+        let saved = self.save();
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.verify_pass(pending, draft, acc)));
-        if matches!(out, Ok(Ok(_))) {
-            // Its allocation serves the next verify's rows (`PassBuffers::take_row`).
-            self.bufs.keep_row(last);
-        } else {
-            self.kv.truncate(base);
-            self.tokens.truncate(base);
-            self.last_logits = last;
-            if let (Some((c, _)), Some(taken)) = (&mut self.constraint, taken) {
-                // Back to where it was (rolling back what it took cannot fail).
-                let _ = c.rollback(c.taken().saturating_sub(taken));
-            }
-        }
+        self.settle(saved, matches!(out, Ok(Ok(_))), true);
         match out {
             Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
