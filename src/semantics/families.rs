@@ -241,6 +241,7 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
             norms: LLAMA_NORMS,
             activation: b.activation,
             mlp_width,
+            moe: None,
             kv_source: KvSource::Own,
             v_norm: false,
             value_from_key: false,

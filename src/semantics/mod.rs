@@ -89,8 +89,10 @@ pub struct LayerSpec {
     pub o_bias: bool,
     pub norms: LayerNorms,
     pub activation: Activation,
-    /// The MLP's inner width.
+    /// The dense MLP's inner width (unused on a layer with `moe`).
     pub mlp_width: usize,
+    /// A mixture of experts in place of the dense MLP, when the layer has one.
+    pub moe: Option<MoeSpec>,
     pub kv_source: KvSource,
     /// RMS-normalize each value head, without a weight (Gemma4 `v_norm`).
     pub v_norm: bool,
@@ -101,6 +103,24 @@ pub struct LayerSpec {
     pub per_layer_input: bool,
     /// The residual stream is multiplied by the layer's `layer_scalar` tensor at the end.
     pub layer_scalar: bool,
+}
+
+/// How a router turns its logits (one per expert) into the chosen experts and their weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over all experts, then the top k; with `renormalize`, the k weights are divided
+    /// by their sum (Qwen3-MoE's `norm_topk_prob`; Mixtral always).
+    SoftmaxTopK { renormalize: bool },
+}
+
+/// A sparse feed-forward: `n_experts` gated MLPs of inner width `width`, of which the router
+/// (a (n_experts, hidden) matrix) picks `top_k` per row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeSpec {
+    pub n_experts: usize,
+    pub top_k: usize,
+    pub width: usize,
+    pub routing: Routing,
 }
 
 impl LayerSpec {
@@ -190,6 +210,9 @@ impl ModelSpec {
                         "value_from_key": l.value_from_key,
                         "per_layer_input": l.per_layer_input,
                         "mlp_width": l.mlp_width,
+                        "experts": l.moe.map(|m| m.n_experts),
+                        "experts_per_token": l.moe.map(|m| m.top_k),
+                        "expert_width": l.moe.map(|m| m.width),
                     })
                 })
                 .collect(),
