@@ -47,6 +47,7 @@ pub mod host;
 pub mod lora;
 pub mod pass;
 pub mod reference;
+pub mod watched;
 
 use std::any::Any;
 
@@ -233,6 +234,15 @@ pub const MAX_THREADS: usize = 256;
 
 /// Whether every value is finite (no NaN, no infinity): one pass, in 16 lanes of the largest
 /// magnitude bits, which vectorizes (a value's exponent bits all set is NaN or infinity).
+/// `Backend::add_rows_scaled` on host slices: the one definition every backend's result equals.
+pub fn add_rows_scaled(out: &mut [f32], y: &[f32], rows: &[usize], weights: &[f32], width: usize) {
+    for ((&r, &w), y) in rows.iter().zip(weights).zip(y.chunks_exact(width)) {
+        for (o, &v) in out[r * width..(r + 1) * width].iter_mut().zip(y) {
+            *o += w * v;
+        }
+    }
+}
+
 pub fn all_finite(values: &[f32]) -> bool {
     const EXPONENT: u32 = 0x7f80_0000;
     let mut lanes = [0u32; 16];
@@ -416,6 +426,17 @@ pub trait Backend: Send + Sync {
     }
     /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);
+    /// Row `rows[j]` of `out` += `weights[j]` x row j of `y` (rows `width` wide), for each j in
+    /// order: a mixture of experts adds each expert's output rows, scaled by the router's weight,
+    /// into the rows routed to it. The product and the sum are each rounded to f32 (no fused
+    /// multiply-add), as HF's `expert_out * routing_weight` then `index_add_`. This default reads
+    /// both tensors and writes `out` back; a backend computes it in place where it can.
+    fn add_rows_scaled(&self, out: &mut Tensor, y: &Tensor, rows: &[usize], weights: &[f32], width: usize) {
+        let mut o = self.read(out, out.len());
+        let y = self.read(y, rows.len() * width);
+        add_rows_scaled(&mut o, &y, rows, weights, width);
+        self.upload(&o, out);
+    }
     /// Row r of `out` (`width` wide) = columns `offset..offset + width` of row r of `src`
     /// (`src_width` wide), for `r < rows`.
     fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor);
