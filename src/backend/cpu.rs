@@ -464,6 +464,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
             o.copy_from_slice(&x[r * width..(r + 1) * width]);
         }
     }
+    fn add_rows_scaled(&self, out: &mut Tensor, y: &Tensor, rows: &[usize], weights: &[f32], width: usize) {
+        crate::backend::add_rows_scaled(data_mut(out), data(y), rows, weights, width);
+    }
     fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor) {
         let src = data(src);
         for (r, o) in data_mut(out)[..rows * width].chunks_exact_mut(width).enumerate() {

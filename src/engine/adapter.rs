@@ -284,6 +284,9 @@ impl Adapter {
                 GATE | UP => (spec.hidden_size, ls.mlp_width),
                 _ => (ls.mlp_width, spec.hidden_size),
             };
+            if matches!(t, GATE | UP | DOWN) && ls.moe.is_some() {
+                return Err(Error::unsupported(format!("{source}: tensor {} adapts {} of layer {il}, whose feed-forward is a mixture of experts (adapters for experts are not implemented)", p.a.name, TARGETS[t])));
+            }
             if t == V && ls.value_from_key {
                 return Err(Error::unsupported(format!("{source}: tensor {} adapts v_proj of layer {il}, whose values are its keys (no v projection)", p.a.name)));
             }

@@ -2,14 +2,16 @@
 //! layer body for every family (it branches on LayerSpec fields only). This file is the only
 //! place the order of a layer's operations is written; each operation is a call to the model's
 //! backend on tensors the backend owns (see backend/mod.rs). The engine never reads activation
-//! or KV memory: the wanted rows' logits are the only values brought back to the host.
+//! or KV memory: the wanted rows' logits are the only values brought back to the host, besides
+//! a mixture's router logits, from which the host picks each row's experts (engine/moe.rs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{all_finite, pass, AttentionShape, Backend, LoraArgs, Tensor, Vector, Weight};
 use crate::engine::adapter::{self, AdapterSet};
-use crate::engine::weights::LayerWeights;
+use crate::engine::moe::{moe_block, MoeScratch};
+use crate::engine::weights::{FeedForward, LayerWeights};
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
 use crate::kv::KvStore;
@@ -446,6 +448,8 @@ struct Scratch {
     seg: Option<SegScratch>,
     /// A pass with LoRA adapters: their low-rank products (made at the first such pass).
     lora: Option<LoraScratch>,
+    /// The mixtures' buffers, when the model has a mixture of experts.
+    moe: Option<MoeScratch>,
 }
 
 /// Buffers of the LoRA updates of a pass (`lora`), for up to `rows` rows and rank `rank`.
@@ -559,6 +563,7 @@ impl Scratch {
             up: be.tensor(m * mlp),
             seg: None,
             lora: None,
+            moe: MoeScratch::new(be, spec, m),
         }
     }
 }
@@ -664,10 +669,19 @@ fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerW
     let be = model.backend.as_ref();
     let (hidden, eps) = (spec.hidden_size, spec.norm_eps);
     pre_norm(model, lw.pre_feedforward_norm.as_ref(), x, m, &mut s.h);
-    project(model, segs, il, adapter::GATE, &lw.gate, None, &s.h, hidden, m, &mut s.gate, ls.mlp_width, &mut s.lora);
-    project(model, segs, il, adapter::UP, &lw.up, None, &s.h, hidden, m, &mut s.up, ls.mlp_width, &mut s.lora);
-    be.gated_activation(ls.activation, &mut s.gate, &s.up, m * ls.mlp_width);
-    project(model, segs, il, adapter::DOWN, &lw.down, None, &s.gate, ls.mlp_width, m, &mut s.proj, hidden, &mut s.lora);
+    match &lw.feed_forward {
+        FeedForward::Dense(mlp) => {
+            project(model, segs, il, adapter::GATE, &mlp.gate, None, &s.h, hidden, m, &mut s.gate, ls.mlp_width, &mut s.lora);
+            project(model, segs, il, adapter::UP, &mlp.up, None, &s.h, hidden, m, &mut s.up, ls.mlp_width, &mut s.lora);
+            be.gated_activation(ls.activation, &mut s.gate, &s.up, m * ls.mlp_width);
+            project(model, segs, il, adapter::DOWN, &mlp.down, None, &s.gate, ls.mlp_width, m, &mut s.proj, hidden, &mut s.lora);
+        }
+        // Adapters for a mixture's layers are refused at load (engine/adapter.rs).
+        FeedForward::Experts { moe, router, experts } => {
+            let t = s.moe.as_mut().expect("a model with a mixture has its buffers");
+            moe_block(be, moe, ls.activation, router, experts, &s.h, m, hidden, &mut s.proj, t);
+        }
+    }
     if let Some(w) = &lw.post_feedforward_norm {
         be.rms_norm_inplace(&mut s.proj, w, eps, m, hidden);
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::backend::{Backend, Vector, Weight};
 use crate::pack::tensor::WeightTensor;
-use crate::semantics::{KvSource, LayerSpec, ModelSpec, NormForm};
+use crate::semantics::{KvSource, LayerSpec, ModelSpec, MoeSpec, NormForm};
 
 /// RMSNorm weight as it multiplies: `w` or `1 + w` already applied (per the spec's form).
 pub type NormWeight = Vector;
@@ -38,12 +38,29 @@ pub struct LayerWeights {
     pub per_layer: Option<PerLayerWeights>,
     /// Multiplies the residual stream at the end of the layer.
     pub layer_scalar: Option<f32>,
-    /// (mlp_width, hidden)
+    pub feed_forward: FeedForward,
+}
+
+/// A gated MLP: `down(act(gate(x)) * up(x))`.
+pub struct Mlp {
+    /// (width, hidden)
     pub gate: Weight,
-    /// (mlp_width, hidden)
+    /// (width, hidden)
     pub up: Weight,
-    /// (hidden, mlp_width)
+    /// (hidden, width)
     pub down: Weight,
+}
+
+/// A layer's feed-forward: one MLP of `mlp_width`, or a mixture of experts (`LayerSpec::moe`).
+pub enum FeedForward {
+    Dense(Mlp),
+    Experts {
+        moe: MoeSpec,
+        /// (n_experts, hidden): one logit per expert
+        router: Weight,
+        /// n_experts MLPs of the mixture's width
+        experts: Vec<Mlp>,
+    },
 }
 
 pub struct PerLayerWeights {
@@ -188,8 +205,34 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
         post_attention_norm: norm(l.norms.post_attention)?,
         pre_feedforward_norm: norm(l.norms.pre_feedforward)?,
         post_feedforward_norm: norm(l.norms.post_feedforward)?,
-        gate: lk.get(&p("mlp.gate_proj.weight"), &[l.mlp_width, hidden])?,
-        up: lk.get(&p("mlp.up_proj.weight"), &[l.mlp_width, hidden])?,
-        down: lk.get(&p("mlp.down_proj.weight"), &[hidden, l.mlp_width])?,
+        feed_forward: match &l.moe {
+            None => FeedForward::Dense(Mlp {
+                gate: lk.get(&p("mlp.gate_proj.weight"), &[l.mlp_width, hidden])?,
+                up: lk.get(&p("mlp.up_proj.weight"), &[l.mlp_width, hidden])?,
+                down: lk.get(&p("mlp.down_proj.weight"), &[hidden, l.mlp_width])?,
+            }),
+            Some(moe) => FeedForward::Experts { moe: *moe, router: lk.get(&p("mlp.gate.weight"), &[moe.n_experts, hidden])?, experts: experts(lk, &p("mlp.experts"), moe, hidden)? },
+        },
     })
+}
+
+/// The experts of a mixture under `prefix` (`model.layers.N.mlp.experts`): each projection is
+/// one stacked tensor (`<prefix>.gate_proj.weight`, (n_experts, rows, cols), as GGUF stores
+/// them), each expert's matrix a view of it, or one tensor per expert
+/// (`<prefix>.E.gate_proj.weight`, as HF folders store them).
+fn experts(lk: &Lookup, prefix: &str, moe: &MoeSpec, hidden: usize) -> Result<Vec<Mlp>> {
+    let n = moe.n_experts;
+    let projection = |name: &str, shape: [usize; 2]| -> Result<Vec<Weight>> {
+        let stacked = format!("{prefix}.{name}.weight");
+        if lk.tensors.contains_key(&stacked) {
+            let t = lk.tensor(&stacked, &[n, shape[0], shape[1]])?;
+            (0..n).map(|e| lk.backend.prepare_matrix(&t.matrix_of_stack(e)?)).collect()
+        } else {
+            (0..n).map(|e| lk.get(&format!("{prefix}.{e}.{name}.weight"), &shape)).collect()
+        }
+    };
+    let gate = projection("gate_proj", [moe.width, hidden])?;
+    let up = projection("up_proj", [moe.width, hidden])?;
+    let down = projection("down_proj", [hidden, moe.width])?;
+    Ok(gate.into_iter().zip(up).zip(down).map(|((gate, up), down)| Mlp { gate, up, down }).collect())
 }

@@ -57,6 +57,25 @@ impl WeightTensor {
         Ok(WeightTensor { name, ty, shape, bytes })
     }
 
+    /// Matrix `e` of a stack of matrices (shape `[n, rows, cols]`: a mixture's experts in
+    /// one tensor, as GGUF stores them), as a tensor of its own: a view of the same mapped
+    /// bytes, or a copy of owned ones.
+    pub fn matrix_of_stack(&self, e: usize) -> Result<WeightTensor> {
+        let [n, rows, cols] = self.shape[..] else {
+            return Err(Error::tensor(format!("tensor {}: shape {:?} is not a stack of matrices", self.name, self.shape)));
+        };
+        if e >= n {
+            return Err(Error::tensor(format!("tensor {}: matrix {e} of a stack of {n}", self.name)));
+        }
+        // `new` checked that n * rows rows of `row_bytes` fill the bytes.
+        let len = self.row_bytes() * rows;
+        let bytes = match &self.bytes {
+            TensorBytes::Mapped { map, offset, .. } => TensorBytes::Mapped { map: map.clone(), offset: offset + e * len, len },
+            TensorBytes::Owned(v) => TensorBytes::Owned(Arc::new(v[e * len..(e + 1) * len].to_vec())),
+        };
+        WeightTensor::new(format!("{}[{e}]", self.name), self.ty, vec![rows, cols], bytes)
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             TensorBytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],
