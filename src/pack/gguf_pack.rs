@@ -1,6 +1,7 @@
 //! A GGUF file as a pack: its metadata turned into the HF config.json spelling (so that one set
-//! of family rules serves both containers), its tensors renamed to HF names, and llama-arch Q/K
-//! rows put back into HF order. Key names follow llama.cpp's gguf-py constants; the inverse
+//! of family rules serves both containers), its tensors renamed to HF names, and permuted Q/K
+//! rows put back into HF order. What differs by architecture comes from the family descriptors
+//! (src/families/). Key names follow llama.cpp's gguf-py constants; the inverse
 //! mapping is transformers' integrations/ggml.py (GGUF_CONFIG_MAPPING, GGUF_TENSOR_MAPPING).
 
 use std::collections::BTreeMap;
@@ -9,76 +10,86 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
+use crate::families::{self, GgufRead};
 use crate::pack::gguf::GgufFile;
 use crate::pack::tensor::{TensorBytes, WeightTensor};
 
-/// GGUF `general.architecture` -> HF `model_type`.
-fn model_type(arch: &str) -> Result<&'static str> {
-    match arch {
-        "llama" => Ok("llama"),
-        "qwen2" => Ok("qwen2"),
-        "qwen3" => Ok("qwen3"),
-        "gemma" => Ok("gemma"),
-        "gemma2" => Ok("gemma2"),
-        "gemma3" => Ok("gemma3_text"),
-        other => Err(Error::unsupported(format!(
-            "general.architecture \"{other}\" is not implemented (llama, qwen2, qwen3, gemma, gemma2, gemma3 are)"
-        ))),
+/// The `<arch>.*` metadata keys of a GGUF file, read with the checks every family's keys get.
+pub(crate) struct ArchKeys<'a> {
+    g: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl ArchKeys<'_> {
+    /// The full key name, `<arch>.<k>`.
+    pub fn name(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
     }
+
+    /// A float key, finite when present (JSON has no NaN: it would turn into null, i.e. absent,
+    /// and a default would be silently guessed).
+    pub fn float(&self, k: &str) -> Result<Option<f64>> {
+        match self.g.get_f64(&self.name(k))? {
+            Some(x) if !x.is_finite() => Err(Error::format(format!("GGUF: {} = {x} is not finite", self.name(k)))),
+            other => Ok(other),
+        }
+    }
+
+    pub fn u64(&self, k: &str) -> Result<Option<u64>> {
+        self.g.get_u64(&self.name(k))
+    }
+
+    fn need(&self, k: &str) -> Result<u64> {
+        self.u64(k)?.ok_or_else(|| Error::format(format!("GGUF: missing {}", self.name(k))))
+    }
+}
+
+/// How a GGUF of `general.architecture` `arch` is read (its family's descriptor).
+fn family_read(arch: &str) -> Result<&'static GgufRead> {
+    families::gguf_read(arch).ok_or_else(|| {
+        Error::unsupported(format!("general.architecture \"{arch}\" is not implemented ({} are)", families::gguf_archs()))
+    })
 }
 
 /// Builds the HF-style config.json value from the GGUF metadata.
 pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
-    let arch = g.architecture()?.to_string();
-    let mt = model_type(&arch)?;
-    let key = |k: &str| format!("{arch}.{k}");
-    // A float key, finite when present (JSON has no NaN: it would turn into null, i.e. absent,
-    // and a default would be silently guessed).
-    let float = |k: &str| -> Result<Option<f64>> {
-        match g.get_f64(&key(k))? {
-            Some(x) if !x.is_finite() => Err(Error::format(format!("GGUF: {} = {x} is not finite", key(k)))),
-            other => Ok(other),
-        }
-    };
-    let need = |k: &str| -> Result<u64> {
-        g.get_u64(&key(k))?.ok_or_else(|| Error::format(format!("GGUF: missing {}", key(k))))
-    };
-    let n_heads = need("attention.head_count")?;
-    let hidden = need("embedding_length")?;
+    let arch = g.architecture()?;
+    let family = family_read(arch)?;
+    let keys = ArchKeys { g, arch };
+    let n_heads = keys.need("attention.head_count")?;
+    let hidden = keys.need("embedding_length")?;
     let mut c = Map::new();
-    c.insert("model_type".into(), json!(mt));
+    c.insert("model_type".into(), json!(family.model_type));
     c.insert("hidden_size".into(), json!(hidden));
-    c.insert("num_hidden_layers".into(), json!(need("block_count")?));
-    c.insert("intermediate_size".into(), json!(need("feed_forward_length")?));
+    c.insert("num_hidden_layers".into(), json!(keys.need("block_count")?));
+    c.insert("intermediate_size".into(), json!(keys.need("feed_forward_length")?));
     c.insert("num_attention_heads".into(), json!(n_heads));
-    c.insert(
-        "num_key_value_heads".into(),
-        json!(g.get_u64(&key("attention.head_count_kv"))?.unwrap_or(n_heads)),
-    );
-    c.insert("max_position_embeddings".into(), json!(need("context_length")?));
-    let eps = float("attention.layer_norm_rms_epsilon")?
-        .ok_or_else(|| Error::format(format!("GGUF: missing {}", key("attention.layer_norm_rms_epsilon"))))?;
+    c.insert("num_key_value_heads".into(), json!(keys.u64("attention.head_count_kv")?.unwrap_or(n_heads)));
+    c.insert("max_position_embeddings".into(), json!(keys.need("context_length")?));
+    let eps = keys
+        .float("attention.layer_norm_rms_epsilon")?
+        .ok_or_else(|| Error::format(format!("GGUF: missing {}", keys.name("attention.layer_norm_rms_epsilon"))))?;
     c.insert("rms_norm_eps".into(), json!(eps));
-    let head_dim = g.get_u64(&key("attention.key_length"))?.unwrap_or(hidden / n_heads.max(1));
+    let head_dim = keys.u64("attention.key_length")?.unwrap_or(hidden / n_heads.max(1));
     c.insert("head_dim".into(), json!(head_dim));
-    let theta = float("rope.freq_base")?.unwrap_or(10000.0);
+    let theta = keys.float("rope.freq_base")?.unwrap_or(10000.0);
     if theta <= 0.0 {
-        return Err(Error::format(format!("GGUF: {} = {theta}: must be greater than 0", key("rope.freq_base"))));
+        return Err(Error::format(format!("GGUF: {} = {theta}: must be greater than 0", keys.name("rope.freq_base"))));
     }
     c.insert("rope_theta".into(), json!(theta));
-    if let Some(rot) = g.get_u64(&key("rope.dimension_count"))? {
+    if let Some(rot) = keys.u64("rope.dimension_count")? {
         if rot != head_dim {
             c.insert("partial_rotary_factor".into(), json!(rot as f64 / head_dim as f64));
         }
     }
-    match g.get_str(&key("rope.scaling.type"))? {
+    match g.get_str(&keys.name("rope.scaling.type"))? {
         None | Some("none") => {}
         Some(kind @ ("linear" | "yarn")) => {
-            let factor = float("rope.scaling.factor")?.ok_or_else(|| {
-                Error::format(format!("GGUF: {} without a factor", key("rope.scaling.type")))
+            let factor = keys.float("rope.scaling.factor")?.ok_or_else(|| {
+                Error::format(format!("GGUF: {} without a factor", keys.name("rope.scaling.type")))
             })?;
             let mut s = json!({ "rope_type": kind, "factor": factor });
-            if let Some(o) = g.get_u64(&key("rope.scaling.original_context_length"))? {
+            if let Some(o) = keys.u64("rope.scaling.original_context_length")? {
                 s["original_max_position_embeddings"] = json!(o);
             }
             c.insert("rope_scaling".into(), s);
@@ -86,7 +97,7 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
         Some(other) => {
             return Err(Error::unsupported(format!(
                 "GGUF: {} = \"{other}\" is not implemented",
-                key("rope.scaling.type")
+                keys.name("rope.scaling.type")
             )))
         }
     }
@@ -96,41 +107,43 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
         ));
     }
     // llama.cpp's `<arch>.attention.causal` = false: an encoder (HF's use_bidirectional_attention).
-    if g.get_bool(&key("attention.causal"))? == Some(false) {
+    if g.get_bool(&keys.name("attention.causal"))? == Some(false) {
         c.insert("use_bidirectional_attention".into(), json!(true));
     }
-    if let Some(w) = g.get_u64(&key("attention.sliding_window"))? {
+    if let Some(w) = keys.u64("attention.sliding_window")? {
         c.insert("sliding_window".into(), json!(w));
     }
     c.insert("vocab_size".into(), json!(vocab_size));
     let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
     c.insert("tie_word_embeddings".into(), json!(tied));
-    // Keys a GGUF does not carry take the config class's defaults, as HF's GGUF loader does
-    // (the activation, Gemma's query_pre_attn_scalar, Gemma3's local rope base and pattern).
-    if arch.starts_with("gemma") {
-        c.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
-        c.insert("hidden_act".into(), json!("gelu_pytorch_tanh"));
-        if let Some(cap) = float("attn_logit_softcapping")? {
-            c.insert("attn_logit_softcapping".into(), json!(cap));
-        }
-        if let Some(cap) = float("final_logit_softcapping")? {
-            c.insert("final_logit_softcapping".into(), json!(cap));
-        }
-    } else {
-        c.insert("hidden_act".into(), json!("silu"));
-    }
-    if mt == "qwen2" {
-        c.insert("use_sliding_window".into(), json!(false));
-    }
+    // What the family's config needs beyond these (its activation, softcaps, config-class
+    // defaults a GGUF does not carry).
+    (family.config)(&keys, &mut c)?;
     Ok(Value::Object(c))
 }
 
-/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`). `ffn_norm` is the norm
-/// before the MLP: HF calls it `post_attention_layernorm` in Llama-style models and
-/// `pre_feedforward_layernorm` in Gemma2/3, whose `post_attention_layernorm` is GGUF's
-/// `post_attention_norm` (gguf-py tensor_mapping.py).
-fn hf_name(name: &str, arch: &str) -> Option<String> {
-    let sandwich = arch == "gemma2" || arch == "gemma3";
+/// GGUF tensor stems (`blk.N.<stem>.weight`) -> HF names (`model.layers.N.<name>.weight`) that
+/// hold for every family unless its descriptor names the stem (gguf-py tensor_mapping.py).
+const COMMON_NAMES: &[(&str, &str)] = &[
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("attn_norm", "input_layernorm"),
+    // The norm before the MLP, as Llama-style models name it.
+    ("ffn_norm", "post_attention_layernorm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`): the family's own stems
+/// (`family_names`) first, then the common ones.
+fn hf_name(name: &str, family_names: &[(&str, &str)]) -> Option<String> {
     let fixed = match name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -144,34 +157,18 @@ fn hf_name(name: &str, arch: &str) -> Option<String> {
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (stem, suffix) = part.rsplit_once('.')?;
-    let hf = match stem {
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" if sandwich => "pre_feedforward_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "post_attention_norm" => "post_attention_layernorm",
-        "post_ffw_norm" => "post_feedforward_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
+    let (_, hf) = family_names.iter().chain(COMMON_NAMES).find(|(s, _)| *s == stem)?;
     Some(format!("model.layers.{layer}.{hf}.{suffix}"))
 }
 
 /// The tensors under HF names, mapped in place except llama-arch Q/K (see `unpermute_rows`).
 pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String, WeightTensor>> {
-    let arch = g.architecture()?;
+    let family = family_read(g.architecture()?)?;
     let n_heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
     let n_kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(1) as usize;
     let mut out = BTreeMap::new();
     for t in &g.tensors {
-        let name = hf_name(&t.name, arch).ok_or_else(|| {
+        let name = hf_name(&t.name, family.tensor_names).ok_or_else(|| {
             Error::unsupported(format!("GGUF: tensor {} has no known role", t.name))
         })?;
         let shape: Vec<usize> = t
@@ -181,7 +178,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
             .map(|&d| usize::try_from(d))
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| Error::format(format!("GGUF: tensor {} dims {:?} too large", t.name, t.dims)))?;
-        let heads = t.name.rsplit('.').nth(1).and_then(|stem| rope_permuted_heads(arch, stem, n_heads, n_kv_heads));
+        let heads = t.name.rsplit('.').nth(1).and_then(|stem| permuted_heads(family, stem, n_heads, n_kv_heads));
         let bytes = match heads {
             Some(h) => TensorBytes::Owned(Arc::new(unpermute_rows(g.tensor_data(t), &shape, t.ty, h, &t.name)?)),
             None => TensorBytes::Mapped { map: g.part_maps[t.part].clone(), offset: t.offset, len: t.n_bytes },
@@ -194,12 +191,16 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
 
 /// The rope heads whose rows llama.cpp's converter (LlamaModel.permute) reorders in tensor
 /// `stem` (`attn_q`, `attn_k`) of an `arch` model, so that ggml's interleaved rope applies
-/// (HF's rope pairs (i, i + d/2)); None where the rows are in HF order. The same holds for the
-/// rows of an adapter's B of those maps.
+/// (HF's rope pairs (i, i + d/2)); None where the rows are in HF order (the family's
+/// `rope_permuted`). The same holds for the rows of an adapter's B of those maps.
 pub(crate) fn rope_permuted_heads(arch: &str, stem: &str, n_heads: usize, n_kv_heads: usize) -> Option<usize> {
-    match (arch, stem) {
-        ("llama", "attn_q") => Some(n_heads),
-        ("llama", "attn_k") => Some(n_kv_heads),
+    permuted_heads(families::gguf_read(arch)?, stem, n_heads, n_kv_heads)
+}
+
+fn permuted_heads(family: &GgufRead, stem: &str, n_heads: usize, n_kv_heads: usize) -> Option<usize> {
+    match stem {
+        "attn_q" if family.rope_permuted => Some(n_heads),
+        "attn_k" if family.rope_permuted => Some(n_kv_heads),
         _ => None,
     }
 }
@@ -256,11 +257,25 @@ mod tests {
 
     #[test]
     fn names_map_to_hf() {
+        let hf_name = |name: &str, arch: &str| hf_name(name, family_read(arch).unwrap().tensor_names);
         assert_eq!(hf_name("blk.11.ffn_norm.weight", "llama").as_deref(), Some("model.layers.11.post_attention_layernorm.weight"));
         assert_eq!(hf_name("blk.11.ffn_norm.weight", "gemma3").as_deref(), Some("model.layers.11.pre_feedforward_layernorm.weight"));
         assert_eq!(hf_name("blk.2.post_attention_norm.weight", "gemma3").as_deref(), Some("model.layers.2.post_attention_layernorm.weight"));
         assert_eq!(hf_name("blk.0.attn_q.bias", "qwen2").as_deref(), Some("model.layers.0.self_attn.q_proj.bias"));
         assert_eq!(hf_name("token_embd.weight", "llama").as_deref(), Some("model.embed_tokens.weight"));
         assert_eq!(hf_name("blk.x.attn_q.weight", "llama"), None);
+        assert_eq!(hf_name("blk.0.ffn_gate_inp.weight", "llama"), None);
+    }
+
+    /// Only a "llama" file's Q and K rows are permuted (LlamaModel.permute); adapters of an
+    /// architecture packlm does not read are left as they are.
+    #[test]
+    fn only_llama_rows_are_permuted() {
+        assert_eq!(rope_permuted_heads("llama", "attn_q", 8, 2), Some(8));
+        assert_eq!(rope_permuted_heads("llama", "attn_k", 8, 2), Some(2));
+        assert_eq!(rope_permuted_heads("llama", "attn_v", 8, 2), None);
+        assert_eq!(rope_permuted_heads("qwen2", "attn_q", 8, 2), None);
+        assert_eq!(rope_permuted_heads("gemma3", "attn_k", 8, 2), None);
+        assert_eq!(rope_permuted_heads("mistral", "attn_q", 8, 2), None);
     }
 }

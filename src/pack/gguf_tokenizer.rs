@@ -18,6 +18,7 @@
 //! pre-tokenizers, added tokens, post-processor and decoders are HF's.
 
 use crate::error::{Error, Result};
+use crate::families::{self, SpmTokenizer};
 use crate::pack::gguf::GgufFile;
 use crate::pack::gguf_bpe::{BpeOptions, GgufBpe, MergeSource};
 use std::borrow::Cow;
@@ -95,15 +96,15 @@ const SPM_SPACE: &str = "\u{2581}";
 pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
     let meta = Meta::read(g)?;
     let kind = meta.model.as_str();
-    let arch = g.architecture()?;
+    // HF `select_tokenizer_builder`: SentencePiece files get a builder by architecture.
+    let spm = families::spm_tokenizer(g.architecture()?);
 
     let mut tokenizer = match kind {
         "gpt2" => byte_level_tokenizer(&meta)?,
-        // HF `select_tokenizer_builder`: SentencePiece files get a builder by architecture.
-        "llama" => match arch {
-            "gemma" | "gemma2" | "gemma3" => gemma_tokenizer(&meta)?,
-            "phi3" => phi3_tokenizer(&meta)?,
-            _ => llama_tokenizer(&meta)?,
+        "llama" => match spm {
+            SpmTokenizer::Gemma => gemma_tokenizer(&meta)?,
+            SpmTokenizer::Phi3 => phi3_tokenizer(&meta)?,
+            SpmTokenizer::Llama => llama_tokenizer(&meta)?,
         },
         other => {
             return Err(meta.unsupported(format!(
@@ -111,7 +112,7 @@ pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
             )))
         }
     };
-    add_special_tokens(&mut tokenizer, &meta, arch);
+    add_special_tokens(&mut tokenizer, &meta, spm);
 
     let bos = meta.token_id(g, "tokenizer.ggml.bos_token_id")?;
     let eos = meta.token_id(g, "tokenizer.ggml.eos_token_id")?;
@@ -429,11 +430,11 @@ fn gemma_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
 /// 3. TokenizersBackend's named special tokens: the texts of bos/eos/unk/padding ids.
 ///
 /// Every one is `normalized = false`: matched in the raw text.
-fn add_special_tokens(tokenizer: &mut GgufTokenizer, meta: &Meta, arch: &str) {
+fn add_special_tokens(tokenizer: &mut GgufTokenizer, meta: &Meta, spm: SpmTokenizer) {
     let byte_level = meta.model == "gpt2";
-    let class_defaults: &[&str] = match (meta.model.as_str(), arch) {
+    let class_defaults: &[&str] = match (meta.model.as_str(), spm) {
         ("gpt2", _) => &["<|endoftext|>"],
-        ("llama", "gemma" | "gemma2" | "gemma3") => &["<bos>", "<eos>", "<unk>", "<pad>", "<mask>"],
+        ("llama", SpmTokenizer::Gemma) => &["<bos>", "<eos>", "<unk>", "<pad>", "<mask>"],
         _ => &["<unk>", "<s>", "</s>"],
     };
     let special = |content: &str| AddedToken::from(content, true).normalized(false);

@@ -92,7 +92,7 @@ fn open_folder(dir: &Path) -> Result<Pack> {
     let source = config_path.display().to_string();
     // The tensor table first (mapped, not read): the config's sizes are checked against it
     // before the per-layer table is built from them.
-    let tensors = base_model_names(safetensors_files::load_folder(dir)?);
+    let tensors = family_names(&config, base_model_names(safetensors_files::load_folder(dir)?), dir)?;
     sizes::check_against_tensors(&config, &source, "\"num_hidden_layers\"", &tensors)?;
     let mut spec = ModelSpec::from_config(&config, &source, Container::Folder)?;
 
@@ -163,6 +163,31 @@ fn base_model_names(tensors: std::collections::BTreeMap<String, WeightTensor>) -
             (k, t)
         })
         .collect()
+}
+
+/// The tensor names a family's checkpoints spell their own way, renamed by its descriptor's
+/// `folder_tensor_name`. A config whose model_type names no family keeps its names (the spec
+/// rule refuses it with the reason).
+fn family_names(config: &Value, tensors: BTreeMap<String, WeightTensor>, dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
+    let family = config.get("model_type").and_then(Value::as_str).and_then(crate::families::by_model_type);
+    match family.and_then(|f| f.folder_tensor_name) {
+        Some(rename) => rename_tensors(tensors, rename, dir),
+        None => Ok(tensors),
+    }
+}
+
+/// Each tensor under `rename(name)`, or its own name where that is None. Two tensors that end
+/// up with one name are refused: neither may silently replace the other.
+fn rename_tensors(tensors: BTreeMap<String, WeightTensor>, rename: fn(&str) -> Option<String>, dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
+    let mut out = BTreeMap::new();
+    for (k, mut t) in tensors {
+        let k = rename(&k).unwrap_or(k);
+        t.name = k.clone();
+        if out.insert(k.clone(), t).is_some() {
+            return Err(Error::tensor(format!("{}: two tensors are named {k} once renamed", dir.display())));
+        }
+    }
+    Ok(out)
 }
 
 /// BOS, EOS and stop ids must name rows of the embedding (`vocab_size`): an id beyond it would be
@@ -255,12 +280,12 @@ pub(crate) fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What an HF folder states in GGUF's spelling: `general.architecture` (the config's
-/// model_type, "_text" dropped, as the GGUF converter names Gemma 3), `<arch>.context_length`,
+/// What an HF folder states in GGUF's spelling: `general.architecture` (the family's GGUF
+/// architecture: "gemma3" for model_type "gemma3_text"), `<arch>.context_length`,
 /// `<arch>.block_count`, `<arch>.embedding_length`, and `tokenizer.chat_template` when the
 /// pack has one.
 fn folder_metadata(spec: &ModelSpec, vocab: &Vocab) -> Vec<(String, String)> {
-    let arch = spec.family.trim_end_matches("_text").to_string();
+    let arch = crate::families::by_model_type(&spec.family).map_or(spec.family.as_str(), |f| f.gguf_arch).to_string();
     let mut meta = vec![
         ("general.architecture".to_string(), arch.clone()),
         (format!("{arch}.block_count"), spec.layers.len().to_string()),
@@ -271,4 +296,36 @@ fn folder_metadata(spec: &ModelSpec, vocab: &Vocab) -> Vec<(String, String)> {
         meta.push(("tokenizer.chat_template".to_string(), t.clone()));
     }
     meta
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tensor::TensorBytes;
+
+    fn table(names: &[&str]) -> BTreeMap<String, WeightTensor> {
+        let t = |n: &str| WeightTensor::new(n.to_string(), crate::quant::WeightType::F32, vec![1], TensorBytes::Owned(Arc::new(vec![0; 4]))).unwrap();
+        names.iter().map(|n| (n.to_string(), t(n))).collect()
+    }
+
+    fn w1_to_gate(name: &str) -> Option<String> {
+        name.strip_suffix(".w1.weight").map(|stem| format!("{stem}.gate_proj.weight"))
+    }
+
+    #[test]
+    fn renamed_tensors_carry_their_new_name() {
+        let out = rename_tensors(table(&["model.layers.0.e.w1.weight", "model.norm.weight"]), w1_to_gate, Path::new("m")).unwrap();
+        assert!(out.iter().all(|(k, t)| *k == t.name));
+        let names: Vec<&str> = out.keys().map(String::as_str).collect();
+        assert_eq!(names, ["model.layers.0.e.gate_proj.weight", "model.norm.weight"]);
+    }
+
+    #[test]
+    fn two_tensors_renamed_to_one_name_are_refused() {
+        let Err(e) = rename_tensors(table(&["model.layers.0.e.w1.weight", "model.layers.0.e.gate_proj.weight"]), w1_to_gate, Path::new("m")) else {
+            panic!("two tensors named model.layers.0.e.gate_proj.weight were accepted");
+        };
+        assert!(e.message.contains("model.layers.0.e.gate_proj.weight"), "{e}");
+    }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 
 /// A config object with the file it came from (for messages).
 #[derive(Clone, Copy)]
@@ -138,6 +138,18 @@ impl<'a> Cfg<'a> {
     pub fn invalid(&self, key: &str, why: &str) -> Error {
         let got = self.get(key).map(|v| v.to_string()).unwrap_or_else(|| "absent".into());
         Error::format(format!("{}: \"{key}\" = {got}: {why}", self.source))
+    }
+
+    /// Refuses a count or size beyond a stated limit (see `semantics::MAX_LAYERS`...), so that
+    /// nothing is allocated from it.
+    pub fn limit(&self, key: &str, value: usize, max: usize) -> Result<()> {
+        if value > max {
+            return Err(Error::new(
+                Status::ErrLimitExceeded,
+                format!("{}: \"{key}\" = {value} is above the limit of {max}", self.source),
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses a value we do not implement, naming the key.

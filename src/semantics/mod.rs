@@ -1,16 +1,14 @@
-//! From a model's config to one plain `LayerSpec` per layer. This folder is the only place that
-//! knows model families: each family is a small rule set in `families.rs` that fills the table,
-//! and the engine runs every layer through one body that branches on the table's fields.
+//! From a model's config to one plain `LayerSpec` per layer. The table's fields are what the
+//! engine runs every layer through one body by; the rules that fill it are the families', one
+//! descriptor file each in `src/families/`, which `build_spec` looks up by `model_type`.
 
 pub mod config;
-mod families;
-mod gemma4;
 pub mod rope;
 
 use serde_json::Value;
 
-use crate::error::Result;
-pub use families::build_spec;
+use crate::error::{Error, Result};
+use crate::families;
 pub use rope::RopeSpec;
 
 /// Stated limits on counts taken from a config, checked before anything is allocated from
@@ -170,6 +168,19 @@ pub struct ModelSpec {
 pub struct PerLayerInput {
     pub dim: usize,
     pub vocab: usize,
+}
+
+/// The table of the family whose rule serves the config's `model_type`.
+pub fn build_spec(cfg: config::Cfg, container: Container) -> Result<ModelSpec> {
+    let model_type = cfg.str("model_type")?;
+    match families::by_model_type(model_type) {
+        Some(family) => (family.rule)(cfg, model_type, container),
+        None => Err(Error::unsupported(format!(
+            "{}: model_type \"{model_type}\" is not implemented ({} are)",
+            cfg.source,
+            families::model_types()
+        ))),
+    }
 }
 
 impl ModelSpec {

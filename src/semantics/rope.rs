@@ -44,7 +44,7 @@ impl LegacyRope {
 /// `rope_scaling` merged with a top-level base), read from `cfg`.
 /// `layer_type` selects the nested entry when `rope_parameters` is per layer type.
 pub fn read_rope(cfg: Cfg, head_dim: usize, layer_type: Option<&str>, legacy: LegacyRope) -> Result<RopeSpec> {
-    super::families::limit(cfg, "head_dim", head_dim, super::MAX_HEAD_DIM)?;
+    cfg.limit("head_dim", head_dim, super::MAX_HEAD_DIM)?;
     let max_pos = cfg.opt_usize("max_position_embeddings")?;
     let top_theta = cfg.opt_positive_f64(legacy.theta_key)?;
     let top_partial = cfg.opt_f64("partial_rotary_factor")?;

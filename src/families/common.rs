@@ -1,12 +1,15 @@
-//! Family rules: config keys -> `ModelSpec`. `base` reads what every family shares (sizes, rope,
-//! layer kinds); each family function then states only what differs.
-//! Sources: transformers 5 `models/<family>/configuration_<family>.py` and `modeling_<family>.py`.
+//! What several families share: `base` reads what every family states the same way (sizes,
+//! rope, layer kinds, token ids), the Llama-like builder serves the pre-norm SiLU families, and
+//! the GGUF key defaults of those families. Each family's file then states only what differs.
+
+use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result, Status};
+use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::rope::{read_rope, LegacyRope};
 use crate::semantics::{MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS};
-use crate::semantics::{Activation, AttentionKind, Container, KvSource, LayerNorms, LayerSpec, ModelSpec, NormForm};
+use crate::semantics::{Activation, AttentionKind, KvSource, LayerNorms, LayerSpec, ModelSpec, NormForm};
 
 /// Llama-style pre-norm layer: `input_layernorm` before attention, `post_attention_layernorm`
 /// before the MLP (HF's name for the pre-feed-forward norm in these families).
@@ -26,6 +29,7 @@ pub(super) const SANDWICH_NORMS: LayerNorms = LayerNorms {
 };
 
 /// How a family picks layer kinds when `layer_types` is absent.
+#[derive(Clone, Copy)]
 pub(super) enum SlidingRule {
     /// No sliding layers.
     None,
@@ -49,19 +53,7 @@ pub(super) struct Base<'a> {
     pub legacy_rope: (LegacyRope, LegacyRope),
 }
 
-pub fn build_spec(cfg: Cfg, container: Container) -> Result<ModelSpec> {
-    let model_type = cfg.str("model_type")?;
-    match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" => llama_like(cfg, model_type),
-        "gemma" | "gemma2" | "gemma3" | "gemma3_text" => gemma(cfg, model_type, container),
-        "gemma4" | "gemma4_text" => super::gemma4::gemma4(cfg, container),
-        other => Err(Error::unsupported(format!(
-            "{}: model_type \"{other}\" is not implemented (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, gemma4_text are)",
-            cfg.source
-        ))),
-    }
-}
-
+/// The activation of a SiLU family (`hidden_act`, default silu).
 fn silu(cfg: Cfg, key: &str) -> Result<Activation> {
     match cfg.opt_str(key)?.unwrap_or("silu") {
         "silu" => Ok(Activation::Silu),
@@ -69,128 +61,55 @@ fn silu(cfg: Cfg, key: &str) -> Result<Activation> {
     }
 }
 
+/// What a Llama-like family states beyond `base`.
+pub(super) struct LlamaLike {
+    /// (q/k/v bias, o bias) given the config's `attention_bias` (false when absent).
+    pub biases: fn(bool) -> (bool, bool),
+    /// q_norm / k_norm over each head before rope.
+    pub qk_norm: bool,
+    pub head_dim_default: Option<usize>,
+    pub sliding: SlidingRule,
+    /// A true `mlp_bias` is refused (MLP biases are not implemented); false where the family's
+    /// MLP has no such key and ignores it.
+    pub refuse_mlp_bias: bool,
+}
+
 /// Llama, Mistral, Qwen2, Qwen3: pre-norm layers, SiLU-gated MLP, 1/sqrt(head_dim).
-fn llama_like(cfg: Cfg, model_type: &str) -> Result<ModelSpec> {
-    let attention_bias = cfg.opt_bool("attention_bias")?.unwrap_or(false);
-    // (qkv bias, o bias, qk-norm, head_dim default, sliding rule)
-    let (qkv_bias, o_bias, qk_norm, head_dim_default, sliding) = match model_type {
-        // LlamaAttention: q/k/v/o all use `attention_bias`.
-        "llama" => (attention_bias, attention_bias, false, None, SlidingRule::None),
-        // MistralAttention: no biases; sliding_window applies to every layer.
-        "mistral" => (false, false, false, None, SlidingRule::AllWhenWindowSet),
-        // Qwen2Attention: q/k/v with bias=True, o without.
-        "qwen2" => (true, false, false, None, SlidingRule::FromMaxWindowLayers),
-        // Qwen3Attention: q_norm/k_norm over head_dim before rope; biases per attention_bias;
-        // Qwen3Config.head_dim defaults to 128.
-        _ => (attention_bias, attention_bias, true, Some(128), SlidingRule::FromMaxWindowLayers),
-    };
-    if model_type != "qwen2" && cfg.opt_bool("mlp_bias")?.unwrap_or(false) {
+pub(super) fn llama_like(cfg: Cfg, model_type: &str, family: &LlamaLike) -> Result<ModelSpec> {
+    let (qkv_bias, o_bias) = (family.biases)(cfg.opt_bool("attention_bias")?.unwrap_or(false));
+    if family.refuse_mlp_bias && cfg.opt_bool("mlp_bias")?.unwrap_or(false) {
         return Err(cfg.refuse("mlp_bias", "MLP biases are not implemented"));
     }
     let std = LegacyRope::STANDARD;
-    let mut spec = base(
-        cfg,
-        Base { model_type, head_dim_default, tie_default: false, sliding, activation: silu(cfg, "hidden_act")?, legacy_rope: (std, std) },
-    )?;
+    let b = Base {
+        model_type,
+        head_dim_default: family.head_dim_default,
+        tie_default: false,
+        sliding: family.sliding,
+        activation: silu(cfg, "hidden_act")?,
+        legacy_rope: (std, std),
+    };
+    let mut spec = base(cfg, b)?;
     for l in &mut spec.layers {
         l.qkv_bias = qkv_bias;
         l.o_bias = o_bias;
-        l.qk_norm = qk_norm;
+        l.qk_norm = family.qk_norm;
     }
     Ok(spec)
 }
 
-/// Gemma, Gemma2, Gemma3 (text): embedding x sqrt(hidden), RMSNorm x (1 + w), gelu-tanh MLP,
-/// tied embeddings; Gemma2/3 add sandwich norms and 1/sqrt(query_pre_attn_scalar); Gemma2 adds
-/// softcapping and alternating sliding layers; Gemma3 adds qk-norm, a local rope base for
-/// sliding layers and rope scaling on full layers only.
-pub(super) fn gemma(cfg: Cfg, model_type: &str, container: Container) -> Result<ModelSpec> {
-    let v1 = model_type == "gemma";
-    let v3 = model_type.starts_with("gemma3");
-    // GemmaMLP reads `hidden_act`; Gemma2/3 read `hidden_activation`. The legacy value "gelu"
-    // means the tanh approximation (GemmaConfig.__post_init__).
-    let act_key = if v1 { "hidden_act" } else { "hidden_activation" };
-    let activation = match cfg.opt_str(act_key)?.unwrap_or("gelu_pytorch_tanh") {
-        "gelu_pytorch_tanh" | "gelu" => Activation::GeluTanh,
-        _ => return Err(cfg.refuse(act_key, "only gelu_pytorch_tanh is implemented for Gemma")),
-    };
-    let sliding = match model_type {
-        "gemma" => SlidingRule::None,
-        "gemma2" => SlidingRule::Pattern { key: None, default: 2 },
-        _ => SlidingRule::Pattern { key: Some("sliding_window_pattern"), default: 6 },
-    };
-    // Gemma3TextConfig.default_theta: global 1e6, local 1e4; the old spelling's rope_scaling
-    // applies to full layers only.
-    let legacy_rope = if v3 {
-        (
-            LegacyRope { theta_key: "rope_theta", default_theta: 1_000_000.0, scaling: true },
-            LegacyRope { theta_key: "rope_local_base_freq", default_theta: 10_000.0, scaling: false },
-        )
-    } else {
-        (LegacyRope::STANDARD, LegacyRope::STANDARD)
-    };
-    let mut spec = base(cfg, Base { model_type, head_dim_default: Some(256), tie_default: true, sliding, activation, legacy_rope })?;
-    // HF: hidden_size**0.5 as a Python float, cast to the compute dtype.
-    spec.embed_scale = Some((spec.hidden_size as f64).sqrt() as f32);
-    // HF folders store w and compute (1 + w); llama.cpp's converter writes w + 1 into GGUF
-    // (convert_hf_to_gguf.py, Gemma*Model.modify_tensors: `data_torch + 1` on norm weights).
-    spec.norm_form = match container {
-        Container::Folder => NormForm::OnePlusWeight,
-        Container::Gguf => NormForm::Weight,
-    };
-    // Gemma2Config defaults the caps to 30 (final) and 50 (attention) when the key is absent;
-    // an explicit null turns them off. Gemma3 defaults both to None.
-    let cap = |key: &str, gemma2_default: f64| -> Result<Option<f32>> {
-        match (model_type, cfg.value.get(key)) {
-            ("gemma2", None) => Ok(Some(gemma2_default as f32)),
-            _ if v1 => Ok(None),
-            // tanh(x / cap) * cap: a cap <= 0 makes every logit NaN or flips its sign.
-            _ => Ok(cfg.opt_positive_f64(key)?.map(|c| c as f32)),
-        }
-    };
-    spec.final_softcap = cap("final_logit_softcapping", 30.0)?;
-    let attn_softcap = cap("attn_logit_softcapping", 50.0)?;
-    let scale = if v1 {
-        None
-    } else {
-        // Gemma2/3 config classes default query_pre_attn_scalar to 256.
-        // The scale is query_pre_attn_scalar^-0.5: 0 or less gives inf or NaN.
-        Some(cfg.opt_positive_f64("query_pre_attn_scalar")?.unwrap_or(256.0))
-    };
-    for l in &mut spec.layers {
-        if !v1 {
-            l.norms = SANDWICH_NORMS;
-        }
-        if let Some(s) = scale {
-            l.attn_scale = (s.powf(-0.5)) as f32;
-        }
-        l.attn_softcap = attn_softcap;
-        l.qk_norm = v3;
-        l.qkv_bias = cfg.opt_bool("attention_bias")?.unwrap_or(false);
-        l.o_bias = l.qkv_bias;
-    }
-    // Gemma3TextConfig: with `use_bidirectional_attention`, every key of the text is visible
-    // on full layers, and on sliding layers keys within |q - k| < sliding_window / 2 + 1 (its
-    // __post_init__ halves the window; modeling_gemma3's `_bidirectional_window_overlay`).
-    if v3 && cfg.opt_bool("use_bidirectional_attention")?.unwrap_or(false) {
-        spec.causal = false;
-        for l in &mut spec.layers {
-            if let AttentionKind::Sliding { window } = &mut l.attention {
-                *window = *window / 2 + 1;
-            }
-        }
-    } else if cfg.value.get("use_bidirectional_attention").is_some_and(|v| v.as_bool() == Some(true)) {
-        return Err(cfg.refuse("use_bidirectional_attention", "bidirectional attention is implemented for gemma3_text only"));
-    }
-    Ok(spec)
+/// The GGUF config keys of a SiLU family: the activation, which GGUF files do not carry.
+pub(super) fn silu_gguf_keys(_: &ArchKeys, c: &mut Map<String, Value>) -> Result<()> {
+    c.insert("hidden_act".into(), json!("silu"));
+    Ok(())
 }
 
 pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     let hidden = cfg.positive("hidden_size")?;
     let n_layers = cfg.positive("num_hidden_layers")?;
-    limit(cfg, "num_hidden_layers", n_layers, MAX_LAYERS)?;
+    cfg.limit("num_hidden_layers", n_layers, MAX_LAYERS)?;
     let n_heads = cfg.positive("num_attention_heads")?;
-    limit(cfg, "num_attention_heads", n_heads, MAX_HEADS)?;
+    cfg.limit("num_attention_heads", n_heads, MAX_HEADS)?;
     let n_kv_heads = cfg.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
     if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
         return Err(cfg.refuse("num_key_value_heads", "must divide num_attention_heads"));
@@ -202,7 +121,7 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     if head_dim == 0 || head_dim % 2 != 0 {
         return Err(cfg.refuse("head_dim", "must be even and non-zero"));
     }
-    limit(cfg, "head_dim", head_dim, MAX_HEAD_DIM)?;
+    cfg.limit("head_dim", head_dim, MAX_HEAD_DIM)?;
     let vocab = cfg.positive("vocab_size")?;
     let mlp_width = cfg.positive("intermediate_size")?;
     // 0 is allowed (x / sqrt(mean(x^2) + 0)); a negative epsilon can make the root NaN.
@@ -267,18 +186,6 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
     })
 }
 
-/// Refuses a count or size beyond a stated limit (see `semantics::MAX_LAYERS`...), so that
-/// nothing is allocated from it.
-pub(super) fn limit(cfg: Cfg, key: &str, value: usize, max: usize) -> Result<()> {
-    if value > max {
-        return Err(Error::new(
-            Status::ErrLimitExceeded,
-            format!("{}: \"{key}\" = {value} is above the limit of {max}", cfg.source),
-        ));
-    }
-    Ok(())
-}
-
 /// `layer_types` when stated (it wins over any pattern key); otherwise the family's rule.
 fn layer_kinds(cfg: Cfg, n_layers: usize, rule: &SlidingRule) -> Result<Vec<AttentionKind>> {
     let window = cfg.opt_usize("sliding_window")?;
@@ -329,12 +236,14 @@ fn layer_kinds(cfg: Cfg, n_layers: usize, rule: &SlidingRule) -> Result<Vec<Atte
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+    use crate::semantics::{build_spec, Container};
     use serde_json::json;
 
-    /// A small Gemma config of `model_type` with `n_layers`, plus the `extra` keys.
-    fn spec(model_type: &str, n_layers: usize, extra: serde_json::Value) -> ModelSpec {
+    /// A small config of `model_type` with `n_layers` (the geometry of a tiny Gemma), plus the
+    /// `extra` keys, built from an HF folder.
+    pub(in crate::families) fn spec(model_type: &str, n_layers: usize, extra: serde_json::Value) -> ModelSpec {
         let mut v = json!({
             "model_type": model_type, "hidden_size": 64, "num_hidden_layers": n_layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,
@@ -344,18 +253,6 @@ mod tests {
             v[k] = x.clone();
         }
         build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap()
-    }
-
-    /// A 34-layer Gemma3 (the 4B's geometry) without layer_types: full layers are 5, 11, 17,
-    /// 23, 29 (literal, from HF's (i + 1) % 6 rule worked by hand), and 33 is sliding.
-    #[test]
-    fn gemma3_pattern_six_puts_full_layers_at_5_11_17_23_29() {
-        let s = spec("gemma3_text", 34, json!({"sliding_window": 512, "sliding_window_pattern": 6}));
-        let full: Vec<usize> = (0..34).filter(|&i| s.layers[i].attention == AttentionKind::Full).collect();
-        assert_eq!(full, vec![5, 11, 17, 23, 29]);
-        // Sliding layers use the local base, full layers the global one.
-        assert_eq!(s.layers[0].rope.theta, 10_000.0);
-        assert_eq!(s.layers[5].rope.theta, 1_000_000.0);
     }
 
     #[test]
@@ -394,14 +291,5 @@ mod tests {
         });
         let e = build_spec(Cfg::new(&v, "test"), Container::Folder).unwrap_err();
         assert_eq!(e.status, crate::Status::ErrLimitExceeded, "{e}");
-    }
-
-    #[test]
-    fn gemma2_alternates_starting_with_sliding() {
-        let s = spec("gemma2", 4, json!({"sliding_window": 6, "query_pre_attn_scalar": 24}));
-        let full: Vec<usize> = (0..4).filter(|&i| s.layers[i].attention == AttentionKind::Full).collect();
-        assert_eq!(full, vec![1, 3]);
-        assert_eq!(s.layers[0].attn_scale, (24f64.powf(-0.5)) as f32);
-        assert_eq!(s.norm_form, NormForm::OnePlusWeight);
     }
 }

@@ -10,14 +10,20 @@
 //!   last non-shared layer of the same kind (`kv_sharing_modes`); `use_double_wide_mlp` doubles
 //!   their MLP;
 //! - per-layer inputs (PLE) and a per-layer `layer_scalar`.
+//!
+//! packlm reads Gemma4 from HF folders only: no GGUF architecture maps to it.
 
 use crate::error::Result;
+use crate::families::common::{base, Base, SlidingRule, SANDWICH_NORMS};
+use crate::families::Family;
 use crate::semantics::config::Cfg;
-use crate::semantics::families::{base, Base, SlidingRule, SANDWICH_NORMS};
 use crate::semantics::rope::{read_rope, LegacyRope};
 use crate::semantics::{Activation, AttentionKind, Container, KvSource, ModelSpec, NormForm, PerLayerInput};
 
-pub fn gemma4(cfg: Cfg, container: Container) -> Result<ModelSpec> {
+pub(super) static GEMMA4: Family = Family::new(&["gemma4", "gemma4_text"], "gemma4", gemma4);
+
+/// The rule for either model type; the table is named "gemma4_text", the text decoder's.
+fn gemma4(cfg: Cfg, _: &str, container: Container) -> Result<ModelSpec> {
     if container == Container::Gguf {
         return Err(cfg.refuse("model_type", "Gemma4 GGUF files are not implemented (HF folders are)"));
     }
