@@ -278,5 +278,6 @@ pub fn info_json(m: &Model) -> serde_json::Value {
         "backend": m.backend.name(),
         "device": m.backend.device(),
         "layers": s.layers_json(),
+        "experts": s.moe_json(),
     })
 }

@@ -15,7 +15,7 @@
 
 use crate::backend::{Backend, Tensor, Weight};
 use crate::engine::weights::Mlp;
-use crate::semantics::{Activation, ModelSpec, MoeSpec, Routing};
+use crate::semantics::{Activation, ModelSpec, MoeSpec, Routing, MAX_EXPERTS_PER_TOKEN};
 
 /// The buffers of a pass's mixtures, for up to `rows` rows (made with the pass's scratch when
 /// the model has a mixture).
@@ -88,9 +88,6 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router
     }
 }
 
-/// Most experts a row may use (`num_experts_per_tok`); the family rules refuse more.
-pub const MAX_TOP_K: usize = 64;
-
 /// One row's router logits `p` (n_experts, overwritten by their softmax) -> `chosen(expert,
 /// weight)` for each of its top-k experts, the highest probability first (ties: the lower
 /// index, a NaN never). The softmax is HF's in f32: exp(x - max) over the sum of those terms.
@@ -104,8 +101,8 @@ pub fn route(p: &mut [f32], moe: &MoeSpec, mut chosen: impl FnMut(usize, f32)) {
     for v in p.iter_mut() {
         *v /= sum;
     }
-    let k = moe.top_k.min(p.len()).min(MAX_TOP_K);
-    let mut top = [(0usize, 0.0f32); MAX_TOP_K];
+    let k = moe.top_k.min(p.len()).min(MAX_EXPERTS_PER_TOKEN);
+    let mut top = [(0usize, 0.0f32); MAX_EXPERTS_PER_TOKEN];
     for j in 0..k {
         let taken = |i: usize| top[..j].iter().any(|&(e, _)| e == i);
         let mut best = (0..p.len()).find(|&i| !taken(i)).unwrap_or(0);

@@ -8,7 +8,7 @@ use crate::error::{Error, Result, Status};
 use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::rope::{read_rope, LegacyRope};
-use crate::semantics::{MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS};
+use crate::semantics::{MoeSpec, Routing, MAX_EXPERTS, MAX_EXPERTS_PER_TOKEN, MAX_HEADS, MAX_HEAD_DIM, MAX_LAYERS};
 use crate::semantics::{Activation, AttentionKind, KvSource, LayerNorms, LayerSpec, ModelSpec, NormForm};
 
 /// Llama-style pre-norm layer: `input_layernorm` before attention, `post_attention_layernorm`
@@ -233,6 +233,64 @@ fn layer_kinds(cfg: Cfg, n_layers: usize, rule: &SlidingRule) -> Result<Vec<Atte
             (0..n_layers).map(|i| if (i + 1) % pattern != 0 { sliding() } else { Ok(AttentionKind::Full) }).collect()
         }
     }
+}
+
+/// The config keys of a family's mixture of experts (transformers' Qwen3MoeConfig,
+/// MixtralConfig).
+pub(super) struct MoeKeys {
+    /// The experts' inner width (`moe_intermediate_size`; Mixtral's `intermediate_size`).
+    pub width: &'static str,
+    /// `norm_topk_prob`'s default where the family reads it; None where the top-k weights are
+    /// always renormalized.
+    pub norm_topk_prob_default: Option<bool>,
+    /// The family reads `decoder_sparse_step` and `mlp_only_layers` (Qwen3-MoE); otherwise every
+    /// layer is sparse.
+    pub sparse_layers: bool,
+}
+
+/// Gives the sparse layers of `spec` their mixture (`LayerSpec::moe`). The expert count is
+/// `num_local_experts` (what transformers 5 writes) or `num_experts` (older Qwen configs); a
+/// count of 0 leaves every layer dense, as HF's `num_experts > 0` test does.
+pub(super) fn experts(cfg: Cfg, spec: &mut ModelSpec, keys: &MoeKeys) -> Result<()> {
+    let n = match (cfg.opt_usize("num_local_experts")?, cfg.opt_usize("num_experts")?) {
+        (Some(a), Some(b)) if a != b => return Err(cfg.invalid("num_experts", "differs from num_local_experts")),
+        (Some(n), _) | (None, Some(n)) => n,
+        (None, None) => return Err(cfg.missing("num_local_experts")),
+    };
+    cfg.limit("num_local_experts", n, MAX_EXPERTS)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let top_k = cfg.positive("num_experts_per_tok")?;
+    cfg.limit("num_experts_per_tok", top_k, MAX_EXPERTS_PER_TOKEN)?;
+    if top_k > n {
+        return Err(cfg.invalid("num_experts_per_tok", &format!("more than the {n} experts")));
+    }
+    let width = cfg.positive(keys.width)?;
+    let renormalize = match keys.norm_topk_prob_default {
+        Some(d) => cfg.opt_bool("norm_topk_prob")?.unwrap_or(d),
+        None => true,
+    };
+    let (step, dense) = if keys.sparse_layers {
+        (cfg.opt_usize("decoder_sparse_step")?.unwrap_or(1), cfg.opt_usize_list("mlp_only_layers")?.unwrap_or_default())
+    } else {
+        (1, Vec::new())
+    };
+    if step == 0 {
+        return Err(cfg.invalid("decoder_sparse_step", "must be positive"));
+    }
+    if let Some(&i) = dense.iter().find(|&&i| i >= spec.layers.len()) {
+        return Err(cfg.invalid("mlp_only_layers", &format!("layer {i} is past the model's {} layers", spec.layers.len())));
+    }
+    let moe = MoeSpec { n_experts: n, top_k, width, routing: Routing::SoftmaxTopK { renormalize } };
+    for (i, l) in spec.layers.iter_mut().enumerate() {
+        // Qwen3MoeDecoderLayer: `(layer_idx not in mlp_only_layers) and (num_experts > 0 and
+        // (layer_idx + 1) % decoder_sparse_step == 0)`.
+        if !dense.contains(&i) && (i + 1) % step == 0 {
+            l.moe = Some(moe);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

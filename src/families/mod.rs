@@ -15,8 +15,10 @@ mod gemma;
 mod gemma4;
 mod llama;
 mod mistral;
+mod mixtral;
 mod qwen2;
 mod qwen3;
+mod qwen3_moe;
 
 use serde_json::{Map, Value};
 
@@ -99,6 +101,8 @@ pub(crate) static ALL: &[&Family] = &[
     &mistral::MISTRAL,
     &qwen2::QWEN2,
     &qwen3::QWEN3,
+    &qwen3_moe::QWEN3_MOE,
+    &mixtral::MIXTRAL,
     &gemma::GEMMA,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
@@ -178,7 +182,8 @@ mod tests {
         assert_eq!(spm_tokenizer("gemma2"), SpmTokenizer::Gemma);
         assert_eq!(spm_tokenizer("phi3"), SpmTokenizer::Phi3);
         assert_eq!(spm_tokenizer("qwen2"), SpmTokenizer::Llama);
-        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, gemma, gemma2, gemma3");
+        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3");
+        assert_eq!(gguf_read("qwen3moe").map(|g| g.model_type), Some("qwen3_moe"));
     }
 
     /// The refusal of an unknown model_type lists every implemented one, from `ALL`.
@@ -189,7 +194,7 @@ mod tests {
         assert_eq!(e.status, crate::Status::ErrUnsupported, "{e}");
         assert_eq!(
             e.message,
-            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text are)"
+            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text are)"
         );
     }
 }

@@ -113,6 +113,14 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     if let Some(w) = keys.u64("attention.sliding_window")? {
         c.insert("sliding_window".into(), json!(w));
     }
+    // A mixture (llama.cpp's LLM_KV_EXPERT_COUNT / _USED_COUNT, the same keys in every
+    // architecture); the experts' width is the family's (its descriptor's config hook).
+    if let Some(n) = keys.u64("expert_count")? {
+        c.insert("num_local_experts".into(), json!(n));
+        if let Some(k) = keys.u64("expert_used_count")? {
+            c.insert("num_experts_per_tok".into(), json!(k));
+        }
+    }
     c.insert("vocab_size".into(), json!(vocab_size));
     let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
     c.insert("tie_word_embeddings".into(), json!(tied));
@@ -139,6 +147,12 @@ const COMMON_NAMES: &[(&str, &str)] = &[
     ("ffn_gate", "mlp.gate_proj"),
     ("ffn_up", "mlp.up_proj"),
     ("ffn_down", "mlp.down_proj"),
+    // A mixture: the router, and each projection's experts stacked in one tensor
+    // (n_experts, rows, cols), which engine/weights.rs reads as one matrix per expert.
+    ("ffn_gate_inp", "mlp.gate"),
+    ("ffn_gate_exps", "mlp.experts.gate_proj"),
+    ("ffn_up_exps", "mlp.experts.up_proj"),
+    ("ffn_down_exps", "mlp.experts.down_proj"),
 ];
 
 /// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`): the family's own stems
@@ -264,7 +278,9 @@ mod tests {
         assert_eq!(hf_name("blk.0.attn_q.bias", "qwen2").as_deref(), Some("model.layers.0.self_attn.q_proj.bias"));
         assert_eq!(hf_name("token_embd.weight", "llama").as_deref(), Some("model.embed_tokens.weight"));
         assert_eq!(hf_name("blk.x.attn_q.weight", "llama"), None);
-        assert_eq!(hf_name("blk.0.ffn_gate_inp.weight", "llama"), None);
+        assert_eq!(hf_name("blk.0.ffn_gate_inp.weight", "llama").as_deref(), Some("model.layers.0.mlp.gate.weight"));
+        assert_eq!(hf_name("blk.0.ffn_down_exps.weight", "qwen3moe").as_deref(), Some("model.layers.0.mlp.experts.down_proj.weight"));
+        assert_eq!(hf_name("blk.0.ffn_gate_shexp.weight", "qwen3moe"), None);
     }
 
     /// Only a "llama" file's Q and K rows are permuted (LlamaModel.permute); adapters of an

@@ -292,6 +292,11 @@ fn folder_metadata(spec: &ModelSpec, vocab: &Vocab) -> Vec<(String, String)> {
         (format!("{arch}.context_length"), spec.max_context.to_string()),
         (format!("{arch}.embedding_length"), spec.hidden_size.to_string()),
     ];
+    // A mixture's counts under llama.cpp's keys (llama_model_meta_val_str "<arch>.expert_count").
+    if let Some(m) = spec.layers.iter().find_map(|l| l.moe) {
+        meta.push((format!("{arch}.expert_count"), m.n_experts.to_string()));
+        meta.push((format!("{arch}.expert_used_count"), m.top_k.to_string()));
+    }
     if let Some(t) = &vocab.chat_template {
         meta.push(("tokenizer.chat_template".to_string(), t.clone()));
     }

@@ -130,6 +130,19 @@ impl<'a> Cfg<'a> {
         }
     }
 
+    /// A list of counts or indices (`mlp_only_layers`).
+    pub fn opt_usize_list(&self, key: &str) -> Result<Option<Vec<usize>>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_u64().and_then(|x| usize::try_from(x).ok()).ok_or_else(|| self.bad(key, "a list of non-negative integers", v)))
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(v) => Err(self.bad(key, "a list of non-negative integers", v)),
+        }
+    }
+
     pub fn missing(&self, key: &str) -> Error {
         Error::format(format!("{}: missing \"{key}\"", self.source))
     }

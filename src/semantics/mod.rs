@@ -17,6 +17,10 @@ pub use rope::RopeSpec;
 pub const MAX_LAYERS: usize = 1024;
 pub const MAX_HEADS: usize = 1024;
 pub const MAX_HEAD_DIM: usize = 8192;
+/// Experts of a mixture and experts per token (Qwen3-235B-A22B: 128 and 8; DeepSeek-V3: 256
+/// and 8). A row's top-k lives in a fixed array of MAX_EXPERTS_PER_TOKEN (engine/moe.rs).
+pub const MAX_EXPERTS: usize = 4096;
+pub const MAX_EXPERTS_PER_TOKEN: usize = 64;
 
 /// What kind of file the config and weights came from: a property of the container that some
 /// family rules depend on (Gemma's norm weights are stored as w in HF folders, as w + 1 in GGUF).
@@ -187,6 +191,21 @@ impl ModelSpec {
     /// Builds the table from a config.json value; `source` names the file in messages.
     pub fn from_config(config: &Value, source: &str, container: Container) -> Result<ModelSpec> {
         build_spec(config::Cfg::new(config, source), container)
+    }
+
+    /// The mixture of experts at a glance, for `packlm info`: the experts, experts per token
+    /// and their width (those of the first sparse layer), and which layers are sparse and which
+    /// dense; null for a model without one.
+    pub fn moe_json(&self) -> Value {
+        let Some(m) = self.layers.iter().find_map(|l| l.moe) else { return Value::Null };
+        let (sparse, dense): (Vec<usize>, Vec<usize>) = (0..self.layers.len()).partition(|&i| self.layers[i].moe.is_some());
+        serde_json::json!({
+            "experts": m.n_experts,
+            "experts_per_token": m.top_k,
+            "expert_width": m.width,
+            "sparse_layers": sparse,
+            "dense_layers": dense,
+        })
     }
 
     /// The table as JSON, for `packlm info` and `PACKLM_LOG=debug`.
