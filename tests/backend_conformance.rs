@@ -226,6 +226,24 @@ fn row_ops_equal_the_reference() {
                 r
             });
             assert_bits_equal(&a, &b, &what("gather_rows, gather_columns"));
+            // A mixture's sum: rows picked out of order, one of them twice, each product and
+            // sum rounded alone (no fused multiply-add), so the same bits on every backend.
+            let picked: Vec<usize> = (0..m).rev().chain([m / 2]).collect();
+            let weights: Vec<f32> = picked.iter().map(|&r| 0.3 + r as f32 * 0.17).collect();
+            let ys = rng.vec(picked.len() * width);
+            let (a, b) = both(be, |be| {
+                let (mut out, yt) = (put(be, &x), put(be, &ys));
+                be.add_rows_scaled(&mut out, &yt, &picked, &weights, width);
+                be.read(&out, m * width)
+            });
+            assert_bits_equal(&a, &b, &what("add_rows_scaled"));
+            let mut want = x.clone();
+            for ((&r, &w), y) in picked.iter().zip(&weights).zip(ys.chunks_exact(width)) {
+                for (o, &v) in want[r * width..(r + 1) * width].iter_mut().zip(y) {
+                    *o = (w * v) + *o;
+                }
+            }
+            assert_bits_equal(&a, &want, &what("add_rows_scaled against its definition"));
         }
     }
 }
@@ -562,7 +580,7 @@ fn every_backend_keeps_the_model_level_invariants() {
 
 #[test]
 fn host_bits_do_not_depend_on_the_thread_count() {
-    for fixture in ["llama", "gemma4"] {
+    for fixture in ["llama", "gemma4", "qwen3_moe"] {
         let tokens = golden(&tiny(fixture)).tokens;
         let one = all_rows(&open_with(&tiny(fixture), BackendKind::Host, 1), &tokens);
         for threads in [2, 3, 5] {

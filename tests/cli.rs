@@ -47,6 +47,24 @@ fn info_and_tokenize_print_json() {
     assert_eq!(ids, vec![41, 283, 77, 80, 265, 272, 77, 69]);
 }
 
+/// A mixture's counts and its dense layers (qwen3_moe_dense's config: 8 experts, 2 per token,
+/// width 32, mlp_only_layers [1]), from the folder and, for the Mixtral GGUF, from the file.
+#[test]
+fn info_shows_the_experts_and_the_dense_layers() {
+    let o = packlm(&["info", tiny("qwen3_moe_dense").to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["experts"], serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "sparse_layers": [0, 2], "dense_layers": [1]}));
+    assert_eq!(v["layers"][1]["experts"], serde_json::Value::Null);
+    let o = packlm(&["info", tiny("mixtral").join("model.gguf").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["family"], "mixtral");
+    assert_eq!(v["experts"]["dense_layers"], serde_json::json!([]));
+    let o = packlm(&["info", tiny("llama").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["experts"], serde_json::Value::Null);
+}
+
 #[test]
 fn generate_json_reports_tokens_and_rates() {
     let dir = tiny("llama");

@@ -253,9 +253,9 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 
 /// The model-level invariants on a backend: batched == sequential, truncate == fresh,
 /// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
-/// softcaps and qkv bias.
+/// softcaps, qkv bias and mixtures of experts.
 pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
-    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"] {
+    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "mixtral"] {
         let m = open_model(&tiny(fixture));
         let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
         let what = |s: &str| format!("{name}, {fixture}: {s}");
