@@ -10,7 +10,8 @@ logprobs, grammars (GBNF, llama-cpp-python's JSON grammar, a JSON schema); then 
 missing file, an out-of-range token, a corrupted state) raising in Python, never aborting it.
 On SmolLM2 also embeddings (embed, create_embedding, each pooling, against `packlm embed`) and
 LoRA adapters (lora_path, lora_scale, against `packlm logits --lora` and `generate --lora`;
-the adapters are random ones run.sh makes with tests/llama/make_lora.py).
+the adapters are random ones run.sh makes with tests/llama/make_lora.py). Then the tiny
+mixtures of experts (Qwen3-MoE, Mixtral) of tests/fixtures/tiny against HF's logits.
 Prints 'N passed, M failed'."""
 import ctypes
 import hashlib
@@ -492,5 +493,28 @@ for name, path, word, marker, meta in [("SmolLM2", smol, "Paris", "<|im_start|>"
         check(False, f"{path} is missing and PACKLM_REQUIRE_MODELS is set")
     else:
         print(f"skipped {name}: {path} is missing (make models)")
+
+
+def moe_checks(name, arch):
+    """A tiny mixture of experts (tests/fixtures/make_moe_fixtures.py) as llama-cpp-python runs
+    it: its architecture and expert counts under llama.cpp's keys, and the logits of every
+    position of one batch against HF's golden ones, top-1 equal to real llama.cpp's recorded."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tiny", name)
+    golden = json.load(open(os.path.join(folder, "golden.json")))
+    want = np.fromfile(os.path.join(folder, "golden.f32"), dtype="<f4").reshape(golden["rows"], golden["n_vocab"])
+    recorded = json.load(open(os.path.join(folder, "llama_cpp.json")))["llama_cpp_argmax"]
+    llm = Llama(model_path=os.path.join(folder, "model.gguf"), n_ctx=64, logits_all=True, verbose=False)
+    meta = llm.metadata
+    check(meta.get("general.architecture") == arch, f"{name}: general.architecture {meta.get('general.architecture')!r}")
+    check(meta.get(f"{arch}.expert_count") == "8" and meta.get(f"{arch}.expert_used_count") == "2", f"{name}: expert counts in the metadata")
+    llm.eval(golden["tokens"])
+    got = np.array(llm.scores[: golden["rows"]], dtype=np.float32)
+    d = float(np.abs(got - want).max())
+    check(d <= 1e-4, f"{name}: max |libllama - HF| = {d}")
+    check([int(i) for i in got.argmax(axis=1)] == recorded, f"{name}: top-1 of every position equals llama.cpp's")
+
+
+for name, arch in [("qwen3_moe", "qwen3moe"), ("mixtral", "llama")]:
+    moe_checks(name, arch)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
