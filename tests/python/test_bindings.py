@@ -484,5 +484,20 @@ try:
 except packlm.PacklmError as e:
     check(e.status == packlm.ERR_FORMAT and "not a control vector" in str(e), f"LoRA GGUF as a control vector: {e}")
 
+# A mixture of experts (tests/fixtures/make_moe_fixtures.py): the HF folder and its GGUF give HF's
+# logits, and the info JSON states the experts and the dense layer.
+for moe_pack in [os.path.join(tiny, "qwen3_moe"), os.path.join(tiny, "qwen3_moe", "model.gguf"), os.path.join(tiny, "qwen3_moe_dense")]:
+    folder = moe_pack[: -len("/model.gguf")] if moe_pack.endswith(".gguf") else moe_pack
+    with open(os.path.join(folder, "golden.json")) as f:
+        mg = json.load(f)
+    with open(os.path.join(folder, "golden.f32"), "rb") as f:
+        want = array("f", f.read())
+    mm = packlm.Model(moe_pack)
+    got = mm.session().step_batch(mg["tokens"], all_rows=True)
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    check(len(got) == len(want) and worst <= 1e-4, f"{moe_pack}: max abs {worst} from transformers")
+    experts = json.loads(mm.info_json())["experts"]
+    dense = [1] if folder.endswith("dense") else []
+    check(experts["experts"] == 8 and experts["experts_per_token"] == 2 and experts["dense_layers"] == dense, f"{moe_pack}: info experts {experts}")
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
