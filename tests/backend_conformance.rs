@@ -111,7 +111,7 @@ fn assert_row_op(got: &[f32], want: &[f32], tol: Option<f32>, what: &str) {
     }
 }
 
-/// A `[rows, cols]` weight of random values in type `ty` (F32, F16, Q8_0, Q5_1 or Q5_K).
+/// A `[rows, cols]` weight of random values in type `ty` (F32, F16, Q8_0, Q5_1, Q5_K or MXFP4).
 fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTensor {
     let bytes: Vec<u8> = match ty {
         WeightType::F32 => (0..rows * cols).flat_map(|_| rng.sym().to_le_bytes()).collect(),
@@ -136,6 +136,15 @@ fn weight(ty: WeightType, rows: usize, cols: usize, rng: &mut Rng) -> WeightTens
                 })
                 .collect()
         }
+        // Random codes with an E8M0 scale from 2^-9 to 2^-6 (|w| under 0.2): a block of 17
+        // bytes, whose moved scales fill no whole word when the block count is odd.
+        WeightType::MXFP4 => (0..rows * cols / 32)
+            .flat_map(|_| {
+                let mut b = vec![119 + (rng.next() % 4) as u8];
+                b.extend((0..16).map(|_| rng.next() as u8));
+                b
+            })
+            .collect(),
         other => panic!("no random weights of type {other:?} here"),
     };
     WeightTensor::new("w".into(), ty, vec![rows, cols], TensorBytes::Owned(Arc::new(bytes))).unwrap()
@@ -290,6 +299,7 @@ fn matmul_equals_the_reference_and_batched_equals_sequential() {
         (WeightType::Q8_0, 21, 160),
         (WeightType::Q5_1, 21, 160),
         (WeightType::Q5_K, 21, 256),
+        (WeightType::MXFP4, 21, 160),
     ]
     .map(|(ty, n_out, n_in)| (weight(ty, n_out, n_in, &mut rng), false));
     let gguf_py = WeightType::ALL.map(|ty| (gguf_py_vectors(ty).0, true));

@@ -231,7 +231,11 @@ fn hand_worked_blocks() {
     q6[128..192].fill(0b10_01_00_11);
     q6[192..208].fill(4);
     put_f16(&mut q6, 208, 0.25);
-    let cases: [(WeightType, &[u8], &[f32], f32); 8] = [
+    // MXFP4: e = 129 -> d = 2^(129 - 127) / 2 = 2; every byte 0xA5: low code 5 -> 6, high code
+    // 0xA -> -2; x = 1: 2 * (16 * 6 + 16 * -2) = 128.
+    let mut mxfp4 = vec![0xA5u8; 17];
+    mxfp4[0] = 129;
+    let cases: [(WeightType, &[u8], &[f32], f32); 9] = [
         (WeightType::Q8_0, &q8, &ramp[..32], 1240.0),
         (WeightType::Q4_0, &q4_0, &ramp[..32], 1232.0),
         (WeightType::Q4_1, &q4_1, &ones[..32], 32.0),
@@ -240,6 +244,7 @@ fn hand_worked_blocks() {
         (WeightType::Q4_K, &q4k, &ones[..256], 384.0),
         (WeightType::Q5_K, &q5k, &ones[..256], 640.0),
         (WeightType::Q6_K, &q6, &ones[..256], -1664.0),
+        (WeightType::MXFP4, &mxfp4, &ones[..32], 128.0),
     ];
     for (ty, w, x, want) in cases {
         for isa in isas() {

@@ -71,6 +71,8 @@ fn q4_k_matches_gguf_py() { check("q4_K", WeightType::Q4_K) }
 fn q5_k_matches_gguf_py() { check("q5_K", WeightType::Q5_K) }
 #[test]
 fn q6_k_matches_gguf_py() { check("q6_K", WeightType::Q6_K) }
+#[test]
+fn mxfp4_matches_gguf_py() { check("mxfp4", WeightType::MXFP4) }
 
 #[test]
 fn type_table_matches_ggml() {
@@ -87,13 +89,14 @@ fn type_table_matches_ggml() {
         (13, "q5_K", 256, 176),
         (14, "q6_K", 256, 210),
         (30, "bf16", 1, 2),
+        (39, "mxfp4", 32, 17),
     ];
     for (id, name, elems, bytes) in table {
         let ty = WeightType::from_ggml_type(id).unwrap();
         assert_eq!((ty.name(), ty.block_elems(), ty.block_bytes()), (name, elems, bytes));
         assert_eq!(ty.ggml_type(), id);
     }
-    for id in [4, 5, 9, 10, 11, 15, 16, 29, 31, 39, 1000, u32::MAX] {
+    for id in [4, 5, 9, 10, 11, 15, 16, 29, 31, 40, 1000, u32::MAX] {
         assert_eq!(WeightType::from_ggml_type(id), None, "id {id}");
     }
     assert_eq!(WeightType::Q4_1.row_bytes(576), Some(18 * 20));
@@ -243,6 +246,41 @@ fn q6_k_block_by_hand() {
     assert_eq!(y[64], 0.5 * 3.0 * 2.0);
     assert_eq!(y[96], 0.5 * 4.0 * 18.0);
     assert_eq!(y[128], 0.5 * 5.0 * -31.0); // second half: sc[8]
+}
+
+#[test]
+fn mxfp4_blocks_by_hand() {
+    // qs[j] = low code j, high code 15 - j: elements 0..16 take the codes 0..16 in order, elements
+    // 16..32 the same codes reversed. The doubled E2M1 values of codes 0..16:
+    let codes = [0.0f32, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0];
+    let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
+    // e = 128 -> d = 1.0 (bits 0x3F800000); 127 -> 0.5; 130 -> 4.0; 1 -> 2^-127 and 0 -> 2^-128,
+    // subnormals (bits 0x00400000 and 0x00200000).
+    for (e, d) in [(128u8, 1.0f32), (127, 0.5), (130, 4.0), (1, f32::from_bits(0x0040_0000)), (0, f32::from_bits(0x0020_0000))] {
+        let mut b = vec![e];
+        b.extend(&qs);
+        let mut y = [f32::NAN; 32];
+        dequantize_row(WeightType::MXFP4, &b, &mut y);
+        for j in 0..16 {
+            assert_eq!(y[j].to_bits(), (codes[j] * d).to_bits(), "e = {e}, element {j}");
+            assert_eq!(y[31 - j].to_bits(), (codes[j] * d).to_bits(), "e = {e}, element {}", 31 - j);
+        }
+    }
+    // Literal values: e = 128, elements 5, 7, 13, 16 (code 15); e = 127, element 7; e = 0, element
+    // 1 (2^-128, the smallest nonzero scale) and 7 (12 * 2^-128 = 1.5 * 2^-125, a normal: exponent
+    // field 2, mantissa 0.5).
+    let mut b = vec![128u8];
+    b.extend(&qs);
+    let mut y = [0.0f32; 32];
+    dequantize_row(WeightType::MXFP4, &b, &mut y);
+    assert_eq!([y[5], y[7], y[13], y[16]], [6.0, 12.0, -6.0, -12.0]);
+    b[0] = 127;
+    dequantize_row(WeightType::MXFP4, &b, &mut y);
+    assert_eq!(y[7], 6.0);
+    b[0] = 0;
+    dequantize_row(WeightType::MXFP4, &b, &mut y);
+    assert_eq!(y[1], 2.938735877055719e-39);
+    assert_eq!(y[7].to_bits(), 0x0140_0000);
 }
 
 #[test]

@@ -10,8 +10,8 @@
 //! - The kernels a backend picks are those of the row: the VNNI column's own kernels are the
 //!   ones that read the wide activation views; the group kernels take exactly the matrices of
 //!   the rows with a `groups` kernel.
-//! - The GPU's moved scale lies where ggml-common.h puts a block's f16 scale, for exactly the
-//!   block formats whose blocks are not whole 4-byte words.
+//! - The GPU's moved scale lies where ggml-common.h puts a block's scale (f16, or MXFP4's E8M0
+//!   byte), for exactly the block formats whose blocks are not whole 4-byte words.
 
 mod common;
 use common::quant::tensor;
@@ -20,17 +20,24 @@ use common::Rng;
 use packlm::backend::host::int8::{Int8Isa, Int8Kernel};
 use packlm::backend::host::packed::{self, Packed, GROUP, GROUP_AVX2};
 use packlm::backend::host::row_dot::{Isa, RowKernel};
-use packlm::quant::{Kernel, Layout, WeightType, FORMATS};
+use packlm::quant::{Kernel, Layout, MovedScale, WeightType, FORMATS};
 
 /// The cells deliberately without a kernel of their own where another type of the same layout
 /// has one; the reasons are in the rows.
-const DELIBERATE: [(WeightType, &str); 4] = [
+const DELIBERATE: [(WeightType, &str); 10] = [
     // The 16-lane one-row form at `exact` is Q5_0's alone: measured slower for Q8_0, not measured
     // for Q4_0, and written without a min chain (Q4_1, Q5_1).
     (WeightType::Q8_0, "exact AVX-512 one row"),
     (WeightType::Q4_0, "exact AVX-512 one row"),
     (WeightType::Q4_1, "exact AVX-512 one row"),
     (WeightType::Q5_1, "exact AVX-512 one row"),
+    // MXFP4 has its portable kernels only so far, at both precisions.
+    (WeightType::MXFP4, "exact AVX2"),
+    (WeightType::MXFP4, "exact AVX-512 one row"),
+    (WeightType::MXFP4, "exact AVX-512 rows"),
+    (WeightType::MXFP4, "fast AVX2"),
+    (WeightType::MXFP4, "fast NEON"),
+    (WeightType::MXFP4, "fast groups (packed/)"),
 ];
 
 /// (type, column, reason) where the type has no kernel of its own and another type of its
@@ -102,6 +109,7 @@ fn rows_follow_the_enum() {
         (WeightType::Q4_K, Layout::SuperBlocks),
         (WeightType::Q5_K, Layout::SuperBlocks),
         (WeightType::Q6_K, Layout::SuperBlocks),
+        (WeightType::MXFP4, Layout::Blocks32),
     ];
     assert_eq!(layouts.len(), FORMATS.len());
     for (ty, layout) in layouts {
@@ -169,17 +177,20 @@ fn group_kernels_take_the_rows_that_name_them() {
     }
 }
 
-/// Where the GPU moves a block's f16 scale out of it (gpu/weights.rs): ggml-common.h's offset
-/// of `d` in the blocks that are not a whole number of 4-byte words (block_q8_0, block_q4_0,
-/// block_q5_0 start with it; block_q6_K ends with it, after 128 + 64 + 16 bytes), and in no
-/// other block format.
+/// Where the GPU moves a block's scale out of it (gpu/weights.rs): ggml-common.h's offset and
+/// size of the scale in the blocks that are not a whole number of 4-byte words (block_q8_0,
+/// block_q4_0, block_q5_0 start with their f16 `d`; block_q6_K ends with it, after 128 + 64 + 16
+/// bytes; block_mxfp4 starts with its 1-byte `e`), and in no other block format.
 #[test]
 fn gpu_moves_the_scale_of_the_blocks_that_are_not_words() {
-    let moved = [(WeightType::Q8_0, 0), (WeightType::Q4_0, 0), (WeightType::Q5_0, 0), (WeightType::Q6_K, 208)];
+    let moved = [(WeightType::Q8_0, 0, 2), (WeightType::Q4_0, 0, 2), (WeightType::Q5_0, 0, 2), (WeightType::Q6_K, 208, 2), (WeightType::MXFP4, 0, 1)];
     for ty in WeightType::ALL {
         let Kernel::Own(gpu) = ty.format().gpu else { panic!("{ty}: no GPU loader") };
-        let want = moved.iter().find(|m| m.0 == ty).map(|m| m.1);
+        let want = moved.iter().find(|m| m.0 == ty).map(|m| MovedScale { at: m.1, bytes: m.2 });
         assert_eq!(gpu.moved_scale, want, "{ty}");
+        if let Some(m) = want {
+            assert_eq!((ty.block_bytes() - m.bytes) % 4, 0, "{ty}: the block less its scale is not whole words");
+        }
         if ty.is_quantized() {
             assert_eq!(want.is_some(), ty.block_bytes() % 4 != 0, "{ty}: {} bytes a block", ty.block_bytes());
         }

@@ -8,7 +8,7 @@
 //! The loops walk `chunks_exact` over the source blocks and destination runs together, and index
 //! inside a block only with constants, so the compiler removes the bounds checks.
 
-use super::{WeightType, QK, QK_K};
+use super::{e8m0_half, WeightType, MXFP4_VALUES, QK, QK_K};
 use half::{bf16, f16};
 
 /// Dequantize one row of `dst.len()` elements from exactly `ty.row_bytes(dst.len())` bytes of
@@ -211,6 +211,22 @@ pub(super) fn row_q6_k(src: &[u8], dst: &mut [f32]) {
                 y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
                 y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
             }
+        }
+    }
+}
+
+/// block_mxfp4 { u8 e; u8 qs[16]; }: q4_0's nibble order; y = MXFP4_VALUES[nibble] * d with
+/// d = e8m0_half(e) (ggml `dequantize_row_mxfp4`). A power of two times a small integer: exact.
+pub(super) fn row_mxfp4(src: &[u8], dst: &mut [f32]) {
+    const BB: usize = 1 + QK / 2;
+    for (b, y) in src.chunks_exact(BB).zip(dst.chunks_exact_mut(QK)) {
+        let d = e8m0_half(b[0]);
+        let qs = &b[1..BB];
+        let (lo, hi) = y.split_at_mut(QK / 2);
+        for j in 0..QK / 2 {
+            let q = qs[j];
+            lo[j] = MXFP4_VALUES[(q & 0x0F) as usize] as f32 * d;
+            hi[j] = MXFP4_VALUES[(q >> 4) as usize] as f32 * d;
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Weight element types and block formats (GGML layouts), and dequantization of one row.
 //!
 //! The layouts and the arithmetic follow ggml's reference code (ggml/src/ggml-quants.c:
-//! `dequantize_row_q4_0`, `_q4_1`, `_q5_0`, `_q5_1`, `_q8_0`, `_q4_K`, `_q5_K`, `_q6_K`; the block structs in
+//! `dequantize_row_q4_0`, `_q4_1`, `_q5_0`, `_q5_1`, `_q8_0`, `_q4_K`, `_q5_K`, `_q6_K`, `_mxfp4`; the block structs in
 //! ggml-common.h). All multi-byte fields are little-endian. The unit tests in
 //! tests/quant_dequant.rs compare against gguf-py's numpy `gguf.quants.dequantize`.
 //!
@@ -52,6 +52,22 @@ pub enum WeightType {
     Q5_K,
     /// 256 elements: 256 x 6-bit (4 low bits + 2 high bits), 16 x i8 sub-scales, f16 scale.
     Q6_K,
+    /// 32 elements: an E8M0 scale byte, 32 x 4-bit E2M1 values (the OCP microscaling format).
+    MXFP4,
+}
+
+/// The values of MXFP4's 4-bit E2M1 codes, doubled to be integers (ggml-common.h
+/// `kvalues_mxfp4`): code c is sign bit 3, magnitude 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two. The
+/// halving is in the scale ([`e8m0_half`]).
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half the value of an E8M0 scale byte, 2^(e - 127) / 2 (ggml-impl.h
+/// `ggml_e8m0_to_fp32_half`): the f32 with exponent field e - 1, or for e < 2 the subnormal
+/// 2^(e - 128) (bits 0x00200000 << e).
+#[inline(always)]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 { 0x0020_0000u32 << e } else { (e as u32 - 1) << 23 };
+    f32::from_bits(bits)
 }
 
 /// Elements per block of the K-quants (ggml-common.h `QK_K`).
@@ -175,9 +191,31 @@ impl<F: Copy> Kernel<F> {
 pub struct GpuLoader {
     /// The WGSL function of shaders/formats.wgsl that dequantizes one unit of a row.
     pub loader: &'static str,
-    /// Where the 2-byte f16 scale sits in a block that is not a whole number of 4-byte words: it
-    /// is moved out of the block at upload (weights.rs); None where the block is word-sized.
-    pub moved_scale: Option<usize>,
+    /// The scale of a block that is not a whole number of 4-byte words: it is moved out of the
+    /// block at upload (weights.rs); None where the block is word-sized.
+    pub moved_scale: Option<MovedScale>,
+}
+
+/// Where a block's scale sits, and its size: what the upload moves out of each block so that
+/// the rest is whole words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovedScale {
+    /// Its byte offset in the block.
+    pub at: usize,
+    /// 2 for an f16 scale, 1 for an E8M0 one.
+    pub bytes: usize,
+}
+
+impl MovedScale {
+    /// An f16 scale at byte `at`.
+    pub const fn f16(at: usize) -> Option<MovedScale> {
+        Some(MovedScale { at, bytes: 2 })
+    }
+
+    /// A one-byte E8M0 scale at byte `at`.
+    pub const fn e8m0(at: usize) -> Option<MovedScale> {
+        Some(MovedScale { at, bytes: 1 })
+    }
 }
 
 /// A type's row: everything the library knows about it (see the module notes).
@@ -269,6 +307,12 @@ const ONE_ROW_BLOCKS32: &str = "the 16-lane one-row form (avx2.rs's `one_row_512
 const ONE_ROW_NO_MIN: &str = "the 16-lane one-row form (avx2.rs's `one_row_512`) has no min chain";
 const Q8_0_ONE_ROW: &str = "measured slower: the AVX2 kernel, which widens its bytes straight from memory, was about a \
      tenth faster than the 16-lane one-row form (perf, Gemma3's output matrix)";
+const MXFP4_EXACT_X86: &str = "not written yet: the portable kernel runs (its E2M1 values come from a 16-entry table, \
+     which the AVX2 form would read with `vpshufb`)";
+const MXFP4_FAST_SIMD: &str = "not written yet: the portable integer kernel runs, the same bits (its E2M1 values from a \
+     16-entry table, which `vpshufb` or NEON's `tbl` would read)";
+const MXFP4_GROUPS: &str = "not written yet: the row kernels take the whole matrix (the group kernels would need the \
+     E2M1 table in their decoding)";
 const Q4_0_ONE_ROW: &str = "not measured: the 16-lane one-row form was timed on Q5_0 (faster) and Q8_0 (slower) only";
 
 /// One row per type, in the order of [`WeightType`]'s variants.
@@ -276,7 +320,7 @@ pub static FORMATS: [Format; ROWS.len()] = ROWS;
 
 /// The rows, as a constant that `WeightType::ALL` and the checks below read when the crate
 /// compiles.
-const ROWS: [Format; 11] = [
+const ROWS: [Format; 12] = [
     Format {
         ty: WeightType::F32,
         name: "f32",
@@ -372,7 +416,7 @@ const ROWS: [Format; 11] = [
             neon: arm!(neon_int8::q8_0_neon),
             groups: Kernel::Own(GroupFormat::Q8_0),
         },
-        gpu: Kernel::Own(GpuLoader { loader: "load_q8_0", moved_scale: Some(0) }),
+        gpu: Kernel::Own(GpuLoader { loader: "load_q8_0", moved_scale: MovedScale::f16(0) }),
     },
     Format {
         ty: WeightType::Q4_0,
@@ -397,7 +441,7 @@ const ROWS: [Format; 11] = [
             neon: arm!(neon_int8::q4_0_neon),
             groups: Kernel::Own(GroupFormat::Q4_0),
         },
-        gpu: Kernel::Own(GpuLoader { loader: "load_q4_0", moved_scale: Some(0) }),
+        gpu: Kernel::Own(GpuLoader { loader: "load_q4_0", moved_scale: MovedScale::f16(0) }),
     },
     Format {
         ty: WeightType::Q4_1,
@@ -447,7 +491,7 @@ const ROWS: [Format; 11] = [
             neon: arm!(neon_int8::q5_0_neon),
             groups: Kernel::Own(GroupFormat::Q5_0),
         },
-        gpu: Kernel::Own(GpuLoader { loader: "load_q5_0", moved_scale: Some(0) }),
+        gpu: Kernel::Own(GpuLoader { loader: "load_q5_0", moved_scale: MovedScale::f16(0) }),
     },
     Format {
         ty: WeightType::Q5_1,
@@ -548,7 +592,32 @@ const ROWS: [Format; 11] = [
             neon: arm!(neon_int8::q6_k_neon),
             groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
         },
-        gpu: Kernel::Own(GpuLoader { loader: "load_q6_k", moved_scale: Some(QK_K / 2 + QK_K / 4 + QK_K / 16) }),
+        gpu: Kernel::Own(GpuLoader { loader: "load_q6_k", moved_scale: MovedScale::f16(QK_K / 2 + QK_K / 4 + QK_K / 16) }),
+    },
+    Format {
+        ty: WeightType::MXFP4,
+        name: "mxfp4",
+        ggml_type: 39,
+        layout: Layout::Blocks32,
+        block_elems: QK,
+        // block_mxfp4 { uint8_t e; uint8_t qs[16]; }
+        block_bytes: 1 + QK / 2,
+        has_min: false,
+        dequantize: dequant::row_mxfp4,
+        exact: ExactKernels {
+            portable: portable::mxfp4,
+            avx2: Kernel::Absent(MXFP4_EXACT_X86),
+            avx512_one_row: Kernel::Absent(MXFP4_EXACT_X86),
+            avx512_rows: Kernel::Absent(MXFP4_EXACT_X86),
+        },
+        fast: FastKernels {
+            portable: Kernel::Own(int8::decode_mxfp4),
+            avx2: Kernel::Absent(MXFP4_FAST_SIMD),
+            vnni: Kernel::Absent(MXFP4_FAST_SIMD),
+            neon: Kernel::Absent(MXFP4_FAST_SIMD),
+            groups: Kernel::Absent(MXFP4_GROUPS),
+        },
+        gpu: Kernel::Own(GpuLoader { loader: "load_mxfp4", moved_scale: MovedScale::e8m0(0) }),
     },
 ];
 

@@ -15,7 +15,8 @@ pub fn put_f16(b: &mut [u8], at: usize, v: f32) {
 }
 
 /// A random row of `n` elements: random quant bits, scales set to finite f16 values of random
-/// sign and size (random bytes would give inf/NaN scales), floats finite.
+/// sign and size (random bytes would give inf/NaN scales) or MXFP4's to moderate powers of two,
+/// floats finite.
 pub fn random_row(rng: &mut Rng, ty: WeightType, n: usize) -> Vec<u8> {
     let scale = |rng: &mut Rng| rng.sym() * 0.05 * (1 << (rng.next() % 6)) as f32;
     match ty {
@@ -29,6 +30,8 @@ pub fn random_row(rng: &mut Rng, ty: WeightType, n: usize) -> Vec<u8> {
                 let (d, m) = (scale(rng), scale(rng));
                 match ty {
                     WeightType::Q6_K => put_f16(b, bb - 2, d),
+                    // An E8M0 scale byte: d = 2^(e - 128) from 2^-8 to 2^-1.
+                    WeightType::MXFP4 => b[0] = 120 + (rng.next() % 8) as u8,
                     WeightType::Q4_1 | WeightType::Q5_1 | WeightType::Q4_K | WeightType::Q5_K => {
                         put_f16(b, 0, d);
                         put_f16(b, 2, m);

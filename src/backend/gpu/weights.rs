@@ -3,16 +3,17 @@
 //!
 //! A block whose size is a whole number of words (Q4_1: 20 bytes, Q5_1: 24, Q4_K: 144, Q5_K:
 //! 176, F32) is copied as it is. Q8_0 (34 bytes), Q4_0 (18), Q5_0 (22) and Q6_K (210) carry one
-//! 2-byte f16 scale that breaks the alignment: it is moved out of the block into a run of halves
-//! after the chunk's blocks (where it sits in the block is the type's row in quant/,
-//! `GpuLoader::moved_scale`), so the chunk holds exactly the file's bytes plus at most 6 bytes of
-//! padding. F16 and BF16 rows are copied as they are, padded at the chunk's end. The shaders dequantize
-//! (shaders/formats.wgsl); there is never an f32 copy of a quantized weight on the device.
+//! 2-byte f16 scale that breaks the alignment, MXFP4 (17) a 1-byte E8M0 one: it is moved out of
+//! the block into a run of halves (or bytes) after the chunk's blocks (where it sits in the block,
+//! and its size, is the type's row in quant/, `GpuLoader::moved_scale`), so the chunk holds
+//! exactly the file's bytes plus at most 6 bytes of padding. F16 and BF16 rows are copied as they
+//! are, padded at the chunk's end. The shaders dequantize (shaders/formats.wgsl); there is never
+//! an f32 copy of a quantized weight on the device.
 
 use crate::backend::gpu::device::Gpu;
 use crate::error::{Error, Result, Status};
 use crate::pack::tensor::WeightTensor;
-use crate::quant::{Kernel, WeightType};
+use crate::quant::{Kernel, MovedScale, WeightType};
 
 /// A matrix on the device: `rows x cols` in type `ty`, in chunks of whole rows.
 pub struct GpuWeight {
@@ -70,15 +71,15 @@ pub fn upload(gpu: &Gpu, w: &WeightTensor, max_binding: u64) -> Result<GpuWeight
         let src = &bytes[row0 * row_bytes..(row0 + n) * row_bytes];
         let (data, scale_word) = match layout.moved_scale {
             None => (src.to_vec(), 0),
-            Some(at) => {
+            Some(MovedScale { at, bytes: n_scale }) => {
                 let bb = ty.block_bytes();
                 let blocks = src.len() / bb;
                 let mut body = Vec::with_capacity(src.len() + 4);
-                let mut scales = Vec::with_capacity(blocks * 2);
+                let mut scales = Vec::with_capacity(blocks * n_scale);
                 for b in src.chunks_exact(bb) {
                     body.extend_from_slice(&b[..at]);
-                    body.extend_from_slice(&b[at + 2..]);
-                    scales.extend_from_slice(&b[at..at + 2]);
+                    body.extend_from_slice(&b[at + n_scale..]);
+                    scales.extend_from_slice(&b[at..at + n_scale]);
                 }
                 debug_assert_eq!(body.len() % 4, 0);
                 let word = (body.len() / 4) as u32;

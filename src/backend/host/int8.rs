@@ -22,7 +22,7 @@
 //!
 //! Two forms, fixed per weight format.
 //!
-//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: [`sums_per_block`]): for
+//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4: [`sums_per_block`]): for
 //! activation block b, `s_b = sum of q_w[i] * q_x[i]` over the block's 32 elements, an exact
 //! i32 (|s_b| <= 32 * 128 * 127 < 2^24, so its f32 is exact too); then in f32, `t = ws *
 //! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1 and Q5_1, `acc = fma(wm, s_x[b], acc)`, in block
@@ -57,7 +57,7 @@
 //! activations; tests/fast_precision.rs the whole `fast` model against `exact`; and
 //! scripts/perplexity_compare.py its perplexity against llama.cpp's on the same ids.
 
-use crate::quant::{Kernel, Layout, WeightType, QK, QK_K};
+use crate::quant::{e8m0_half, Kernel, Layout, WeightType, MXFP4_VALUES, QK, QK_K};
 
 use super::packed::GroupFormat;
 
@@ -312,6 +312,19 @@ pub(crate) fn decode_q5_0(row: &[u8], b: usize) -> Block32 {
 
 pub(crate) fn decode_q5_1(row: &[u8], b: usize) -> Block32 {
     fives::<24, 4, 0, true>(row, b)
+}
+
+/// MXFP4: the doubled E2M1 values (at most 12 in magnitude, so a block's sum stays far inside
+/// the block-sum bound) and the halved E8M0 scale, exactly as dequantize_row takes them.
+pub(crate) fn decode_mxfp4(row: &[u8], b: usize) -> Block32 {
+    const BB: usize = 1 + QK / 2;
+    let mut q = [0i8; QK];
+    let blk = &row[b * BB..(b + 1) * BB];
+    for j in 0..QK / 2 {
+        q[j] = MXFP4_VALUES[(blk[1 + j] & 0x0F) as usize];
+        q[j + QK / 2] = MXFP4_VALUES[(blk[1 + j] >> 4) as usize];
+    }
+    Block32 { q, scale: one(e8m0_half(blk[0])), min: 0.0 }
 }
 
 /// Sub-block k of a Q4_K or Q5_K super-block (BB bytes, nibbles from QS): 64-element group

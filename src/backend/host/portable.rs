@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 
 use super::row_dot::{f16_at, finish_float, reduce8, scale_min_k4, Lanes, Tile, Q4_1_BYTES, Q4_K_BYTES, Q5_1_BYTES, Q5_K_BYTES, Q6_K_BYTES};
-use crate::quant::{QK, QK_K};
+use crate::quant::{e8m0_half, MXFP4_VALUES, QK, QK_K};
 
 /// Lane l: `(q_l x_l + q_{l+8} x_{l+8}) + (q_{l+16} x_{l+16} + q_{l+24} x_{l+24})`.
 #[inline(always)]
@@ -127,6 +127,16 @@ fn q5_1_row(w: &[u8], x: &[f32], sums: &[f32]) -> f32 {
     })
 }
 
+fn mxfp4_row(w: &[u8], x: &[f32], _: &[f32]) -> f32 {
+    legacy::<{ 1 + QK / 2 }>(w, x, &[], |b, q| {
+        for j in 0..QK / 2 {
+            q[j] = MXFP4_VALUES[(b[1 + j] & 0x0F) as usize] as f32;
+            q[j + QK / 2] = MXFP4_VALUES[(b[1 + j] >> 4) as usize] as f32;
+        }
+        (e8m0_half(b[0]), 0.0)
+    })
+}
+
 /// Q4_K and Q5_K: sub-block sb (32 elements) goes to accumulator sb % 2, scaled by `d * sc`
 /// rounded as in dequantize_row; `(dmin * m) * sums[sb]` goes to the scalar min chain,
 /// subtracted at the end. `QS` is where the nibbles start; with `HIGH`, the 32 bytes before them
@@ -243,6 +253,9 @@ pub fn q5_0(t: Tile) {
 }
 pub fn q5_1(t: Tile) {
     each_row(t, q5_1_row)
+}
+pub fn mxfp4(t: Tile) {
+    each_row(t, mxfp4_row)
 }
 pub fn q4_k(t: Tile) {
     each_row(t, q4_k_row)

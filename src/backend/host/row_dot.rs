@@ -8,6 +8,8 @@
 //!
 //! - Q8_0, Q4_0, Q5_0: `d * sum(q_i * x_i)` per 32-block, q the signed integer after the format's
 //!   offset (exact in f32).
+//! - MXFP4: the same, q the doubled E2M1 value and d half the E8M0 scale (quant's
+//!   `MXFP4_VALUES`, `e8m0_half`).
 //! - Q4_1, Q5_1: `d * sum(q_i * x_i)` per block, plus `m * X_b` with `X_b` the block's sum of x.
 //! - Q4_K, Q5_K: per 32-element sub-block `(d * sc) * sum(q_i * x_i)`, minus `(dmin * m) * X_b`.
 //! - Q6_K: per 16-element group `(d * sc) * sum((q_i - 32) * x_i)`.

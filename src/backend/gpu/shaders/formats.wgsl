@@ -5,7 +5,8 @@
 //
 // The chunk layout (src/backend/gpu/weights.rs): the rows' blocks as stored, except that a
 // block's 2-byte f16 scale is moved to a separate run of halves at word p.b.y when the block is
-// not a whole number of words (Q8_0, Q4_0, Q5_0, Q6_K); p.a.w = columns, p.b.w = units per row.
+// not a whole number of words (Q8_0, Q4_0, Q5_0, Q6_K), and MXFP4's 1-byte E8M0 scale to a run
+// of bytes there; p.a.w = columns, p.b.w = units per row.
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 
 fn w_byte(word0: u32, i: u32) -> u32 {
@@ -18,6 +19,13 @@ fn w_half(i: u32) -> u32 {
 
 fn moved_scale(g: u32) -> f32 {
     return half_to_f32(w_half(p.b.y * 2u + g));
+}
+
+// Half of block g's moved E8M0 scale e, 2^(e - 127) / 2, built from its bits as ggml-impl.h's
+// ggml_e8m0_to_fp32_half does: exponent field e - 1, or for e < 2 the subnormal 0x00200000 << e.
+fn moved_scale_e8m0_half(g: u32) -> f32 {
+    let e = w_byte(p.b.y, g);
+    return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
 }
 
 fn load_f32(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
@@ -44,16 +52,28 @@ fn load_q8_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
     }
 }
 
-// Q4_0 body: 16 bytes; element j < 16 the low nibble of byte j, j + 16 its high nibble.
-fn load_q4_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
-    let g = r * p.b.w + u;
-    let d = moved_scale(g);
-    let base = g * 4u;
+// The value of a 4-bit code: Q4_0's code - 8, or MXFP4's doubled E2M1 value.
+fn w_code(c: u32, mxfp4: bool) -> f32 {
+    if (mxfp4) {
+        return w_mxfp4_value(c);
+    }
+    return f32(i32(c) - 8);
+}
+
+// A Q4_0 or MXFP4 body of 16 bytes at word base: element j < 16 the low nibble of byte j, j + 16
+// its high nibble; y = value * d.
+fn w_nibble_unit(base: u32, d: f32, mxfp4: bool, o: ptr<function, array<f32, UNIT_SIZE>>) {
     for (var j = 0u; j < 16u; j++) {
         let q = w_byte(base, j);
-        (*o)[j] = f32(i32(q & 15u) - 8) * d;
-        (*o)[j + 16u] = f32(i32(q >> 4u) - 8) * d;
+        (*o)[j] = w_code(q & 15u, mxfp4) * d;
+        (*o)[j + 16u] = w_code(q >> 4u, mxfp4) * d;
     }
+}
+
+// Q4_0 body: 16 bytes, f16 scale moved.
+fn load_q4_0(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    w_nibble_unit(g * 4u, moved_scale(g), false, o);
 }
 
 // Q4_1: the whole 20-byte block (d, m, 16 bytes); y = nibble * d + m.
@@ -171,4 +191,18 @@ fn load_q6_k(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
         let sc = i32(scb << 24u) >> 24u;
         (*o)[l] = d * f32(sc) * f32(q);
     }
+}
+
+// A code's doubled E2M1 value (quant's MXFP4_VALUES): magnitude nibble c & 7 of 0xC8643210
+// (0, 1, 2, 3, 4, 6, 8, 12), negated when bit 3 is set, as an integer (code 8 is +0 in ggml's
+// table, not -0).
+fn w_mxfp4_value(c: u32) -> f32 {
+    let m = i32((0xC8643210u >> ((c & 7u) * 4u)) & 15u);
+    return f32(select(m, -m, (c & 8u) != 0u));
+}
+
+// MXFP4 body: 16 bytes in Q4_0's nibble order, E8M0 scale moved.
+fn load_mxfp4(r: u32, u: u32, o: ptr<function, array<f32, UNIT_SIZE>>) {
+    let g = r * p.b.w + u;
+    w_nibble_unit(g * 4u, moved_scale_e8m0_half(g), true, o);
 }
