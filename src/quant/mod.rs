@@ -309,8 +309,10 @@ const Q8_0_ONE_ROW: &str = "measured slower: the AVX2 kernel, which widens its b
      tenth faster than the 16-lane one-row form (perf, Gemma3's output matrix)";
 const MXFP4_EXACT_X86: &str = "not written yet: the portable kernel runs (its E2M1 values come from a 16-entry table, \
      which the AVX2 form would read with `vpshufb`)";
-const MXFP4_FAST_SIMD: &str = "not written yet: the portable integer kernel runs, the same bits (its E2M1 values from a \
-     16-entry table, which `vpshufb` or NEON's `tbl` would read)";
+const MXFP4_FAST_NEON: &str = "not written yet: the portable integer kernel runs, the same bits (its E2M1 values from a \
+     16-entry table, which NEON's `tbl` would read as the AVX2 kernel reads it with `vpshufb`)";
+const MXFP4_FAST_VNNI: &str = "the AVX2 kernel runs, the same bits: the other block-sum formats take VNNI through the group \
+     kernels (packed/), which MXFP4 has not yet";
 const MXFP4_GROUPS: &str = "not written yet: the row kernels take the whole matrix (the group kernels would need the \
      E2M1 table in their decoding)";
 const Q4_0_ONE_ROW: &str = "not measured: the 16-lane one-row form was timed on Q5_0 (faster) and Q8_0 (slower) only";
@@ -612,9 +614,9 @@ const ROWS: [Format; 12] = [
         },
         fast: FastKernels {
             portable: Kernel::Own(int8::decode_mxfp4),
-            avx2: Kernel::Absent(MXFP4_FAST_SIMD),
-            vnni: Kernel::Absent(MXFP4_FAST_SIMD),
-            neon: Kernel::Absent(MXFP4_FAST_SIMD),
+            avx2: x86!(avx2_int8::mxfp4_summed_maddubs),
+            vnni: Kernel::Absent(MXFP4_FAST_VNNI),
+            neon: Kernel::Absent(MXFP4_FAST_NEON),
             groups: Kernel::Absent(MXFP4_GROUPS),
         },
         gpu: Kernel::Own(GpuLoader { loader: "load_mxfp4", moved_scale: MovedScale::e8m0(0) }),

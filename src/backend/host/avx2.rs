@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::row_dot::{reduce8, sub, Tile, Q4_1_BYTES, Q5_1_BYTES};
-use crate::quant::QK;
+use crate::quant::{MXFP4_VALUES, QK};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -426,4 +426,15 @@ pub(super) fn nibble_bytes(qs: &[u8; 16]) -> __m256i {
     let v = bytes16(qs);
     let m4 = _mm_set1_epi8(0x0F);
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m4), _mm_and_si128(v, m4))
+}
+
+/// An MXFP4 block's 32 doubled E2M1 values (quant's `MXFP4_VALUES`) as signed bytes in element
+/// order: each nibble indexes the 16-entry table with `vpshufb` (a nibble is below 16, so the
+/// index's top bit, which would zero the byte, is never set).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn mxfp4_bytes(b: &[u8; 1 + QK / 2]) -> __m256i {
+    // SAFETY: reads the 16 bytes of the table; loadu has no alignment requirement.
+    let table = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(MXFP4_VALUES.as_ptr().cast()) });
+    _mm256_shuffle_epi8(table, nibble_bytes(sub::<_, 1, 16, 17>(b)))
 }

@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, prefetch_ahead};
 use super::int8::{common_blocks, QTile};
 use super::row_dot::{reduce8, scale_min_k4, sub, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
-use crate::quant::{QK, QK_K};
+use crate::quant::{e8m0_half, QK, QK_K};
 
 /// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.
 type Decoded = (__m256i, __m256, f32);
@@ -303,6 +303,14 @@ fn q5_0_summed(b: &[u8; 22]) -> Summed {
     (q, _mm256_cvtss_f32(ws), 0.0)
 }
 
+/// MXFP4: Q4_0's nibbles through the E2M1 table instead of less 8, and the halved E8M0 scale
+/// (int8.rs's `decode_mxfp4`); |q| <= 12, so `vpsignb`'s |w| is exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn mxfp4_summed(b: &[u8; 1 + QK / 2]) -> Summed {
+    (super::avx2::mxfp4_bytes(b), e8m0_half(b[0]), 0.0)
+}
+
 /// Lane j: the exact sum of `v[j]`'s eight i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -409,6 +417,7 @@ summed_entries! {
     q4_1_summed_maddubs, q4_1_summed, 20, true;
     q5_0_summed_maddubs, q5_0_summed, 22, false;
     q5_1_summed_maddubs, q5_1_summed, 24, true;
+    mxfp4_summed_maddubs, mxfp4_summed, 17, false;
 }
 
 macro_rules! entries {
