@@ -24,18 +24,15 @@ use packlm::quant::{Kernel, Layout, MovedScale, WeightType, FORMATS};
 
 /// The cells deliberately without a kernel of their own where another type of the same layout
 /// has one; the reasons are in the rows.
-const DELIBERATE: [(WeightType, &str); 9] = [
+const DELIBERATE: [(WeightType, &str); 7] = [
     // The 16-lane one-row form at `exact` is Q5_0's alone: measured slower for Q8_0, not measured
-    // for Q4_0, and written without a min chain (Q4_1, Q5_1).
+    // for Q4_0 and MXFP4, and written without a min chain (Q4_1, Q5_1).
     (WeightType::Q8_0, "exact AVX-512 one row"),
     (WeightType::Q4_0, "exact AVX-512 one row"),
     (WeightType::Q4_1, "exact AVX-512 one row"),
     (WeightType::Q5_1, "exact AVX-512 one row"),
-    // MXFP4: the portable kernels at `exact`, the AVX2 one at `fast`, and no NEON or group
-    // kernels so far.
-    (WeightType::MXFP4, "exact AVX2"),
     (WeightType::MXFP4, "exact AVX-512 one row"),
-    (WeightType::MXFP4, "exact AVX-512 rows"),
+    // MXFP4 has no NEON or group kernels so far.
     (WeightType::MXFP4, "fast NEON"),
     (WeightType::MXFP4, "fast groups (packed/)"),
 ];

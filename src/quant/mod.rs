@@ -307,15 +307,13 @@ const ONE_ROW_BLOCKS32: &str = "the 16-lane one-row form (avx2.rs's `one_row_512
 const ONE_ROW_NO_MIN: &str = "the 16-lane one-row form (avx2.rs's `one_row_512`) has no min chain";
 const Q8_0_ONE_ROW: &str = "measured slower: the AVX2 kernel, which widens its bytes straight from memory, was about a \
      tenth faster than the 16-lane one-row form (perf, Gemma3's output matrix)";
-const MXFP4_EXACT_X86: &str = "not written yet: the portable kernel runs (its E2M1 values come from a 16-entry table, \
-     which the AVX2 form would read with `vpshufb`)";
 const MXFP4_FAST_NEON: &str = "not written yet: the portable integer kernel runs, the same bits (its E2M1 values from a \
      16-entry table, which NEON's `tbl` would read as the AVX2 kernel reads it with `vpshufb`)";
 const MXFP4_FAST_VNNI: &str = "the AVX2 kernel runs, the same bits: the other block-sum formats take VNNI through the group \
      kernels (packed/), which MXFP4 has not yet";
 const MXFP4_GROUPS: &str = "not written yet: the row kernels take the whole matrix (the group kernels would need the \
      E2M1 table in their decoding)";
-const Q4_0_ONE_ROW: &str = "not measured: the 16-lane one-row form was timed on Q5_0 (faster) and Q8_0 (slower) only";
+const ONE_ROW_NOT_MEASURED: &str = "not measured: the 16-lane one-row form was timed on Q5_0 (faster) and Q8_0 (slower) only";
 
 /// One row per type, in the order of [`WeightType`]'s variants.
 pub static FORMATS: [Format; ROWS.len()] = ROWS;
@@ -433,7 +431,7 @@ const ROWS: [Format; 12] = [
         exact: ExactKernels {
             portable: portable::q4_0,
             avx2: x86!(avx2::q4_0),
-            avx512_one_row: Kernel::Absent(Q4_0_ONE_ROW),
+            avx512_one_row: Kernel::Absent(ONE_ROW_NOT_MEASURED),
             avx512_rows: x86!(avx2::q4_0_wide),
         },
         fast: FastKernels {
@@ -608,9 +606,9 @@ const ROWS: [Format; 12] = [
         dequantize: dequant::row_mxfp4,
         exact: ExactKernels {
             portable: portable::mxfp4,
-            avx2: Kernel::Absent(MXFP4_EXACT_X86),
-            avx512_one_row: Kernel::Absent(MXFP4_EXACT_X86),
-            avx512_rows: Kernel::Absent(MXFP4_EXACT_X86),
+            avx2: x86!(avx2::mxfp4),
+            avx512_one_row: Kernel::Absent(ONE_ROW_NOT_MEASURED),
+            avx512_rows: x86!(avx2::mxfp4_wide),
         },
         fast: FastKernels {
             portable: Kernel::Own(int8::decode_mxfp4),

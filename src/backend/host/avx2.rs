@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::row_dot::{reduce8, sub, Tile, Q4_1_BYTES, Q5_1_BYTES};
-use crate::quant::{MXFP4_VALUES, QK};
+use crate::quant::{e8m0_half, MXFP4_VALUES, QK};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -365,6 +365,7 @@ legacy_entry!(q4_1, q4_1_wide, Q4_1_BYTES, true, q4_1_block, R_LEGACY);
 legacy_entry!(q5_0, q5_0_wide, 2 + 4 + QK / 2, false, q5_0_block);
 // Q5_1 has Q4_1's min chains, so Q4_1's 4 rows.
 legacy_entry!(q5_1, q5_1_wide, Q5_1_BYTES, true, q5_1_block, R_LEGACY);
+legacy_entry!(mxfp4, mxfp4_wide, 1 + QK / 2, false, mxfp4_block);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -400,6 +401,12 @@ fn q5_1_block(b: &[u8; Q5_1_BYTES]) -> (f32, f32, [__m256; 4]) {
     let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*sub::<_, 0, 4, Q5_1_BYTES>(b))));
     let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_movehdup_ps(dm)));
     (d, m, i8x32(q5_1_bytes(b)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn mxfp4_block(b: &[u8; 1 + QK / 2]) -> (f32, f32, [__m256; 4]) {
+    (e8m0_half(b[0]), 0.0, i8x32(mxfp4_bytes(b)))
 }
 
 /// A Q5_1 block's 32 integers (0..32) as bytes in element order.
