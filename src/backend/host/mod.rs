@@ -215,7 +215,8 @@ impl HostBackend {
 /// finishes first waits for little at the end of the call. With tasks of one size the last
 /// one, up to a seventh of a 576-row projection, was often left to one thread (in a verify at
 /// 2 threads the caller spent a tenth of its time waiting for it; `perf`). Which rows a task
-/// takes never changes what they compute.
+/// takes never changes what they compute. Only the group kernels (x86_64) split this way.
+#[cfg(target_arch = "x86_64")]
 fn taper(bounds: &mut Vec<usize>, units: usize, cap: usize, threads: usize) {
     let cap = cap.max(1);
     bounds.clear();
@@ -230,6 +231,7 @@ fn taper(bounds: &mut Vec<usize>, units: usize, cap: usize, threads: usize) {
 }
 
 /// Whether `a` and `b` hold the same f32 bits (a NaN equal to itself, 0.0 unequal to -0.0).
+#[cfg(target_arch = "x86_64")]
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.chunks(64).zip(b.chunks(64)).all(|(a, b)| a.iter().zip(b).fold(0, |d, (x, y)| d | (x.to_bits() ^ y.to_bits())) == 0)
 }
