@@ -74,3 +74,24 @@ fn gemma4_wide_has_per_layer_kv_widths() {
     let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
     assert_eq!(s.plane_widths(), vec![Some(16), Some(32), Some(16), None, None]);
 }
+
+/// Gemma4 GGUFs in llama.cpp's "gemma4" layout (tests/fixtures/make_gemma4_gguf.py): per-layer
+/// kv heads and MLP widths, sliding pattern, proportional rope from rope_freqs.weight, k_eq_v
+/// from the missing attn_v, per-layer inputs, layer_output_scale. Within TOL_F32 of HF on both
+/// backends, and the same bits as the folder they were written from.
+#[test]
+fn gemma4_gguf_matches_hf_and_its_folder() {
+    for f in ["gemma4", "gemma4_wide"] {
+        let dir = tiny(f);
+        let g = golden(&dir);
+        let file = dir.join("model.gguf");
+        for backend in [BackendKind::Host, BackendKind::Reference] {
+            let got = all_rows(&open_with(&file, backend, 2), &g.tokens);
+            let d = max_abs_diff(&got, &g.logits);
+            eprintln!("{f} GGUF ({backend:?}): max |packlm - HF| = {d:e}");
+            assert!(d <= TOL_F32, "{f} GGUF ({backend:?}): max |packlm - HF| = {d} > {TOL_F32}");
+        }
+        let folder = all_rows(&open_with(&dir, BackendKind::Host, 2), &g.tokens);
+        assert_bits_equal(&all_rows(&open_with(&file, BackendKind::Host, 2), &g.tokens), &folder, f);
+    }
+}
