@@ -337,17 +337,20 @@ fn patch(bytes: &[u8], key: &str, value: &[u8]) -> Vec<u8> {
     out
 }
 
+/// One GGUF case: `data` written to `<name>.gguf`, run for logits, then removed.
+fn gguf_case(c: &mut Corpus, name: &str, data: &[u8], expect: Expect) {
+    let p = c.root.join(format!("{name}.gguf"));
+    std::fs::write(&p, data).unwrap();
+    c.check(name, &p, Run::Logits, expect);
+    let _ = std::fs::remove_file(&p);
+}
+
 #[test]
 fn hostile_gguf_files_end_with_a_status() {
     let Some(model) = common::smollm2() else { return };
     let bytes = std::fs::read(&model).unwrap();
     let mut c = Corpus::new("gguf");
-    let case = |c: &mut Corpus, name: &str, data: &[u8], expect: Expect| {
-        let p = c.root.join(format!("{name}.gguf"));
-        std::fs::write(&p, data).unwrap();
-        c.check(name, &p, Run::Logits, expect);
-        let _ = std::fs::remove_file(&p);
-    };
+    let case = gguf_case;
     case(&mut c, "plain_smollm2", &bytes, Expect::Any);
     // The pack path itself: a FIFO, a link to /dev/zero.
     let fifo = c.root.join("pack.fifo");
@@ -406,12 +409,7 @@ fn hostile_gguf_files_end_with_a_status() {
 fn hostile_gemma4_gguf_keys_are_refused() {
     let bytes = std::fs::read(common::tiny("gemma4").join("model.gguf")).unwrap();
     let mut c = Corpus::new("gemma4_gguf");
-    let case = |c: &mut Corpus, name: &str, data: &[u8], expect: Expect| {
-        let p = c.root.join(format!("{name}.gguf"));
-        std::fs::write(&p, data).unwrap();
-        c.check(name, &p, Run::Logits, expect);
-        let _ = std::fs::remove_file(&p);
-    };
+    let case = gguf_case;
     // An array value: element type (u32), count (u64), then the elements (int32 here).
     let element = |key: &str, i: usize, v: i32| {
         let (at, ty) = gguf_value_at(&bytes, key);
