@@ -7,7 +7,10 @@ mod common;
 use common::*;
 use packlm::backend::BackendKind;
 
-const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide"];
+const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide", "gemma4_e2b_pattern"];
+/// The Gemma4 fixtures with a model.gguf (tests/fixtures/make_gemma4_gguf.py); llama.cpp runs
+/// only gemma4_e2b_pattern's (its llama_cpp.json).
+const GEMMA4_GGUFS: &[&str] = &["gemma4", "gemma4_wide", "gemma4_e2b_pattern"];
 
 #[test]
 fn gemma_families_match_hf() {
@@ -81,7 +84,7 @@ fn gemma4_wide_has_per_layer_kv_widths() {
 /// backends, and the same bits as the folder they were written from.
 #[test]
 fn gemma4_gguf_matches_hf_and_its_folder() {
-    for f in ["gemma4", "gemma4_wide"] {
+    for f in GEMMA4_GGUFS {
         let dir = tiny(f);
         let g = golden(&dir);
         let file = dir.join("model.gguf");
