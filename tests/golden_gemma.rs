@@ -7,7 +7,10 @@ mod common;
 use common::*;
 use packlm::backend::BackendKind;
 
-const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide"];
+const GEMMA: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide", "gemma4_e2b_pattern"];
+/// The Gemma4 fixtures with a model.gguf (tests/fixtures/make_gemma4_gguf.py); llama.cpp runs
+/// only gemma4_e2b_pattern's (its llama_cpp.json).
+const GEMMA4_GGUFS: &[&str] = &["gemma4", "gemma4_wide", "gemma4_e2b_pattern"];
 
 #[test]
 fn gemma_families_match_hf() {
@@ -73,4 +76,25 @@ fn gemma4_wide_has_per_layer_kv_widths() {
     assert_eq!(widths, vec![16, 32, 16, 16, 32]);
     let s = packlm::engine::Session::new(m.clone(), 0).unwrap();
     assert_eq!(s.plane_widths(), vec![Some(16), Some(32), Some(16), None, None]);
+}
+
+/// Gemma4 GGUFs in llama.cpp's "gemma4" layout (tests/fixtures/make_gemma4_gguf.py): per-layer
+/// kv heads and MLP widths, sliding pattern, proportional rope from rope_freqs.weight, k_eq_v
+/// from the missing attn_v, per-layer inputs, layer_output_scale. Within TOL_F32 of HF on both
+/// backends, and the same bits as the folder they were written from.
+#[test]
+fn gemma4_gguf_matches_hf_and_its_folder() {
+    for f in GEMMA4_GGUFS {
+        let dir = tiny(f);
+        let g = golden(&dir);
+        let file = dir.join("model.gguf");
+        for backend in [BackendKind::Host, BackendKind::Reference] {
+            let got = all_rows(&open_with(&file, backend, 2), &g.tokens);
+            let d = max_abs_diff(&got, &g.logits);
+            eprintln!("{f} GGUF ({backend:?}): max |packlm - HF| = {d:e}");
+            assert!(d <= TOL_F32, "{f} GGUF ({backend:?}): max |packlm - HF| = {d} > {TOL_F32}");
+        }
+        let folder = all_rows(&open_with(&dir, BackendKind::Host, 2), &g.tokens);
+        assert_bits_equal(&all_rows(&open_with(&file, BackendKind::Host, 2), &g.tokens), &folder, f);
+    }
 }

@@ -337,17 +337,20 @@ fn patch(bytes: &[u8], key: &str, value: &[u8]) -> Vec<u8> {
     out
 }
 
+/// One GGUF case: `data` written to `<name>.gguf`, run for logits, then removed.
+fn gguf_case(c: &mut Corpus, name: &str, data: &[u8], expect: Expect) {
+    let p = c.root.join(format!("{name}.gguf"));
+    std::fs::write(&p, data).unwrap();
+    c.check(name, &p, Run::Logits, expect);
+    let _ = std::fs::remove_file(&p);
+}
+
 #[test]
 fn hostile_gguf_files_end_with_a_status() {
     let Some(model) = common::smollm2() else { return };
     let bytes = std::fs::read(&model).unwrap();
     let mut c = Corpus::new("gguf");
-    let case = |c: &mut Corpus, name: &str, data: &[u8], expect: Expect| {
-        let p = c.root.join(format!("{name}.gguf"));
-        std::fs::write(&p, data).unwrap();
-        c.check(name, &p, Run::Logits, expect);
-        let _ = std::fs::remove_file(&p);
-    };
+    let case = gguf_case;
     case(&mut c, "plain_smollm2", &bytes, Expect::Any);
     // The pack path itself: a FIFO, a link to /dev/zero.
     let fifo = c.root.join("pack.fifo");
@@ -397,5 +400,36 @@ fn hostile_gguf_files_end_with_a_status() {
     for cut in [24usize, 1000, ty_at, bytes.len() / 2] {
         case(&mut c, &format!("truncated_at_{cut}"), &bytes[..cut], Expect::Any);
     }
+    c.finish();
+}
+
+/// A Gemma4 GGUF (llama.cpp's layout) whose per-layer keys or rope factors say what the
+/// Gemma4 rule cannot: refused naming the key, never read as something else.
+#[test]
+fn hostile_gemma4_gguf_keys_are_refused() {
+    let bytes = std::fs::read(common::tiny("gemma4").join("model.gguf")).unwrap();
+    let mut c = Corpus::new("gemma4_gguf");
+    let case = gguf_case;
+    // An array value: element type (u32), count (u64), then the elements (int32 here).
+    let element = |key: &str, i: usize, v: i32| {
+        let (at, ty) = gguf_value_at(&bytes, key);
+        assert_eq!(ty, 9, "{key} is an array");
+        let mut out = bytes.clone();
+        let e = at + 12 + 4 * i;
+        out[e..e + 4].copy_from_slice(&v.to_le_bytes());
+        out
+    };
+    case(&mut c, "plain", &bytes, Expect::Any);
+    case(&mut c, "ffn_not_doubled", &element("gemma4.feed_forward_length", 1, 25), Expect::Status(UNSUPPORTED, "feed_forward_length"));
+    case(&mut c, "sliding_kv_differ", &element("gemma4.attention.head_count_kv", 0, 1), Expect::Status(UNSUPPORTED, "head_count_kv"));
+    case(&mut c, "full_kv_3_of_4", &element("gemma4.attention.head_count_kv", 1, 3), Expect::Status(UNSUPPORTED, "kv heads must divide"));
+    case(&mut c, "value_length_swa_4", &patch(&bytes, "gemma4.attention.value_length_swa", &4u32.to_le_bytes()), Expect::Status(UNSUPPORTED, "value_length_swa"));
+    case(&mut c, "rope_dims_8", &patch(&bytes, "gemma4.rope.dimension_count", &8u32.to_le_bytes()), Expect::Status(UNSUPPORTED, "rope.dimension_count"));
+    // rope_freqs.weight = [1, 1, 1e30 x 6]: a factor of 0.5 is a scaling packlm does not read.
+    let freqs: Vec<u8> = [1f32, 1.0, 1e30].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let at = bytes.windows(freqs.len()).position(|w| w == freqs.as_slice()).expect("rope_freqs data");
+    let mut f = bytes.clone();
+    f[at + 4..at + 8].copy_from_slice(&0.5f32.to_le_bytes());
+    case(&mut c, "rope_freqs_half", &f, Expect::Status(UNSUPPORTED, "rope_freqs.weight"));
     c.finish();
 }

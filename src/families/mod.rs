@@ -63,6 +63,9 @@ pub(crate) struct GgufRead {
     pub rope_permuted: bool,
     /// The tokenizer HF builds for a SentencePiece vocabulary of this architecture.
     pub spm_tokenizer: SpmTokenizer,
+    /// Tensors the `config` hook reads into the config (llama.cpp's `rope_freqs.weight`); they
+    /// are not weights.
+    pub config_tensors: &'static [&'static str],
 }
 
 impl Family {
@@ -78,7 +81,7 @@ impl GgufRead {
     /// A file as llama.cpp's converter writes most families: the common tensor names, rows in
     /// HF order, HF's Llama tokenizer.
     pub const fn plain(model_type: &'static str, config: fn(&ArchKeys, &mut Map<String, Value>) -> Result<()>) -> GgufRead {
-        GgufRead { model_type, config, tensor_names: &[], rope_permuted: false, spm_tokenizer: SpmTokenizer::Llama }
+        GgufRead { model_type, config, tensor_names: &[], rope_permuted: false, spm_tokenizer: SpmTokenizer::Llama, config_tensors: &[] }
     }
 }
 
@@ -178,11 +181,12 @@ mod tests {
     fn lookups() {
         assert_eq!(by_model_type("gemma3_text").map(|f| f.gguf_arch), Some("gemma3"));
         assert_eq!(gguf_read("gemma3").map(|g| g.model_type), Some("gemma3_text"));
-        assert!(gguf_read("mistral").is_none() && gguf_read("gemma4").is_none());
+        assert!(gguf_read("mistral").is_none());
+        assert_eq!(gguf_read("gemma4").map(|g| g.model_type), Some("gemma4_text"));
         assert_eq!(spm_tokenizer("gemma2"), SpmTokenizer::Gemma);
         assert_eq!(spm_tokenizer("phi3"), SpmTokenizer::Phi3);
         assert_eq!(spm_tokenizer("qwen2"), SpmTokenizer::Llama);
-        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3");
+        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, gemma4");
         assert_eq!(gguf_read("qwen3moe").map(|g| g.model_type), Some("qwen3_moe"));
     }
 

@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::families::{self, GgufRead};
-use crate::pack::gguf::GgufFile;
+use crate::pack::gguf::{GgufFile, GgufValue};
 use crate::pack::tensor::{TensorBytes, WeightTensor};
+use crate::quant::WeightType;
 
 /// The `<arch>.*` metadata keys of a GGUF file, read with the checks every family's keys get.
 pub(crate) struct ArchKeys<'a> {
@@ -42,7 +43,62 @@ impl ArchKeys<'_> {
     fn need(&self, k: &str) -> Result<u64> {
         self.u64(k)?.ok_or_else(|| Error::format(format!("GGUF: missing {}", self.name(k))))
     }
+
+    /// A key llama.cpp reads per layer (`get_key_or_arr`): one value for each of `n` layers,
+    /// from a scalar or an array of `n` integers. A scalar is repeated `n` times: the caller
+    /// has bounded `n` (by an array of the file that holds one entry per layer).
+    pub fn per_layer(&self, k: &str, n: usize) -> Result<Option<Vec<u64>>> {
+        let name = self.name(k);
+        if self.g.get(&name).is_some_and(|v| v.as_array().is_none()) {
+            return Ok(self.u64(k)?.map(|x| vec![x; n]));
+        }
+        let Some(a) = self.g.get_int_array(&name)? else { return Ok(None) };
+        if a.len() != n || a.iter().any(|&x| x < 0) {
+            return Err(Error::format(format!("GGUF: {name} must hold {n} non-negative values (one per layer), not {a:?}")));
+        }
+        Ok(Some(a.into_iter().map(|x| x as u64).collect()))
+    }
+
+    /// A per-layer key whose layers all agree, as one value; None when absent or when the
+    /// layers differ (the family's hook reads those with `per_layer`).
+    fn uniform(&self, k: &str, n: usize) -> Result<Option<u64>> {
+        if self.g.get(&self.name(k)).is_some_and(|v| v.as_array().is_none()) {
+            return self.u64(k);
+        }
+        Ok(self.per_layer(k, n)?.filter(|v| v.windows(2).all(|w| w[0] == w[1])).and_then(|v| v.first().copied()))
+    }
+
+    /// An array of bools (llama.cpp's `sliding_window_pattern`).
+    pub fn bools(&self, k: &str) -> Result<Option<Vec<bool>>> {
+        let Some(a) = self.g.get_array(&self.name(k))? else { return Ok(None) };
+        let each = a.iter().map(|v| match v {
+            GgufValue::Bool(b) => Some(*b),
+            _ => None,
+        });
+        each.collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| Error::format(format!("GGUF: {} must be an array of bools", self.name(k))))
+    }
+
+    /// Whether the file holds a tensor of this (GGUF) name.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.g.tensor(name).is_some()
+    }
+
+    /// The values of a float32 tensor the config is read from (one of the family's
+    /// `config_tensors`), or None when the file has no such tensor.
+    pub fn f32_tensor(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.g.tensor(name) else { return Ok(None) };
+        if t.ty != WeightType::F32 {
+            return Err(Error::unsupported(format!("GGUF: tensor {name} is {}, expected F32", t.ty.name())));
+        }
+        Ok(Some(self.g.tensor_data(t).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()))
+    }
 }
+
+/// Per-layer keys with a generic HF spelling: the layers must agree unless the family's hook
+/// writes the HF key itself.
+const PER_LAYER_KEYS: &[(&str, &str)] = &[("feed_forward_length", "intermediate_size"), ("attention.head_count_kv", "num_key_value_heads")];
 
 /// How a GGUF of `general.architecture` `arch` is read (its family's descriptor).
 fn family_read(arch: &str) -> Result<&'static GgufRead> {
@@ -58,13 +114,24 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     let keys = ArchKeys { g, arch };
     let n_heads = keys.need("attention.head_count")?;
     let hidden = keys.need("embedding_length")?;
+    let n_layers = keys.need("block_count")?;
     let mut c = Map::new();
     c.insert("model_type".into(), json!(family.model_type));
     c.insert("hidden_size".into(), json!(hidden));
-    c.insert("num_hidden_layers".into(), json!(keys.need("block_count")?));
-    c.insert("intermediate_size".into(), json!(keys.need("feed_forward_length")?));
+    c.insert("num_hidden_layers".into(), json!(n_layers));
+    let n = usize::try_from(n_layers).map_err(|_| Error::format(format!("GGUF: {} too large", keys.name("block_count"))))?;
+    if g.get(&keys.name("feed_forward_length")).is_none() {
+        return Err(Error::format(format!("GGUF: missing {}", keys.name("feed_forward_length"))));
+    }
+    if let Some(ff) = keys.uniform("feed_forward_length", n)? {
+        c.insert("intermediate_size".into(), json!(ff));
+    }
     c.insert("num_attention_heads".into(), json!(n_heads));
-    c.insert("num_key_value_heads".into(), json!(keys.u64("attention.head_count_kv")?.unwrap_or(n_heads)));
+    if g.get(&keys.name("attention.head_count_kv")).is_none() {
+        c.insert("num_key_value_heads".into(), json!(n_heads));
+    } else if let Some(kv) = keys.uniform("attention.head_count_kv", n)? {
+        c.insert("num_key_value_heads".into(), json!(kv));
+    }
     c.insert("max_position_embeddings".into(), json!(keys.need("context_length")?));
     let eps = keys
         .float("attention.layer_norm_rms_epsilon")?
@@ -101,7 +168,7 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
             )))
         }
     }
-    if g.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+    if g.tensors.iter().any(|t| t.name == "rope_freqs.weight") && !family.config_tensors.contains(&"rope_freqs.weight") {
         return Err(Error::unsupported(
             "GGUF: tensor rope_freqs.weight (per-frequency rope factors) is not implemented",
         ));
@@ -127,6 +194,11 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
     // What the family's config needs beyond these (its activation, softcaps, config-class
     // defaults a GGUF does not carry).
     (family.config)(&keys, &mut c)?;
+    for (k, hf) in PER_LAYER_KEYS {
+        if !c.contains_key(*hf) {
+            return Err(Error::unsupported(format!("GGUF: {} differs by layer, which \"{arch}\" files do not implement", keys.name(k))));
+        }
+    }
     Ok(Value::Object(c))
 }
 
@@ -155,9 +227,12 @@ const COMMON_NAMES: &[(&str, &str)] = &[
     ("ffn_down_exps", "mlp.experts.down_proj"),
 ];
 
-/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`): the family's own stems
-/// (`family_names`) first, then the common ones.
+/// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`): the family's own names
+/// (`family_names`) first, then the common stems. A family entry whose GGUF side has a suffix
+/// names a whole tensor: a top-level one (`x.weight` -> `model.y`) or a layer's part
+/// (`blk.N.x.weight` -> `model.layers.N.y`); the others are stems, as in `COMMON_NAMES`.
 fn hf_name(name: &str, family_names: &[(&str, &str)]) -> Option<String> {
+    let whole = |n: &str| family_names.iter().find(|(s, _)| s.contains('.') && *s == n).map(|(_, hf)| *hf);
     let fixed = match name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -167,9 +242,12 @@ fn hf_name(name: &str, family_names: &[(&str, &str)]) -> Option<String> {
     if let Some(f) = fixed {
         return Some(f.to_string());
     }
-    let rest = name.strip_prefix("blk.")?;
+    let Some(rest) = name.strip_prefix("blk.") else { return whole(name).map(|hf| format!("model.{hf}")) };
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
+    if let Some(hf) = whole(part) {
+        return Some(format!("model.layers.{layer}.{hf}"));
+    }
     let (stem, suffix) = part.rsplit_once('.')?;
     let (_, hf) = family_names.iter().chain(COMMON_NAMES).find(|(s, _)| *s == stem)?;
     Some(format!("model.layers.{layer}.{hf}.{suffix}"))
@@ -181,7 +259,7 @@ pub fn tensors_from_gguf(g: &GgufFile, config: &Value) -> Result<BTreeMap<String
     let n_heads = config["num_attention_heads"].as_u64().unwrap_or(1) as usize;
     let n_kv_heads = config["num_key_value_heads"].as_u64().unwrap_or(1) as usize;
     let mut out = BTreeMap::new();
-    for t in &g.tensors {
+    for t in g.tensors.iter().filter(|t| !family.config_tensors.contains(&t.name.as_str())) {
         let name = hf_name(&t.name, family.tensor_names).ok_or_else(|| {
             Error::unsupported(format!("GGUF: tensor {} has no known role", t.name))
         })?;
@@ -256,7 +334,6 @@ pub(crate) fn unpermute_rows(data: &[u8], shape: &[usize], ty: crate::quant::Wei
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::WeightType;
 
     #[test]
     fn unpermute_inverts_the_converters_permutation() {
@@ -281,6 +358,11 @@ mod tests {
         assert_eq!(hf_name("blk.0.ffn_gate_inp.weight", "llama").as_deref(), Some("model.layers.0.mlp.gate.weight"));
         assert_eq!(hf_name("blk.0.ffn_down_exps.weight", "qwen3moe").as_deref(), Some("model.layers.0.mlp.experts.down_proj.weight"));
         assert_eq!(hf_name("blk.0.ffn_gate_shexp.weight", "qwen3moe"), None);
+        // Whole names of a family: a top-level tensor, and a layer's part without a suffix.
+        assert_eq!(hf_name("per_layer_token_embd.weight", "gemma4").as_deref(), Some("model.embed_tokens_per_layer.weight"));
+        assert_eq!(hf_name("blk.3.layer_output_scale.weight", "gemma4").as_deref(), Some("model.layers.3.layer_scalar"));
+        assert_eq!(hf_name("blk.3.inp_gate.weight", "gemma4").as_deref(), Some("model.layers.3.per_layer_input_gate.weight"));
+        assert_eq!(hf_name("per_layer_token_embd.weight", "gemma3"), None);
     }
 
     /// Only a "llama" file's Q and K rows are permuted (LlamaModel.permute); adapters of an
