@@ -33,7 +33,7 @@
 //! caller sees) and a message naming what was wrong.
 //!
 //! The layers inside (docs/ARCHITECTURE.md has the whole account): `pack` opens packs;
-//! `semantics` turns a config into one layer table; `families` holds one descriptor per model
+//! `semantics` turns a config into one layer table, its `families` holding one descriptor per model
 //! family (its config rule, GGUF spelling and tensor names: the only place families differ);
 //! `engine` is the forward pass; `kv` holds a session's planes; `backend` the kernels behind one trait;
 //! `quant` the block formats; `sample` the samplers; `ffi` the C boundary. They are private: the
@@ -60,4 +60,4 @@ macro_rules! internal_modules {
         )*
     };
 }
-internal_modules!(backend, constrain, engine, error, families, ffi, kv, log, pack, quant, sample, semantics);
+internal_modules!(backend, constrain, engine, error, ffi, kv, log, pack, quant, sample, semantics);

@@ -1,7 +1,7 @@
 //! A GGUF file as a pack: its metadata turned into the HF config.json spelling (so that one set
 //! of family rules serves both containers), its tensors renamed to HF names, and permuted Q/K
 //! rows put back into HF order. What differs by architecture comes from the family descriptors
-//! (src/families/). Key names follow llama.cpp's gguf-py constants; the inverse
+//! (src/semantics/families/). Key names follow llama.cpp's gguf-py constants; the inverse
 //! mapping is transformers' integrations/ggml.py (GGUF_CONFIG_MAPPING, GGUF_TENSOR_MAPPING).
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::families::{self, GgufRead};
+use crate::semantics::families::{self, GgufRead};
 use crate::pack::gguf::{GgufFile, GgufValue};
 use crate::pack::tensor::{TensorBytes, WeightTensor};
 use crate::quant::WeightType;

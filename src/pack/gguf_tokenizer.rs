@@ -18,7 +18,7 @@
 //! pre-tokenizers, added tokens, post-processor and decoders are HF's.
 
 use crate::error::{Error, Result};
-use crate::families::{self, SpmTokenizer};
+use crate::semantics::families::{self, SpmTokenizer};
 use crate::pack::gguf::GgufFile;
 use crate::pack::gguf_bpe::{BpeOptions, GgufBpe, MergeSource};
 use std::borrow::Cow;

@@ -169,7 +169,7 @@ fn base_model_names(tensors: std::collections::BTreeMap<String, WeightTensor>) -
 /// `folder_tensor_name`. A config whose model_type names no family keeps its names (the spec
 /// rule refuses it with the reason).
 fn family_names(config: &Value, tensors: BTreeMap<String, WeightTensor>, dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
-    let family = config.get("model_type").and_then(Value::as_str).and_then(crate::families::by_model_type);
+    let family = config.get("model_type").and_then(Value::as_str).and_then(crate::semantics::families::by_model_type);
     match family.and_then(|f| f.folder_tensor_name) {
         Some(rename) => rename_tensors(tensors, rename, dir),
         None => Ok(tensors),
@@ -285,7 +285,7 @@ pub(crate) fn gguf_metadata(g: &gguf::GgufFile) -> Vec<(String, String)> {
 /// `<arch>.block_count`, `<arch>.embedding_length`, and `tokenizer.chat_template` when the
 /// pack has one.
 fn folder_metadata(spec: &ModelSpec, vocab: &Vocab) -> Vec<(String, String)> {
-    let arch = crate::families::by_model_type(&spec.family).map_or(spec.family.as_str(), |f| f.gguf_arch).to_string();
+    let arch = crate::semantics::families::by_model_type(&spec.family).map_or(spec.family.as_str(), |f| f.gguf_arch).to_string();
     let mut meta = vec![
         ("general.architecture".to_string(), arch.clone()),
         (format!("{arch}.block_count"), spec.layers.len().to_string()),

@@ -1,14 +1,14 @@
 //! From a model's config to one plain `LayerSpec` per layer. The table's fields are what the
 //! engine runs every layer through one body by; the rules that fill it are the families', one
-//! descriptor file each in `src/families/`, which `build_spec` looks up by `model_type`.
+//! descriptor file each in `families/` here, which `build_spec` looks up by `model_type`.
 
 pub mod config;
+pub(crate) mod families;
 pub mod rope;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::families;
 pub use rope::RopeSpec;
 
 /// Stated limits on counts taken from a config, checked before anything is allocated from

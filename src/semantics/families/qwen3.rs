@@ -3,8 +3,8 @@
 //! (Qwen3Config), and Qwen2's sliding rule.
 
 use crate::error::Result;
-use crate::families::common::{llama_like, silu_gguf_keys, LlamaLike, SlidingRule};
-use crate::families::{Family, GgufRead};
+use crate::semantics::families::common::{llama_like, silu_gguf_keys, LlamaLike, SlidingRule};
+use crate::semantics::families::{Family, GgufRead};
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 

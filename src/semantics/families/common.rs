@@ -301,7 +301,7 @@ pub(super) mod tests {
 
     /// A small config of `model_type` with `n_layers` (the geometry of a tiny Gemma), plus the
     /// `extra` keys, built from an HF folder.
-    pub(in crate::families) fn spec(model_type: &str, n_layers: usize, extra: serde_json::Value) -> ModelSpec {
+    pub(in crate::semantics::families) fn spec(model_type: &str, n_layers: usize, extra: serde_json::Value) -> ModelSpec {
         let mut v = json!({
             "model_type": model_type, "hidden_size": 64, "num_hidden_layers": n_layers,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 10,

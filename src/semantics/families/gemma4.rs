@@ -17,8 +17,8 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::families::common::{base, Base, SlidingRule, SANDWICH_NORMS};
-use crate::families::{Family, GgufRead};
+use crate::semantics::families::common::{base, Base, SlidingRule, SANDWICH_NORMS};
+use crate::semantics::families::{Family, GgufRead};
 use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::rope::{read_rope, LegacyRope};

@@ -9,8 +9,8 @@
 //! family (llama.rs).
 
 use crate::error::Result;
-use crate::families::common::{experts, llama_like, LlamaLike, MoeKeys, SlidingRule};
-use crate::families::Family;
+use crate::semantics::families::common::{experts, llama_like, LlamaLike, MoeKeys, SlidingRule};
+use crate::semantics::families::Family;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 

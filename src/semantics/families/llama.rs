@@ -7,8 +7,8 @@
 use crate::error::Result;
 use serde_json::{json, Map, Value};
 
-use crate::families::common::{llama_like, silu_gguf_keys, LlamaLike, SlidingRule};
-use crate::families::{Family, GgufRead};
+use crate::semantics::families::common::{llama_like, silu_gguf_keys, LlamaLike, SlidingRule};
+use crate::semantics::families::{Family, GgufRead};
 use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};

@@ -4,8 +4,8 @@
 //! reports "mistral".
 
 use crate::error::Result;
-use crate::families::common::{llama_like, LlamaLike, SlidingRule};
-use crate::families::Family;
+use crate::semantics::families::common::{llama_like, LlamaLike, SlidingRule};
+use crate::semantics::families::Family;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 

@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
-use crate::families::common::{base, Base, SlidingRule, SANDWICH_NORMS};
-use crate::families::{Family, GgufRead, SpmTokenizer};
+use crate::semantics::families::common::{base, Base, SlidingRule, SANDWICH_NORMS};
+use crate::semantics::families::{Family, GgufRead, SpmTokenizer};
 use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::rope::LegacyRope;
@@ -142,7 +142,7 @@ fn gemma(cfg: Cfg, model_type: &str, container: Container, generation: Generatio
 
 #[cfg(test)]
 mod tests {
-    use crate::families::common::tests::spec;
+    use crate::semantics::families::common::tests::spec;
     use crate::semantics::{AttentionKind, NormForm};
     use serde_json::json;
 
