@@ -186,7 +186,8 @@ fn row_ops_equal_the_reference() {
                 be.read(&xt, m * width)
             });
             assert_bits_equal(&a, &b, &what("add_bias"));
-            for act in [Activation::Silu, Activation::GeluTanh] {
+            // The clamped SwiGLU's limit inside the inputs' range, so that both clamps bite.
+            for act in [Activation::Silu, Activation::GeluTanh, Activation::ClampedSwiglu { alpha: 1.702, limit: 0.5 }] {
                 let (a, b) = both(be, |be| {
                     let (mut g, u) = (put(be, &x), put(be, &y));
                     be.gated_activation(act, &mut g, &u, m * width);
@@ -457,11 +458,14 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
             causal: true,
         },
     ];
+    // Per-head sink logits (gpt-oss) from -3 to 3, on both shapes.
+    let sinks: Vec<f32> = (0..6).map(|h| h as f32 * 1.2 - 3.0).collect();
+    let cases = [(&shapes[0], None), (&shapes[1], None), (&shapes[0], Some(&sinks[..])), (&shapes[1], Some(&sinks[..]))];
     let backends = backends();
     // Starts beyond one tile of 64 keys too, so that the running max and sum carry over tiles.
     for start in [4, 70] {
         for m in ROWS {
-            for shape in &shapes {
+            for &(shape, sinks) in &cases {
                 let (k, v, q) = (rng.vec((start + m) * kvw), rng.vec((start + m) * kvw), rng.vec(m * qw));
                 // The plane holds `start` earlier positions, then this pass's m rows.
                 let run = |be: &dyn Backend| {
@@ -470,12 +474,12 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
                     kv.advance(start);
                     be.kv_append(kv.as_mut(), 0, &put(be, &k[start * kvw..]), &put(be, &v[start * kvw..]), m);
                     let (qt, mut out) = (put(be, &q), be.tensor(m * qw));
-                    be.attention(kv.as_ref(), 0, shape, &qt, m, start, &mut out);
+                    be.attention(kv.as_ref(), 0, shape, sinks, &qt, m, start, &mut out);
                     let batched = be.read(&out, m * qw);
                     let single: Vec<f32> = (0..m)
                         .flat_map(|r| {
                             let (qt, mut out) = (put(be, &q[r * qw..(r + 1) * qw]), be.tensor(qw));
-                            be.attention(kv.as_ref(), 0, shape, &qt, 1, start + r, &mut out);
+                            be.attention(kv.as_ref(), 0, shape, sinks, &qt, 1, start + r, &mut out);
                             be.read(&out, qw)
                         })
                         .collect();
@@ -484,7 +488,7 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
                 let (want, _) = run(reference().as_ref());
                 for UnderTest { name, be, .. } in &backends {
                     let (got, single) = run(be.as_ref());
-                    let what = format!("{name}: attention {shape:?}, start {start}, {m} rows");
+                    let what = format!("{name}: attention {shape:?}, sinks {sinks:?}, start {start}, {m} rows");
                     assert_bits_equal(&got, &single, &format!("{what}: batched vs one at a time"));
                     assert_close(&got, &want, KERNEL_TOL, &what);
                 }
@@ -529,7 +533,7 @@ fn host_attention_bits_do_not_depend_on_the_instruction_set() {
                     let mut kv = be.new_kv(&layers);
                     be.kv_append(kv.as_mut(), 0, &put(&be, &k), &put(&be, &v), start + m);
                     let (qt, mut out) = (put(&be, &q), be.tensor(m * qw));
-                    be.attention(kv.as_ref(), 0, &shape, &qt, m, start, &mut out);
+                    be.attention(kv.as_ref(), 0, &shape, None, &qt, m, start, &mut out);
                     be.read(&out, m * qw)
                 })
                 .collect();
@@ -1003,11 +1007,11 @@ impl Backend for Counting {
         let kv = kv.as_any_mut().downcast_mut::<CountingKv>().expect("a counting KV store").inner.as_mut();
         self.with(&[id(k), id(v)], |t| self.inner.kv_append(kv, layer, &t[0], &t[1], rows))
     }
-    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let kv = self.kv(kv);
         self.with(&[id(q), id(out)], |t| {
             let (q, out) = t.split_at_mut(1);
-            self.inner.attention(kv, plane, shape, &q[0], rows, start, &mut out[0])
+            self.inner.attention(kv, plane, shape, sinks, &q[0], rows, start, &mut out[0])
         })
     }
 }

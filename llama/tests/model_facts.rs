@@ -28,6 +28,9 @@ fn rope_type_and_sliding_window_per_fixture() {
         ("gemma2", ROPE_TYPE_NEOX, 6),
         ("gemma3", ROPE_TYPE_NEOX, 5),
         ("gemma3_pattern", ROPE_TYPE_NEOX, 4),
+        ("qwen3_moe", ROPE_TYPE_NEOX, 0),
+        ("mixtral", ROPE_TYPE_NORM, 0),
+        ("gpt_oss", ROPE_TYPE_NEOX, 4),
     ];
     for (name, rope, swa) in cases {
         let m = open(name);

@@ -22,6 +22,8 @@ pub struct AttentionArgs<'a> {
     /// Keys the plane holds for this call (the queries' own included): the end of what a
     /// query of a bidirectional model (`AttentionShape::causal` false) sees.
     pub keys: usize,
+    /// Each query head's sink logit (`Backend::attention`), when the layer has them.
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// The reference backend's arithmetic: `dot_sequential`, one product after another.
@@ -87,7 +89,7 @@ fn head_inline(a: &AttentionArgs, qh: &[f32], h: usize, pos: usize, out: &mut [f
     scores.clear();
     scores.resize(end - lo, 0.0);
     raw_scores(a, qh, kvh, lo, end, &mut scores, m);
-    softmax(a, &mut scores, m);
+    softmax(a, &mut scores, h, m);
     out.iter_mut().for_each(|x| *x = 0.0);
     values(a, kvh, lo, end, &scores, out);
     SCORES.with_borrow_mut(|s| *s = scores);
@@ -182,11 +184,17 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     scores.resize(total, 0.0);
     each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
     // `softmax` for each query, with the queries' sums side by side (`key_order_sums`).
-    for &(lo, end, off) in spans {
-        scale_exp(a, &mut scores[off..off + end - lo], m);
+    let mut sink_terms = [0.0f32; GROUP_QUERIES];
+    for (i, &(lo, end, off)) in spans.iter().enumerate() {
+        sink_terms[i] = scale_exp(a, &mut scores[off..off + end - lo], queries[i].1, m);
     }
     let mut sums = [0.0f32; GROUP_QUERIES];
     key_order_sums(&scores, spans, &mut sums);
+    if a.sinks.is_some() {
+        for (s, t) in sums.iter_mut().zip(sink_terms) {
+            *s += t;
+        }
+    }
     for (&(lo, end, off), &sum) in spans.iter().zip(&sums) {
         divide(&mut scores[off..off + end - lo], sum);
     }
@@ -253,19 +261,25 @@ fn page_scores(a: &AttentionArgs, qh: &[f32], kvh: usize, k: &[f32], dst: &mut [
     }
 }
 
-/// Raw scores into probabilities in place: scaled (and capped), max-subtracted, exponentiated
-/// (`m.exp_sub`: exp.rs's exponent, libm's `expf` bits on glibc) and normalized, the sum in key
-/// order (f32, as HF's eager attention).
+/// Raw scores of query head `h` into probabilities in place: scaled (and capped),
+/// max-subtracted, exponentiated (`m.exp_sub`: exp.rs's exponent, libm's `expf` bits on glibc)
+/// and normalized, the sum in key order (f32, as HF's eager attention), the head's sink term
+/// (when the layer has sinks) added last, as HF's softmax over `cat([scores, sink])`.
 #[inline(always)]
-fn softmax(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
-    scale_exp(a, scores, m);
-    let sum = scores.iter().fold(0.0f32, |sum, &s| sum + s);
+fn softmax(a: &AttentionArgs, scores: &mut [f32], h: usize, m: impl Arith) {
+    let sink = scale_exp(a, scores, h, m);
+    let mut sum = scores.iter().fold(0.0f32, |sum, &s| sum + s);
+    if a.sinks.is_some() {
+        sum += sink;
+    }
     divide(scores, sum);
 }
 
-/// `softmax` up to its sum: the scores scaled (and capped), max-subtracted and exponentiated.
+/// `softmax` up to its sum: the scores scaled (and capped), max-subtracted and exponentiated;
+/// returns head `h`'s sink term, exp(sink - max) (the maximum taken over the sink too), or 0
+/// when the layer has no sinks.
 #[inline(always)]
-fn scale_exp(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
+fn scale_exp(a: &AttentionArgs, scores: &mut [f32], h: usize, m: impl Arith) -> f32 {
     // Scaled (and capped) in place, and their maximum: `f32::max` ignores NaN and the maximum
     // of the others does not depend on the order they are taken in, so eight running maxima
     // (no chain through one variable) give the same value. Where two zeros of either sign tie,
@@ -281,8 +295,19 @@ fn scale_exp(a: &AttentionArgs, scores: &mut [f32], m: impl Arith) {
             *m = m.max(x);
         }
     }
-    let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let mut max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let sink = a.sinks.map(|s| s[h]);
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
     m.exp_sub(scores, max);
+    let mut term = [sink.unwrap_or(max)];
+    m.exp_sub(&mut term, max);
+    if sink.is_some() {
+        term[0]
+    } else {
+        0.0
+    }
 }
 
 /// `softmax`'s last step: each probability over the sum.
@@ -383,19 +408,23 @@ mod tests {
     }
 
     /// `head` over a plane in pages is the contract's plain loop: every key's `dot` alone, the
-    /// softmax in key order, the value sums one key after another, with no page boundary
+    /// softmax in key order (with the head's sink logit in its maximum and last in its sum,
+    /// where the layer has sinks), the value sums one key after another, with no page boundary
     /// showing in any bit (queries on both sides of one, windows reaching across one).
     #[test]
     fn head_across_pages_is_the_plain_loop() {
         let mut seed = 0x5eed_1234_abcd_0002u64;
         let p = crate::kv::pages::PAGE_ROWS;
-        for (d, nh, nkv, window, softcap) in [(64, 4, 2, None, None), (11, 2, 1, Some(p + 3), Some(3.0)), (130, 2, 2, Some(5), None)] {
+        let cases = [(64, 4, 2, None, None, false), (11, 2, 1, Some(p + 3), Some(3.0), false), (130, 2, 2, Some(5), None, false), (16, 4, 2, Some(5), None, true), (64, 4, 2, None, None, true)];
+        for (d, nh, nkv, window, softcap, with_sinks) in cases {
             let n = 2 * p + 9;
             let kvw = nkv * d;
             let (k, v) = (values(&mut seed, n * kvw, 4.0), values(&mut seed, n * kvw, 4.0));
+            // Sinks from -4 to 4: some above every score of a head, some below.
+            let sinks = with_sinks.then(|| values(&mut seed, nh, 8.0));
             let plane = PagedPlane::from_rows(kvw, &k, &v, &Default::default());
             let shape = AttentionShape { n_heads: nh, n_kv_heads: nkv, head_dim: d, scale: 0.125, softcap, window, causal: true };
-            let a = AttentionArgs { shape, plane: &plane, first_position: 0, keys: n };
+            let a = AttentionArgs { shape, plane: &plane, first_position: 0, keys: n, sinks: sinks.as_deref() };
             for pos in [0, p - 1, p, p + 1, 2 * p + 8] {
                 for h in 0..nh {
                     let qh = values(&mut seed, d, 4.0);
@@ -409,9 +438,15 @@ mod tests {
                             softcap.map_or(x, |c| (x / c).tanh() * c)
                         })
                         .collect();
-                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let sink = sinks.as_ref().map(|s| s[h]);
+                    let max = s.iter().chain(&sink).fold(f32::NEG_INFINITY, |m, &x| m.max(x));
                     exp_sub_scalar(&mut s, max);
-                    let sum = s.iter().fold(0.0f32, |a, &x| a + x);
+                    let mut sum = s.iter().fold(0.0f32, |a, &x| a + x);
+                    if let Some(sink) = sink {
+                        let mut e = [sink];
+                        exp_sub_scalar(&mut e, max);
+                        sum += e[0];
+                    }
                     let mut want = vec![0.0f32; d];
                     for (t, &e) in (lo..=pos).zip(&s) {
                         for (i, o) in want.iter_mut().enumerate() {
@@ -433,6 +468,8 @@ mod tests {
         for (d, nh, nkv, window, softcap) in
             [(64, 6, 2, None, None), (11, 4, 1, Some(37), Some(3.0)), (256, 4, 1, None, None), (32, 3, 3, Some(5), None)]
         {
+            // Every other case with sinks.
+            let sinks = (d % 64 == 0).then(|| values(&mut seed, nh, 8.0));
             let (first, rows) = (90usize, 7usize);
             let kvw = nkv * d;
             let (k, v) = (values(&mut seed, (first + rows) * kvw, 4.0), values(&mut seed, (first + rows) * kvw, 4.0));
@@ -443,6 +480,7 @@ mod tests {
                 plane: &plane,
                 first_position: first,
                 keys: first + rows,
+                sinks: sinks.as_deref(),
             };
             let per = nh / nkv;
             for g in 0..nkv {

@@ -493,9 +493,9 @@ impl<K: Kernels> Backend for CpuBackend<K> {
             plane.append(&data(k)[..n], &data(v)[..n], rows, &kv.ledger);
         }
     }
-    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some(plane) = cpu_kv(kv).plane(plane) else { return };
-        let args = AttentionArgs { shape: *shape, plane, first_position: start, keys: start + rows };
+        let args = AttentionArgs { shape: *shape, plane, first_position: start, keys: start + rows, sinks };
         let qw = shape.n_heads * shape.head_dim;
         self.kernels.attention(&args, &data(q)[..rows * qw], rows, &mut data_mut(out)[..rows * qw]);
     }
@@ -556,6 +556,16 @@ pub fn gated_activation(act: Activation, gate: &mut [f32], up: &[f32]) {
             for (g, &u) in gate.iter_mut().zip(up) {
                 let x = *g;
                 *g = 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh()) * u;
+            }
+        }
+        // GptOssExperts._apply_gate: gate.clamp(max=limit), up.clamp(-limit, limit),
+        // glu = gate * sigmoid(gate * alpha), (up + 1) * glu; a NaN stays NaN (torch's clamp).
+        Activation::ClampedSwiglu { alpha, limit } => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                let x = if *g > limit { limit } else { *g };
+                let u = if u > limit { limit } else if u < -limit { -limit } else { u };
+                let sigmoid = 1.0 / (1.0 + crate::backend::exp::expf(-(x * alpha)));
+                *g = (u + 1.0) * (x * sigmoid);
             }
         }
     }

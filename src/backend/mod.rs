@@ -448,9 +448,11 @@ pub trait Backend: Send + Sync {
     fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize);
     /// Causal attention of `rows` query rows (`q`: rows x n_heads*head_dim) at positions
     /// `start..start + rows` over the plane of layer `plane` (the layer's own, or its owner's)
-    /// into `out` (rows x n_heads*head_dim).
+    /// into `out` (rows x n_heads*head_dim). `sinks` (n_heads), when given, are each head's sink
+    /// logit: it joins the softmax (its maximum and its sum, unscaled) and takes no value
+    /// (transformers gpt-oss `eager_attention_forward`).
     #[allow(clippy::too_many_arguments)]
-    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor);
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor);
 }
 
 /// Which backend the open options ask for (`packlm_open_options.backend`).

@@ -181,7 +181,7 @@ impl<W: Watch> Backend for Watched<W> {
     fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
         self.watch(Call::Op("kv_append"), || self.inner.kv_append(kv, layer, k, v, rows))
     }
-    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
-        self.watch(Call::Op("attention"), || self.inner.attention(kv, plane, shape, q, rows, start, out))
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+        self.watch(Call::Op("attention"), || self.inner.attention(kv, plane, shape, sinks, q, rows, start, out))
     }
 }

@@ -644,13 +644,13 @@ fn attention_block(model: &Model, segs: &mut [Seg], il: usize, ls: &LayerSpec, l
         causal: spec.causal,
     };
     if single {
-        be.attention(&*segs[0].kv, plane, &shape, &s.q, m, segs[0].start, &mut s.attn);
+        be.attention(&*segs[0].kv, plane, &shape, lw.sinks.as_deref(), &s.q, m, segs[0].start, &mut s.attn);
     } else {
         let t = s.seg.as_mut().expect("a pass over several sessions has their buffers");
         for g in segs.iter() {
             be.copy_rows(&s.q, g.row0, &mut t.q, 0, g.rows, qw);
             be.rope(&mut t.q, &ls.rope, g.rows, qw, d, g.start);
-            be.attention(&*g.kv, plane, &shape, &t.q, g.rows, g.start, &mut t.attn);
+            be.attention(&*g.kv, plane, &shape, lw.sinks.as_deref(), &t.q, g.rows, g.start, &mut t.attn);
             be.copy_rows(&t.attn, 0, &mut s.attn, g.row0, g.rows, qw);
         }
     }
@@ -677,9 +677,9 @@ fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerW
             project(model, segs, il, adapter::DOWN, &mlp.down, None, &s.gate, ls.mlp_width, m, &mut s.proj, hidden, &mut s.lora);
         }
         // Adapters for a mixture's layers are refused at load (engine/adapter.rs).
-        FeedForward::Experts { moe, router, experts } => {
+        FeedForward::Experts { moe, router, router_bias, experts } => {
             let t = s.moe.as_mut().expect("a model with a mixture has its buffers");
-            moe_block(be, moe, ls.activation, router, experts, &s.h, m, hidden, &mut s.proj, t);
+            moe_block(be, moe, ls.activation, router, router_bias.as_ref(), experts, &s.h, m, hidden, &mut s.proj, t);
         }
     }
     if let Some(w) = &lw.post_feedforward_norm {

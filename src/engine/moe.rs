@@ -7,13 +7,16 @@
 //! `Qwen3MoeExperts.forward`) and `models/mixtral/modeling_mixtral.py` (the same router with the
 //! top-k weights always renormalized): softmax over all experts in f32, top k, optionally
 //! divided by their sum; the output starts at zero and each expert hit, in ascending expert
-//! index, `index_add_`s its rows times their weights.
+//! index, `index_add_`s its rows times their weights. gpt-oss (`models/gpt_oss`,
+//! `GptOssTopKRouter`, `GptOssExperts.forward`): the router has a bias, takes the top k logits and
+//! the softmax over those k; each expert's projections have biases (added after each matmul) and
+//! its activation is the clamped SwiGLU (`Activation::ClampedSwiglu`).
 //!
 //! A row's result depends only on the row: its experts are its own choice, and each expert's
 //! matmuls give a row the same bits in any set of rows (the backend's contract). So a pass of M
 //! rows, or of several sessions, equals stepping, bit for bit, and reads each expert once.
 
-use crate::backend::{Backend, Tensor, Weight};
+use crate::backend::{Backend, Tensor, Vector, Weight};
 use crate::engine::weights::Mlp;
 use crate::semantics::{Activation, ModelSpec, MoeSpec, Routing, MAX_EXPERTS_PER_TOKEN};
 
@@ -59,9 +62,12 @@ impl MoeScratch {
 
 /// `out` (m, hidden) = the mixture over `h` (m, hidden), the layer's normed input.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router: &Weight, experts: &[Mlp], h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
+pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router: &Weight, router_bias: Option<&Vector>, experts: &[Mlp], h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
     let n = moe.n_experts;
     be.matmul(router, h, m, &mut t.logits);
+    if let Some(b) = router_bias {
+        be.add_bias(&mut t.logits, b, m);
+    }
     be.read_into(&t.logits, 0, &mut t.probs[..m * n]);
     for (rows, weights) in &mut t.routed {
         rows.clear();
@@ -80,18 +86,55 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router
             continue;
         }
         be.gather_rows(h, rows, hidden, &mut t.x);
-        be.matmul(&expert.gate, &t.x, k, &mut t.gate);
-        be.matmul(&expert.up, &t.x, k, &mut t.up);
+        let bias = |i: usize| expert.bias.as_ref().map(|b| &b[i]);
+        linear(be, &expert.gate, bias(0), &t.x, k, &mut t.gate);
+        linear(be, &expert.up, bias(1), &t.x, k, &mut t.up);
         be.gated_activation(act, &mut t.gate, &t.up, k * moe.width);
-        be.matmul(&expert.down, &t.gate, k, &mut t.y);
+        linear(be, &expert.down, bias(2), &t.gate, k, &mut t.y);
         be.add_rows_scaled(out, &t.y, rows, weights, hidden);
     }
 }
 
-/// One row's router logits `p` (n_experts, overwritten by their softmax) -> `chosen(expert,
-/// weight)` for each of its top-k experts, the highest probability first (ties: the lower
-/// index, a NaN never). The softmax is HF's in f32: exp(x - max) over the sum of those terms.
+/// `out = x W^T (+ bias)` over `rows` rows.
+fn linear(be: &dyn Backend, w: &Weight, bias: Option<&Vector>, x: &Tensor, rows: usize, out: &mut Tensor) {
+    be.matmul(w, x, rows, out);
+    if let Some(b) = bias {
+        be.add_bias(out, b, rows);
+    }
+}
+
+/// One row's router logits `p` (n_experts; overwritten) -> `chosen(expert, weight)` for each of
+/// its top-k experts, the highest first (ties: the lower index, a NaN never).
+/// `SoftmaxTopK`: HF's softmax in f32 over all experts (exp(x - max) over the sum of those
+/// terms), the top k of those, optionally divided by their sum. `TopKSoftmax`: the top k logits,
+/// then the same softmax over those k alone.
 pub fn route(p: &mut [f32], moe: &MoeSpec, mut chosen: impl FnMut(usize, f32)) {
+    let k = moe.top_k.min(p.len()).min(MAX_EXPERTS_PER_TOKEN);
+    let mut top = [(0usize, 0.0f32); MAX_EXPERTS_PER_TOKEN];
+    match moe.routing {
+        Routing::SoftmaxTopK { renormalize } => {
+            softmax(p);
+            top_k(p, &mut top[..k]);
+            // HF: router_top_value /= router_top_value.sum(dim=-1, keepdim=True), the sum in rank order.
+            if renormalize {
+                let total = top[..k].iter().fold(0.0f32, |a, &(_, w)| a + w);
+                top[..k].iter_mut().for_each(|t| t.1 /= total);
+            }
+        }
+        Routing::TopKSoftmax => {
+            top_k(p, &mut top[..k]);
+            let mut w: [f32; MAX_EXPERTS_PER_TOKEN] = std::array::from_fn(|j| top[j].1);
+            softmax(&mut w[..k]);
+            top[..k].iter_mut().zip(&w).for_each(|(t, &w)| t.1 = w);
+        }
+    }
+    for &(e, w) in &top[..k] {
+        chosen(e, w);
+    }
+}
+
+/// HF's softmax in f32, in place: exp(x - max) over the sum of those terms (in index order).
+fn softmax(p: &mut [f32]) {
     let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f32;
     for v in p.iter_mut() {
@@ -101,23 +144,20 @@ pub fn route(p: &mut [f32], moe: &MoeSpec, mut chosen: impl FnMut(usize, f32)) {
     for v in p.iter_mut() {
         *v /= sum;
     }
-    let k = moe.top_k.min(p.len()).min(MAX_EXPERTS_PER_TOKEN);
-    let mut top = [(0usize, 0.0f32); MAX_EXPERTS_PER_TOKEN];
-    for j in 0..k {
+}
+
+/// `top[j]` = (index, value) of the j-th largest of `p` (ties to the lower index; a NaN is
+/// never taken over a number), for j < top.len() <= p.len().
+fn top_k(p: &[f32], top: &mut [(usize, f32)]) {
+    for j in 0..top.len() {
         let taken = |i: usize| top[..j].iter().any(|&(e, _)| e == i);
         let mut best = (0..p.len()).find(|&i| !taken(i)).unwrap_or(0);
         for i in best + 1..p.len() {
-            if !taken(i) && p[i] > p[best] {
+            if !taken(i) && (p[i] > p[best] || p[best].is_nan() && !p[i].is_nan()) {
                 best = i;
             }
         }
         top[j] = (best, p[best]);
-    }
-    let Routing::SoftmaxTopK { renormalize } = moe.routing;
-    // HF: router_top_value /= router_top_value.sum(dim=-1, keepdim=True), the sum in rank order.
-    let total = if renormalize { top[..k].iter().fold(0.0f32, |a, &(_, w)| a + w) } else { 1.0 };
-    for &(e, w) in &top[..k] {
-        chosen(e, if renormalize { w / total } else { w });
     }
 }
 
@@ -126,7 +166,7 @@ mod tests {
     use super::*;
 
     fn spec(top_k: usize, renormalize: bool) -> MoeSpec {
-        MoeSpec { n_experts: 4, top_k, width: 8, routing: Routing::SoftmaxTopK { renormalize } }
+        MoeSpec { n_experts: 4, top_k, width: 8, routing: Routing::SoftmaxTopK { renormalize }, biases: false }
     }
 
     fn routed(logits: &[f32], s: &MoeSpec) -> Vec<(usize, f32)> {
@@ -148,12 +188,26 @@ mod tests {
         assert!((r[0].1 - 4.0 / 7.0).abs() < 1e-6 && (r[1].1 - 3.0 / 7.0).abs() < 1e-6, "{r:?}");
     }
 
+    /// gpt-oss's order: the top two logits (ln 4, ln 3: experts 3 and 2), then their softmax,
+    /// 4/7 and 3/7 (worked by hand); the other experts' logits play no part.
+    #[test]
+    fn top_two_then_softmax() {
+        let s = MoeSpec { routing: Routing::TopKSoftmax, ..spec(2, false) };
+        let r = routed(&[1f32.ln(), 2f32.ln(), 3f32.ln(), 4f32.ln()], &s);
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 2]);
+        assert!((r[0].1 - 4.0 / 7.0).abs() < 1e-6 && (r[1].1 - 3.0 / 7.0).abs() < 1e-6, "{r:?}");
+        let r = routed(&[100.0, 2f32.ln(), 3f32.ln(), 4f32.ln()], &MoeSpec { top_k: 1, ..s });
+        assert_eq!(r, vec![(0, 1.0)]);
+    }
+
     /// Equal logits go to the lower index; a NaN logit is never chosen over a number and
     /// nothing panics.
     #[test]
     fn ties_go_low_and_nan_does_not_panic() {
         let r = routed(&[0.5, 0.5, 0.5, 0.5], &spec(2, true));
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+        let r = routed(&[f32::NAN, 1.0, 0.0, 0.0], &MoeSpec { routing: Routing::TopKSoftmax, ..spec(1, false) });
+        assert_eq!(r, vec![(1, 1.0)]);
         let r = routed(&[f32::NAN, 1.0, 0.0, 0.0], &spec(1, false));
         assert_eq!(r.len(), 1);
     }

@@ -26,6 +26,8 @@ pub struct LayerWeights {
     pub qkv_bias: Option<[Vector; 3]>,
     /// (hidden,) when the layer has an output bias
     pub o_bias: Option<Vector>,
+    /// (n_heads,): each query head's sink logit, when the layer has them
+    pub sinks: Option<Vec<f32>>,
     /// (head_dim,) each, when the layer has qk-norm
     pub q_norm: Option<NormWeight>,
     pub k_norm: Option<NormWeight>,
@@ -49,6 +51,9 @@ pub struct Mlp {
     pub up: Weight,
     /// (hidden, width)
     pub down: Weight,
+    /// (width,), (width,), (hidden,): the biases of gate, up and down, where they have them
+    /// (gpt-oss's experts)
+    pub bias: Option<[Vector; 3]>,
 }
 
 /// A layer's feed-forward: one MLP of `mlp_width`, or a mixture of experts (`LayerSpec::moe`).
@@ -58,6 +63,8 @@ pub enum FeedForward {
         moe: MoeSpec,
         /// (n_experts, hidden): one logit per expert
         router: Weight,
+        /// (n_experts,), where the router has a bias
+        router_bias: Option<Vector>,
         /// n_experts MLPs of the mixture's width
         experts: Vec<Mlp>,
     },
@@ -197,6 +204,7 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
         o: lk.get(&p("self_attn.o_proj.weight"), &[hidden, qw])?,
         qkv_bias,
         o_bias: if l.o_bias { Some(lk.vector(&p("self_attn.o_proj.bias"), hidden)?) } else { None },
+        sinks: if l.attn_sinks { Some(lk.f32s(&p("self_attn.sinks"), l.n_heads)?) } else { None },
         q_norm,
         k_norm,
         per_layer,
@@ -210,8 +218,14 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
                 gate: lk.get(&p("mlp.gate_proj.weight"), &[l.mlp_width, hidden])?,
                 up: lk.get(&p("mlp.up_proj.weight"), &[l.mlp_width, hidden])?,
                 down: lk.get(&p("mlp.down_proj.weight"), &[hidden, l.mlp_width])?,
+                bias: None,
             }),
-            Some(moe) => FeedForward::Experts { moe: *moe, router: lk.get(&p("mlp.gate.weight"), &[moe.n_experts, hidden])?, experts: experts(lk, &p("mlp.experts"), moe, hidden)? },
+            Some(moe) => FeedForward::Experts {
+                moe: *moe,
+                router: lk.get(&p("mlp.gate.weight"), &[moe.n_experts, hidden])?,
+                router_bias: if moe.biases { Some(lk.vector(&p("mlp.gate.bias"), moe.n_experts)?) } else { None },
+                experts: experts(lk, &p("mlp.experts"), moe, hidden)?,
+            },
         },
     })
 }
@@ -219,20 +233,36 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
 /// The experts of a mixture under `prefix` (`model.layers.N.mlp.experts`): each projection is
 /// one stacked tensor (`<prefix>.gate_proj.weight`, (n_experts, rows, cols), as GGUF stores
 /// them), each expert's matrix a view of it, or one tensor per expert
-/// (`<prefix>.E.gate_proj.weight`, as HF folders store them).
+/// (`<prefix>.E.gate_proj.weight`, as HF folders store them); their biases (`moe.biases`) the
+/// same way, stacked ((n_experts, rows)) or per expert.
 fn experts(lk: &Lookup, prefix: &str, moe: &MoeSpec, hidden: usize) -> Result<Vec<Mlp>> {
     let n = moe.n_experts;
+    let stacked = |name: &str, kind: &str| format!("{prefix}.{name}.{kind}");
     let projection = |name: &str, shape: [usize; 2]| -> Result<Vec<Weight>> {
-        let stacked = format!("{prefix}.{name}.weight");
-        if lk.tensors.contains_key(&stacked) {
-            let t = lk.tensor(&stacked, &[n, shape[0], shape[1]])?;
+        if lk.tensors.contains_key(&stacked(name, "weight")) {
+            let t = lk.tensor(&stacked(name, "weight"), &[n, shape[0], shape[1]])?;
             (0..n).map(|e| lk.backend.prepare_matrix(&t.matrix_of_stack(e)?)).collect()
         } else {
             (0..n).map(|e| lk.get(&format!("{prefix}.{e}.{name}.weight"), &shape)).collect()
         }
     };
+    let bias = |name: &str, len: usize| -> Result<Vec<Vector>> {
+        if lk.tensors.contains_key(&stacked(name, "bias")) {
+            let all = lk.tensor(&stacked(name, "bias"), &[n, len])?.to_f32();
+            all.chunks_exact(len).map(|b| lk.backend.prepare_vector(b)).collect()
+        } else {
+            (0..n).map(|e| lk.vector(&format!("{prefix}.{e}.{name}.bias"), len)).collect()
+        }
+    };
     let gate = projection("gate_proj", [moe.width, hidden])?;
     let up = projection("up_proj", [moe.width, hidden])?;
     let down = projection("down_proj", [hidden, moe.width])?;
-    Ok(gate.into_iter().zip(up).zip(down).map(|((gate, up), down)| Mlp { gate, up, down }).collect())
+    let mut biases = if moe.biases {
+        let (g, u, d) = (bias("gate_proj", moe.width)?, bias("up_proj", moe.width)?, bias("down_proj", hidden)?);
+        g.into_iter().zip(u).zip(d).map(|((g, u), d)| Some([g, u, d])).collect()
+    } else {
+        Vec::new()
+    };
+    biases.resize_with(n, || None);
+    Ok(gate.into_iter().zip(up).zip(down).zip(biases).map(|(((gate, up), down), bias)| Mlp { gate, up, down, bias }).collect())
 }

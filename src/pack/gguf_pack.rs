@@ -159,6 +159,13 @@ pub fn config_from_gguf(g: &GgufFile, vocab_size: usize) -> Result<Value> {
             if let Some(o) = keys.u64("rope.scaling.original_context_length")? {
                 s["original_max_position_embeddings"] = json!(o);
             }
+            // Yarn's correction range (llama.cpp's LLM_KV_ROPE_SCALING_YARN_BETA_FAST / _SLOW);
+            // absent, HF's defaults (32, 1) hold.
+            for (k, hf) in [("rope.scaling.yarn_beta_fast", "beta_fast"), ("rope.scaling.yarn_beta_slow", "beta_slow")] {
+                if let Some(b) = keys.float(k)? {
+                    s[hf] = json!(b);
+                }
+            }
             c.insert("rope_scaling".into(), s);
         }
         Some(other) => {

@@ -166,12 +166,16 @@ fn base_model_names(tensors: std::collections::BTreeMap<String, WeightTensor>) -
 }
 
 /// The tensor names a family's checkpoints spell their own way, renamed by its descriptor's
-/// `folder_tensor_name`. A config whose model_type names no family keeps its names (the spec
+/// `folder_tensor_name`, then its `folder_tensors` (fused tensors split). A config whose model_type names no family keeps its names (the spec
 /// rule refuses it with the reason).
 fn family_names(config: &Value, tensors: BTreeMap<String, WeightTensor>, dir: &Path) -> Result<BTreeMap<String, WeightTensor>> {
     let family = config.get("model_type").and_then(Value::as_str).and_then(crate::semantics::families::by_model_type);
-    match family.and_then(|f| f.folder_tensor_name) {
-        Some(rename) => rename_tensors(tensors, rename, dir),
+    let tensors = match family.and_then(|f| f.folder_tensor_name) {
+        Some(rename) => rename_tensors(tensors, rename, dir)?,
+        None => tensors,
+    };
+    match family.and_then(|f| f.folder_tensors) {
+        Some(transform) => transform(tensors).map_err(|e| Error::new(e.status, format!("{}: {}", dir.display(), e.message))),
         None => Ok(tensors),
     }
 }

@@ -46,10 +46,14 @@ pub enum NormForm {
     OnePlusWeight,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     Silu,
     GeluTanh,
+    /// The clamped SwiGLU of gpt-oss's experts (transformers `GptOssExperts._apply_gate`):
+    /// gate = min(gate, limit), up = clamp(up, -limit, limit), then
+    /// `(up + 1) * gate * sigmoid(alpha * gate)`.
+    ClampedSwiglu { alpha: f32, limit: f32 },
 }
 
 /// The four places a decoder layer may have an RMSNorm; each is the tensor name suffix
@@ -89,6 +93,9 @@ pub struct LayerSpec {
     pub qkv_bias: bool,
     /// The output projection carries a bias.
     pub o_bias: bool,
+    /// Each query head has a learned sink logit (`self_attn.sinks`, one per head) that joins
+    /// its softmax's denominator and takes no value (gpt-oss).
+    pub attn_sinks: bool,
     pub norms: LayerNorms,
     pub activation: Activation,
     /// The dense MLP's inner width (unused on a layer with `moe`).
@@ -113,6 +120,8 @@ pub enum Routing {
     /// Softmax over all experts, then the top k; with `renormalize`, the k weights are divided
     /// by their sum (Qwen3-MoE's `norm_topk_prob`; Mixtral always).
     SoftmaxTopK { renormalize: bool },
+    /// The top k logits, then the softmax over those k (gpt-oss's router).
+    TopKSoftmax,
 }
 
 /// A sparse feed-forward: `n_experts` gated MLPs of inner width `width`, of which the router
@@ -123,6 +132,8 @@ pub struct MoeSpec {
     pub top_k: usize,
     pub width: usize,
     pub routing: Routing,
+    /// The router and each expert's three projections carry a bias (gpt-oss).
+    pub biases: bool,
 }
 
 impl LayerSpec {

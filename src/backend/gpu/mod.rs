@@ -309,11 +309,12 @@ impl Backend for GpuBackend {
         rec.dispatch(Kernel::Rope, None, p, &[(2, Bind::Staged(at, len)), (3, Bind::Buffer(buf(x)))], groups(rows * (width / head_dim) * pairs), 1);
     }
     fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
-        let code = match act {
-            Activation::Silu => 0,
-            Activation::GeluTanh => 1,
+        let (code, alpha, limit) = match act {
+            Activation::Silu => (0, 0.0, 0.0),
+            Activation::GeluTanh => (1, 0.0, 0.0),
+            Activation::ClampedSwiglu { alpha, limit } => (2, alpha, limit),
         };
-        let p = params([u(len), code, 0, 0], [0; 4], [0; 4]);
+        let p = params([u(len), code, bits(alpha), bits(limit)], [0; 4], [0; 4]);
         self.rec().dispatch(Kernel::Gated, None, p, &[(1, Bind::Buffer(buf(up))), (3, Bind::Buffer(buf(gate)))], groups(len), 1);
     }
     fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
@@ -354,7 +355,7 @@ impl Backend for GpuBackend {
         let Some(Some(plane)) = kv.planes.get_mut(layer) else { return };
         plane.append(&mut self.rec(), buf(k), buf(v), rows);
     }
-    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
         let Some(Some(pl)) = gpu_kv(kv).planes.get(plane) else { return };
         // A window that reaches back past position 0 for every row of the pass is full
         // attention; clamped to the positions held after the pass (as the host's attention
@@ -365,13 +366,22 @@ impl Backend for GpuBackend {
             let pool = pl.pool.lock().unwrap_or_else(|e| e.into_inner());
             (pool.k.clone(), pool.v.clone(), pool.page_rows)
         };
+        // The sinks ride behind the page table in the same staged words (at `sink_at`; 0: none).
+        let mut table = pl.table();
+        let sink_at = match sinks {
+            Some(s) => {
+                let at = table.len() / 4;
+                table.extend(s[..shape.n_heads].iter().flat_map(|x| x.to_bits().to_le_bytes()));
+                u(at) + 1
+            }
+            None => 0,
+        };
         let p = params(
-            [u(shape.n_heads), u(shape.n_kv_heads), u(shape.head_dim), 0],
+            [u(shape.n_heads), u(shape.n_kv_heads), u(shape.head_dim), sink_at],
             [u(start), window, u(pl.width), u(page_rows)],
             [bits(shape.scale), shape.softcap.map_or(0, bits), 0, 0],
         );
         let mut rec = self.rec();
-        let table = pl.table();
         let at = rec.stage(&table);
         let binds = [(1, Bind::Buffer(buf(q))), (2, Bind::Buffer(&pk)), (3, Bind::Buffer(&pv)), (4, Bind::Buffer(buf(out))), (5, Bind::Staged(at, table.len() as u64))];
         rec.dispatch(Kernel::Attention, None, p, &binds, u(shape.n_heads), u(rows));

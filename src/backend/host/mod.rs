@@ -433,7 +433,8 @@ impl Kernels for HostBackend {
             // SiLU takes one arithmetic at both precisions (act.rs); GELU's depends on it.
             match (act, self.precision) {
                 (Activation::Silu, _) => act::gated_silu(gate, up, self.isa),
-                (_, Precision::Exact) => crate::backend::cpu::gated_activation(act, gate, up),
+                // One arithmetic at both precisions (the experts' activations are a small share).
+                (_, Precision::Exact) | (Activation::ClampedSwiglu { .. }, _) => crate::backend::cpu::gated_activation(act, gate, up),
                 (_, Precision::Fast) => act::gated_fast(act, gate, up, self.isa),
             }
         };

@@ -157,6 +157,7 @@ pub(super) fn base(cfg: Cfg, b: Base) -> Result<ModelSpec> {
             qk_norm: false,
             qkv_bias: false,
             o_bias: false,
+            attn_sinks: false,
             norms: LLAMA_NORMS,
             activation: b.activation,
             mlp_width,
@@ -241,8 +242,12 @@ pub(super) struct MoeKeys {
     /// The experts' inner width (`moe_intermediate_size`; Mixtral's `intermediate_size`).
     pub width: &'static str,
     /// `norm_topk_prob`'s default where the family reads it; None where the top-k weights are
-    /// always renormalized.
+    /// always renormalized. Unread when `top_k_first`.
     pub norm_topk_prob_default: Option<bool>,
+    /// The router takes the top k logits, then the softmax over them (`Routing::TopKSoftmax`).
+    pub top_k_first: bool,
+    /// The router and the experts carry biases.
+    pub biases: bool,
     /// The family reads `decoder_sparse_step` and `mlp_only_layers` (Qwen3-MoE); otherwise every
     /// layer is sparse.
     pub sparse_layers: bool,
@@ -267,9 +272,10 @@ pub(super) fn experts(cfg: Cfg, spec: &mut ModelSpec, keys: &MoeKeys) -> Result<
         return Err(cfg.invalid("num_experts_per_tok", &format!("more than the {n} experts")));
     }
     let width = cfg.positive(keys.width)?;
-    let renormalize = match keys.norm_topk_prob_default {
-        Some(d) => cfg.opt_bool("norm_topk_prob")?.unwrap_or(d),
-        None => true,
+    let routing = match (keys.top_k_first, keys.norm_topk_prob_default) {
+        (true, _) => Routing::TopKSoftmax,
+        (false, Some(d)) => Routing::SoftmaxTopK { renormalize: cfg.opt_bool("norm_topk_prob")?.unwrap_or(d) },
+        (false, None) => Routing::SoftmaxTopK { renormalize: true },
     };
     let (step, dense) = if keys.sparse_layers {
         (cfg.opt_usize("decoder_sparse_step")?.unwrap_or(1), cfg.opt_usize_list("mlp_only_layers")?.unwrap_or_default())
@@ -282,7 +288,7 @@ pub(super) fn experts(cfg: Cfg, spec: &mut ModelSpec, keys: &MoeKeys) -> Result<
     if let Some(&i) = dense.iter().find(|&&i| i >= spec.layers.len()) {
         return Err(cfg.invalid("mlp_only_layers", &format!("layer {i} is past the model's {} layers", spec.layers.len())));
     }
-    let moe = MoeSpec { n_experts: n, top_k, width, routing: Routing::SoftmaxTopK { renormalize } };
+    let moe = MoeSpec { n_experts: n, top_k, width, routing, biases: keys.biases };
     for (i, l) in spec.layers.iter_mut().enumerate() {
         // Qwen3MoeDecoderLayer: `(layer_idx not in mlp_only_layers) and (num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0)`.

@@ -14,13 +14,7 @@ use crate::semantics::families::Family;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 
-pub(super) static MIXTRAL: Family = Family {
-    model_types: &["mixtral"],
-    gguf_arch: "mixtral",
-    gguf: None,
-    rule,
-    folder_tensor_name: Some(tensor_name),
-};
+pub(super) static MIXTRAL: Family = Family { folder_tensor_name: Some(tensor_name), ..Family::new(&["mixtral"], "mixtral", rule) };
 
 fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
     let family = LlamaLike {
@@ -31,7 +25,7 @@ fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
         refuse_mlp_bias: true,
     };
     let mut spec = llama_like(cfg, model_type, &family)?;
-    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false })?;
+    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false, top_k_first: false, biases: false })?;
     Ok(spec)
 }
 

@@ -13,6 +13,7 @@
 mod common;
 mod gemma;
 mod gemma4;
+mod gpt_oss;
 mod llama;
 mod mistral;
 mod mixtral;
@@ -20,10 +21,13 @@ mod qwen2;
 mod qwen3;
 mod qwen3_moe;
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::error::Result;
 use crate::pack::gguf_pack::ArchKeys;
+use crate::pack::tensor::WeightTensor;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 
@@ -46,6 +50,9 @@ pub(crate) struct Family {
     /// folder once the `model.` prefix is settled. None where the family's checkpoints use the
     /// common names.
     pub folder_tensor_name: Option<fn(&str) -> Option<String>>,
+    /// An HF folder's whole tensor table (after `folder_tensor_name`) -> the table the engine
+    /// reads, for checkpoints that fuse or lay out tensors otherwise (gpt-oss's fused experts).
+    pub folder_tensors: Option<fn(BTreeMap<String, WeightTensor>) -> Result<BTreeMap<String, WeightTensor>>>,
 }
 
 /// How a GGUF file of a family is read.
@@ -73,7 +80,7 @@ impl Family {
     /// reads GGUF files or renames a folder's tensors states that over it
     /// (`Family { gguf: Some(...), ..Family::new(...) }`).
     pub const fn new(model_types: &'static [&'static str], gguf_arch: &'static str, rule: fn(Cfg, &str, Container) -> Result<ModelSpec>) -> Family {
-        Family { model_types, gguf_arch, gguf: None, rule, folder_tensor_name: None }
+        Family { model_types, gguf_arch, gguf: None, rule, folder_tensor_name: None, folder_tensors: None }
     }
 }
 
@@ -110,6 +117,7 @@ pub(crate) static ALL: &[&Family] = &[
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &gemma4::GEMMA4,
+    &gpt_oss::GPT_OSS,
 ];
 
 /// GGUF architectures whose vocabulary packlm rebuilds though it runs no model of them (a
@@ -186,7 +194,7 @@ mod tests {
         assert_eq!(spm_tokenizer("gemma2"), SpmTokenizer::Gemma);
         assert_eq!(spm_tokenizer("phi3"), SpmTokenizer::Phi3);
         assert_eq!(spm_tokenizer("qwen2"), SpmTokenizer::Llama);
-        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, gemma4");
+        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, gemma4, gpt-oss");
         assert_eq!(gguf_read("qwen3moe").map(|g| g.model_type), Some("qwen3_moe"));
     }
 
@@ -198,7 +206,7 @@ mod tests {
         assert_eq!(e.status, crate::Status::ErrUnsupported, "{e}");
         assert_eq!(
             e.message,
-            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text are)"
+            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text, gpt_oss are)"
         );
     }
 }

@@ -18,13 +18,7 @@ use crate::pack::gguf_pack::ArchKeys;
 use crate::semantics::config::Cfg;
 use crate::semantics::{Container, ModelSpec};
 
-pub(super) static QWEN3_MOE: Family = Family {
-    model_types: &["qwen3_moe"],
-    gguf_arch: "qwen3moe",
-    gguf: Some(GgufRead::plain("qwen3_moe", gguf_keys)),
-    rule,
-    folder_tensor_name: None,
-};
+pub(super) static QWEN3_MOE: Family = Family { gguf: Some(GgufRead::plain("qwen3_moe", gguf_keys)), ..Family::new(&["qwen3_moe"], "qwen3moe", rule) };
 
 fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
     let family = LlamaLike {
@@ -35,7 +29,7 @@ fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
         refuse_mlp_bias: true,
     };
     let mut spec = llama_like(cfg, model_type, &family)?;
-    experts(cfg, &mut spec, &MoeKeys { width: "moe_intermediate_size", norm_topk_prob_default: Some(false), sparse_layers: true })?;
+    experts(cfg, &mut spec, &MoeKeys { width: "moe_intermediate_size", norm_topk_prob_default: Some(false), sparse_layers: true, top_k_first: false, biases: false })?;
     Ok(spec)
 }
 

@@ -22,7 +22,8 @@ const DPT: u32 = 8u;
 var<workgroup> qs: array<f32, 512>;
 var<workgroup> sc: array<f32, 64>;
 
-// p.a = (n_heads, n_kv_heads, head_dim, -); p.b = (first position, window or 0, kv width, page rows)
+// p.a = (n_heads, n_kv_heads, head_dim, sinks: 1 + their first word in `table`, or 0);
+// p.b = (first position, window or 0, kv width, page rows)
 // p.c = (scale, softcap or 0, -, -)
 @compute @workgroup_size(64)
 fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -96,6 +97,16 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
         }
         mx = tmax;
         workgroupBarrier();
+    }
+    // The head's sink logit joins the maximum and the sum, and takes no value.
+    if (p.a.w != 0u) {
+        let sink = bitcast<f32>(table[p.a.w - 1u + h]);
+        let m2 = max(mx, sink);
+        let corr = exp(mx - m2);
+        l = l * corr + exp(sink - m2);
+        for (var k = 0u; k < DPT; k++) {
+            acc[k] = acc[k] * corr;
+        }
     }
     for (var k = 0u; k < DPT; k++) {
         let dim = t + k * WG;

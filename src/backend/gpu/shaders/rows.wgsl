@@ -116,7 +116,9 @@ fn scale(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
-// dst = act(dst) * src: SiLU (p.a.y = 0) or gelu_pytorch_tanh (1). p.a = (len, act, -, -)
+// dst = act(dst) * src: SiLU (p.a.y = 0), gelu_pytorch_tanh (1), or the clamped SwiGLU (2:
+// (clamp(src, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(dst, limit)).
+// p.a = (len, act, alpha, limit)
 @compute @workgroup_size(64)
 fn gated(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let i = element(wg, t);
@@ -124,6 +126,12 @@ fn gated(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) 
         let g = dst[i];
         if (p.a.y == 0u) {
             dst[i] = (g / (1.0 + exp(-g))) * src[i];
+        } else if (p.a.y == 2u) {
+            let alpha = bitcast<f32>(p.a.z);
+            let limit = bitcast<f32>(p.a.w);
+            let c = min(g, limit);
+            let u = clamp(src[i], -limit, limit);
+            dst[i] = (u + 1.0) * (c * (1.0 / (1.0 + exp(-(c * alpha)))));
         } else {
             dst[i] = 0.5 * g * (1.0 + tanh_f(0.7978846 * (g + 0.044715 * g * g * g))) * src[i];
         }
