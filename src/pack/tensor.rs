@@ -76,6 +76,13 @@ impl WeightTensor {
         WeightTensor::new(format!("{}[{e}]", self.name), self.ty, vec![rows, cols], bytes)
     }
 
+    /// Whether the bytes are a window of a memory map, which lives as long as the pack: their
+    /// address then names them for that long. Owned bytes may be freed, and their address
+    /// reused, as soon as this tensor is dropped.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.bytes, TensorBytes::Mapped { .. })
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             TensorBytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],

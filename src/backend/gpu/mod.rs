@@ -230,14 +230,19 @@ impl Backend for GpuBackend {
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
         let bytes = w.bytes();
-        let key = (bytes.as_ptr() as usize, bytes.len());
+        // A tied embedding is uploaded once: mapped bytes are known by their address. Owned
+        // bytes are not (one expert's copy, dropped after its upload, can leave its address to
+        // the next one's), so each is uploaded.
+        let key = w.is_mapped().then(|| (bytes.as_ptr() as usize, bytes.len()));
         let mut prepared = self.prepared.lock().unwrap_or_else(|p| p.into_inner());
-        let gw = match prepared.get(&key) {
+        let gw = match key.and_then(|k| prepared.get(&k)) {
             Some(g) if g.ty == w.ty && g.rows == w.rows() && g.cols == w.cols() => g.clone(),
             _ => {
                 let g = Arc::new(weights::upload(&self.gpu, w, self.chunk_bytes)?);
                 self.rec().counters.weight_bytes += g.bytes;
-                prepared.insert(key, g.clone());
+                if let Some(k) = key {
+                    prepared.insert(k, g.clone());
+                }
                 g
             }
         };
