@@ -111,6 +111,13 @@ fn folder_tensors(tensors: BTreeMap<String, WeightTensor>) -> Result<BTreeMap<St
         match part {
             "router.weight" => put("gate.weight", t),
             "router.bias" => put("gate.bias", t),
+            // MXFP4 (the `_blocks` / `_scales` pairs, safetensors_files.rs) is stored the other
+            // way round, (E, 2W, hidden) and (E, hidden, W): gate and up are the even and odd rows.
+            "experts.gate_up_proj" if t.ty == WeightType::MXFP4 => {
+                put("experts.gate_proj.weight", strided_rows(&t, 2, 0)?);
+                put("experts.up_proj.weight", strided_rows(&t, 2, 1)?);
+            }
+            "experts.down_proj" if t.ty == WeightType::MXFP4 => put("experts.down_proj.weight", t),
             "experts.gate_up_proj" => {
                 put("experts.gate_proj.weight", transposed_columns(&t, 2, 0)?);
                 put("experts.up_proj.weight", transposed_columns(&t, 2, 1)?);
@@ -157,6 +164,20 @@ fn transposed_columns(t: &WeightTensor, step: usize, offset: usize) -> Result<We
         }
     }
     WeightTensor::new(t.name.clone(), t.ty, vec![n, w, r], TensorBytes::Owned(Arc::new(dst)))
+}
+
+/// `t` (n, r, c), of any type -> (n, r / step, c): row j of matrix e is its row j * step + offset.
+fn strided_rows(t: &WeightTensor, step: usize, offset: usize) -> Result<WeightTensor> {
+    let [n, r, c] = t.shape[..] else {
+        return Err(Error::tensor(format!("tensor {}: shape {:?} is not (experts, rows, columns)", t.name, t.shape)));
+    };
+    if r % step != 0 {
+        return Err(Error::tensor(format!("tensor {}: {r} rows do not split in {step}", t.name)));
+    }
+    let rb = t.row_bytes();
+    let dst: Vec<u8> = (0..n * r).filter(|i| i % r % step == offset).flat_map(|i| t.row(i).iter().copied()).collect();
+    debug_assert_eq!(dst.len(), n * (r / step) * rb);
+    WeightTensor::new(t.name.clone(), t.ty, vec![n, r / step, c], TensorBytes::Owned(Arc::new(dst)))
 }
 
 /// `t` (n, c) -> (n, c / step): out[e][j] = t[e][j * step + offset].
