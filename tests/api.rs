@@ -197,3 +197,29 @@ fn models_and_sessions_are_send_and_sync_where_documented() {
         assert_eq!(h.join().unwrap(), one);
     }
 }
+
+/// A mixture of experts through the safe API: tiny gpt-oss (attention sinks, biased top-k-first
+/// router, clamped SwiGLU; tests/fixtures/make_moe_fixtures.py) from llama.cpp's GGUF layout and
+/// from its HF folders (f32, and MXFP4 experts): every row within 1e-4 of transformers' golden logits,
+/// a pass equal to stepping bit for bit, and the info JSON stating the experts.
+#[test]
+fn a_mixture_of_experts_matches_transformers() {
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny");
+    for (fixture, pack) in [("gpt_oss", "gpt_oss/model.gguf"), ("gpt_oss", "gpt_oss"), ("gpt_oss_mxfp4", "gpt_oss_mxfp4")] {
+        let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(format!("{base}/{fixture}/golden.json")).unwrap()).unwrap();
+        let tokens: Vec<u32> = golden["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let want: Vec<f32> = std::fs::read(format!("{base}/{fixture}/golden.f32")).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        // Exact: at `fast` the MXFP4 experts take 8-bit activations (about 0.1 from HF here).
+        let m = Model::open_with(format!("{base}/{pack}"), &OpenOptions::default().threads(2).precision(Precision::Exact)).unwrap();
+        let all = m.session().unwrap().step_batch(&tokens, Want::All).unwrap();
+        assert_eq!(all.len(), want.len(), "{pack}");
+        let worst = all.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst <= 1e-4, "{pack}: max abs {worst} from transformers");
+        let mut s = m.session().unwrap();
+        let stepped: Vec<f32> = tokens.iter().flat_map(|&t| s.step(t).unwrap()).collect();
+        assert_eq!(stepped, all, "{pack}: stepping vs one pass");
+        let info: serde_json::Value = serde_json::from_str(&m.info_json()).unwrap();
+        assert_eq!(info["experts"]["experts"], golden["n_experts"], "{pack}: {}", info["experts"]);
+        assert_eq!(info["experts"]["experts_per_token"], 2, "{pack}");
+    }
+}

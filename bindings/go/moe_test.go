@@ -8,13 +8,16 @@ import (
 )
 
 // A mixture of experts (tests/fixtures/make_moe_fixtures.py): the Qwen3-MoE folder and its
-// GGUF, and the Mixtral GGUF, give HF transformers' logits within 1e-4, and a pass of all the
+// GGUF, the Mixtral GGUF, the gpt-oss GGUF and its folder (fused experts), give HF transformers' logits
+// within 1e-4, and a pass of all the
 // tokens gives the bits of stepping them one by one.
 func TestMixturesMatchTransformers(t *testing.T) {
 	for _, c := range []struct{ fixture, pack string }{
 		{"qwen3_moe", "qwen3_moe"},
 		{"qwen3_moe", filepath.Join("qwen3_moe", "model.gguf")},
 		{"mixtral", filepath.Join("mixtral", "model.gguf")},
+		{"gpt_oss", filepath.Join("gpt_oss", "model.gguf")},
+		{"gpt_oss", "gpt_oss"},
 	} {
 		raw, err := os.ReadFile(filepath.Join(tinyDir, c.fixture, "golden.json"))
 		if err != nil {

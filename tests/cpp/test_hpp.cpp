@@ -183,6 +183,29 @@ static void control_vectors(const std::string &tiny, const packlm::Model &llama)
     expect_error(PACKLM_ERR_FORMAT, [&] { packlm::ControlVector bad(llama, {{tiny + "/lora_llama/adapter.gguf", 1.0f}}, 1, 1); });
 }
 
+// A mixture of experts: tiny gpt-oss (make_moe_fixtures.py: attention sinks, a biased top-k-first
+// router, the clamped SwiGLU) from llama.cpp's GGUF layout and from its HF folder (fused experts),
+// every row within 1e-4 of transformers' golden.f32, and the info JSON naming its experts.
+static void mixtures(const std::string &tiny) {
+    for (const auto &[fixture, pack] : {std::pair<std::string, std::string>{"gpt_oss", "gpt_oss/model.gguf"}, {"gpt_oss", "gpt_oss"}}) {
+        const std::vector<uint32_t> tokens = ids_of(json_numbers(read_file(tiny + "/" + fixture + "/golden.json"), "tokens").at(0));
+        const std::string golden_bytes = read_file(tiny + "/" + fixture + "/golden.f32");
+        std::vector<float> golden(golden_bytes.size() / sizeof(float));
+        std::memcpy(golden.data(), golden_bytes.data(), golden.size() * sizeof(float)); // little-endian hosts
+        const packlm::Model m(tiny + "/" + pack);
+        packlm::Session s(m);
+        const std::vector<float> logits = s.step_batch(tokens, PACKLM_WANT_ALL);
+        CHECK(logits.size() == golden.size() && golden.size() == tokens.size() * 300);
+        double d = 0;
+        for (size_t i = 0; i < logits.size() && i < golden.size(); ++i) d = std::fmax(d, std::fabs(logits[i] - golden[i]));
+        CHECK(d <= 1e-4);
+        if (d > 1e-4) std::fprintf(stderr, "  %s: max abs %g from transformers\n", pack.c_str(), d);
+        const std::string info = m.info_json();
+        const size_t at = info.find("\"experts_per_token\"");
+        CHECK(at != std::string::npos && info.find_first_not_of(": ", at + 19) == info.find('2', at + 19));
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s TINY_PACK_DIR\n", argv[0]);
@@ -348,6 +371,7 @@ int main(int argc, char **argv) {
     expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Detokenizer odd(model, 8); });
 
     embeddings_and_adapters(dir + "/..", model);
+    mixtures(dir + "/..");
     control_vectors(dir + "/..", model);
 
     // Move-only owners: a moved-from handle frees nothing twice.

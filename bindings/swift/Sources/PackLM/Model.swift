@@ -162,6 +162,12 @@ public final class Model: @unchecked Sendable {
         }
     }
 
+    /// Everything packlm knows about the model as JSON (`packlm_model_info_json`): its layer
+    /// table, rope, a mixture's experts, the backend.
+    public func infoJSON() throws -> String {
+        try textCall("packlm_model_info_json") { packlm_model_info_json(handle, $0, $1, $2) }
+    }
+
     /// Text of one token.
     public func tokenToPiece(_ token: UInt32) throws -> String {
         try textCall("packlm_token_to_piece") { packlm_token_to_piece(handle, token, $0, $1, $2) }
