@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::backend::{all_finite, pass, AttentionShape, Backend, LoraArgs, Tensor, Vector, Weight};
 use crate::engine::adapter::{self, AdapterSet};
-use crate::engine::moe::{moe_block, MoeScratch};
+use crate::engine::moe::{moe_block, MoeScratch, MoeWeights};
 use crate::engine::weights::{FeedForward, LayerWeights};
 use crate::engine::Model;
 use crate::error::{Error, Result, Status};
@@ -677,9 +677,10 @@ fn mlp_block(model: &Model, segs: &[Seg], il: usize, ls: &LayerSpec, lw: &LayerW
             project(model, segs, il, adapter::DOWN, &mlp.down, None, &s.gate, ls.mlp_width, m, &mut s.proj, hidden, &mut s.lora);
         }
         // Adapters for a mixture's layers are refused at load (engine/adapter.rs).
-        FeedForward::Experts { moe, router, router_bias, experts } => {
+        FeedForward::Experts { moe, router, router_bias, experts, shared } => {
             let t = s.moe.as_mut().expect("a model with a mixture has its buffers");
-            moe_block(be, moe, ls.activation, router, router_bias.as_ref(), experts, &s.h, m, hidden, &mut s.proj, t);
+            let w = MoeWeights { router, router_bias: router_bias.as_ref(), experts, shared: shared.as_ref() };
+            moe_block(be, moe, ls.activation, &w, &s.h, m, hidden, &mut s.proj, t);
         }
     }
     if let Some(w) = &lw.post_feedforward_norm {

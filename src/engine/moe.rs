@@ -10,7 +10,9 @@
 //! index, `index_add_`s its rows times their weights. gpt-oss (`models/gpt_oss`,
 //! `GptOssTopKRouter`, `GptOssExperts.forward`): the router has a bias, takes the top k logits and
 //! the softmax over those k; each expert's projections have biases (added after each matmul) and
-//! its activation is the clamped SwiGLU (`Activation::ClampedSwiglu`).
+//! its activation is the clamped SwiGLU (`Activation::ClampedSwiglu`). Qwen2-MoE
+//! (`models/qwen2_moe`, `Qwen2MoeSparseMoeBlock`): a shared expert runs on every row, and its
+//! output times sigmoid(shared_expert_gate(x)) is added to the routed experts' sum.
 //!
 //! A row's result depends only on the row: its experts are its own choice, and each expert's
 //! matmuls give a row the same bits in any set of rows (the backend's contract). So a pass of M
@@ -38,6 +40,18 @@ pub(super) struct MoeScratch {
     y: Tensor,
     /// rows * hidden zeros: the mixture's sum starts from them
     zeros: Vec<f32>,
+    /// 0..rows, and each row's shared-expert weight (sigmoid of its gate)
+    all_rows: Vec<usize>,
+    shared_weights: Vec<f32>,
+}
+
+/// A mixture's weights (engine/weights.rs `FeedForward::Experts`).
+pub(super) struct MoeWeights<'a> {
+    pub router: &'a Weight,
+    pub router_bias: Option<&'a Vector>,
+    pub experts: &'a [Mlp],
+    /// The shared expert and its gate, (1, hidden)
+    pub shared: Option<&'a (Mlp, Weight)>,
 }
 
 impl MoeScratch {
@@ -45,7 +59,7 @@ impl MoeScratch {
     pub(super) fn new(be: &dyn Backend, spec: &ModelSpec, rows: usize) -> Option<MoeScratch> {
         let moes = || spec.layers.iter().filter_map(|l| l.moe);
         let n = moes().map(|m| m.n_experts).max()?;
-        let width = moes().map(|m| m.width).max().unwrap_or(0);
+        let width = moes().map(|m| m.width.max(m.shared_width.unwrap_or(0))).max().unwrap_or(0);
         let hidden = spec.hidden_size;
         Some(MoeScratch {
             logits: be.tensor(rows * n),
@@ -56,16 +70,18 @@ impl MoeScratch {
             up: be.tensor(rows * width),
             y: be.tensor(rows * hidden),
             zeros: vec![0.0; rows * hidden],
+            all_rows: (0..rows).collect(),
+            shared_weights: vec![0.0; rows],
         })
     }
 }
 
 /// `out` (m, hidden) = the mixture over `h` (m, hidden), the layer's normed input.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router: &Weight, router_bias: Option<&Vector>, experts: &[Mlp], h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
+pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &MoeWeights, h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
     let n = moe.n_experts;
-    be.matmul(router, h, m, &mut t.logits);
-    if let Some(b) = router_bias {
+    be.matmul(w.router, h, m, &mut t.logits);
+    if let Some(b) = w.router_bias {
         be.add_bias(&mut t.logits, b, m);
     }
     be.read_into(&t.logits, 0, &mut t.probs[..m * n]);
@@ -80,7 +96,7 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router
         });
     }
     be.upload(&t.zeros[..m * hidden], out);
-    for (expert, (rows, weights)) in experts.iter().zip(&t.routed) {
+    for (expert, (rows, weights)) in w.experts.iter().zip(&t.routed) {
         let k = rows.len();
         if k == 0 {
             continue;
@@ -92,6 +108,19 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, router
         be.gated_activation(act, &mut t.gate, &t.up, k * moe.width);
         linear(be, &expert.down, bias(2), &t.gate, k, &mut t.y);
         be.add_rows_scaled(out, &t.y, rows, weights, hidden);
+    }
+    if let (Some((mlp, gate)), Some(width)) = (w.shared, moe.shared_width) {
+        // HF: sigmoid(shared_expert_gate(x)) * shared_expert(x), then added to the routed sum.
+        be.matmul(gate, h, m, &mut t.logits);
+        be.read_into(&t.logits, 0, &mut t.shared_weights[..m]);
+        for g in &mut t.shared_weights[..m] {
+            *g = 1.0 / (1.0 + crate::backend::exp::expf(-*g));
+        }
+        be.matmul(&mlp.gate, h, m, &mut t.gate);
+        be.matmul(&mlp.up, h, m, &mut t.up);
+        be.gated_activation(act, &mut t.gate, &t.up, m * width);
+        be.matmul(&mlp.down, &t.gate, m, &mut t.y);
+        be.add_rows_scaled(out, &t.y, &t.all_rows[..m], &t.shared_weights[..m], hidden);
     }
 }
 
@@ -166,7 +195,7 @@ mod tests {
     use super::*;
 
     fn spec(top_k: usize, renormalize: bool) -> MoeSpec {
-        MoeSpec { n_experts: 4, top_k, width: 8, routing: Routing::SoftmaxTopK { renormalize }, biases: false }
+        MoeSpec { n_experts: 4, top_k, width: 8, routing: Routing::SoftmaxTopK { renormalize }, biases: false, shared_width: None }
     }
 
     fn routed(logits: &[f32], s: &MoeSpec) -> Vec<(usize, f32)> {

@@ -67,6 +67,8 @@ pub enum FeedForward {
         router_bias: Option<Vector>,
         /// n_experts MLPs of the mixture's width
         experts: Vec<Mlp>,
+        /// The shared expert (`MoeSpec::shared_width`) and its gate, (1, hidden)
+        shared: Option<(Mlp, Weight)>,
     },
 }
 
@@ -119,6 +121,16 @@ impl Lookup<'_> {
     }
     fn f32s(&self, name: &str, len: usize) -> Result<Vec<f32>> {
         Ok(self.tensor(name, &[len])?.to_f32())
+    }
+    /// A (1, len) matrix stored as such or as a (len,) vector (GGUF's `ffn_gate_inp_shexp`).
+    fn row_vector_matrix(&self, name: &str, len: usize) -> Result<Weight> {
+        let t = self.tensors.get(name).ok_or_else(|| Error::tensor(format!("tensor {name} is missing")))?;
+        if t.shape == [len] {
+            let mut t = t.clone();
+            t.shape = vec![1, len];
+            return self.backend.prepare_matrix(&t);
+        }
+        self.get(name, &[1, len])
     }
     fn vector(&self, name: &str, len: usize) -> Result<Vector> {
         self.backend.prepare_vector(&self.f32s(name, len)?)
@@ -225,6 +237,18 @@ fn layer(lk: &Lookup, spec: &ModelSpec, i: usize, l: &LayerSpec) -> Result<Layer
                 router: lk.get(&p("mlp.gate.weight"), &[moe.n_experts, hidden])?,
                 router_bias: if moe.biases { Some(lk.vector(&p("mlp.gate.bias"), moe.n_experts)?) } else { None },
                 experts: experts(lk, &p("mlp.experts"), moe, hidden)?,
+                shared: match moe.shared_width {
+                    None => None,
+                    Some(w) => Some((
+                        Mlp {
+                            gate: lk.get(&p("mlp.shared_expert.gate_proj.weight"), &[w, hidden])?,
+                            up: lk.get(&p("mlp.shared_expert.up_proj.weight"), &[w, hidden])?,
+                            down: lk.get(&p("mlp.shared_expert.down_proj.weight"), &[hidden, w])?,
+                            bias: None,
+                        },
+                        lk.row_vector_matrix(&p("mlp.shared_expert_gate.weight"), hidden)?,
+                    )),
+                },
             },
         },
     })

@@ -232,6 +232,11 @@ const COMMON_NAMES: &[(&str, &str)] = &[
     ("ffn_gate_exps", "mlp.experts.gate_proj"),
     ("ffn_up_exps", "mlp.experts.up_proj"),
     ("ffn_down_exps", "mlp.experts.down_proj"),
+    // A shared expert beside them, and its gate ((hidden,) in GGUF, (1, hidden) in HF).
+    ("ffn_gate_inp_shexp", "mlp.shared_expert_gate"),
+    ("ffn_gate_shexp", "mlp.shared_expert.gate_proj"),
+    ("ffn_up_shexp", "mlp.shared_expert.up_proj"),
+    ("ffn_down_shexp", "mlp.shared_expert.down_proj"),
 ];
 
 /// GGUF tensor name -> HF name (`blk.N.x` -> `model.layers.N.y`): the family's own names
@@ -364,7 +369,8 @@ mod tests {
         assert_eq!(hf_name("blk.x.attn_q.weight", "llama"), None);
         assert_eq!(hf_name("blk.0.ffn_gate_inp.weight", "llama").as_deref(), Some("model.layers.0.mlp.gate.weight"));
         assert_eq!(hf_name("blk.0.ffn_down_exps.weight", "qwen3moe").as_deref(), Some("model.layers.0.mlp.experts.down_proj.weight"));
-        assert_eq!(hf_name("blk.0.ffn_gate_shexp.weight", "qwen3moe"), None);
+        assert_eq!(hf_name("blk.0.ffn_gate_shexp.weight", "qwen2moe").as_deref(), Some("model.layers.0.mlp.shared_expert.gate_proj.weight"));
+        assert_eq!(hf_name("blk.0.ffn_gate_inp_shexp.weight", "qwen2moe").as_deref(), Some("model.layers.0.mlp.shared_expert_gate.weight"));
         // Whole names of a family: a top-level tensor, and a layer's part without a suffix.
         assert_eq!(hf_name("per_layer_token_embd.weight", "gemma4").as_deref(), Some("model.embed_tokens_per_layer.weight"));
         assert_eq!(hf_name("blk.3.layer_output_scale.weight", "gemma4").as_deref(), Some("model.layers.3.layer_scalar"));

@@ -134,6 +134,10 @@ pub struct MoeSpec {
     pub routing: Routing,
     /// The router and each expert's three projections carry a bias (gpt-oss).
     pub biases: bool,
+    /// A shared expert of this inner width runs on every row beside the routed ones, its output
+    /// scaled by sigmoid(its gate, a (1, hidden) map) and added after theirs (Qwen2-MoE's
+    /// `shared_expert` / `shared_expert_gate`; GGUF's `*_shexp`).
+    pub shared_width: Option<usize>,
 }
 
 impl LayerSpec {

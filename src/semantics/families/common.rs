@@ -248,6 +248,9 @@ pub(super) struct MoeKeys {
     pub top_k_first: bool,
     /// The router and the experts carry biases.
     pub biases: bool,
+    /// The config key of a shared expert's width (`shared_expert_intermediate_size`), where the
+    /// family has one.
+    pub shared_width: Option<&'static str>,
     /// The family reads `decoder_sparse_step` and `mlp_only_layers` (Qwen3-MoE); otherwise every
     /// layer is sparse.
     pub sparse_layers: bool,
@@ -288,7 +291,8 @@ pub(super) fn experts(cfg: Cfg, spec: &mut ModelSpec, keys: &MoeKeys) -> Result<
     if let Some(&i) = dense.iter().find(|&&i| i >= spec.layers.len()) {
         return Err(cfg.invalid("mlp_only_layers", &format!("layer {i} is past the model's {} layers", spec.layers.len())));
     }
-    let moe = MoeSpec { n_experts: n, top_k, width, routing, biases: keys.biases };
+    let shared_width = keys.shared_width.map(|k| cfg.positive(k)).transpose()?;
+    let moe = MoeSpec { n_experts: n, top_k, width, routing, biases: keys.biases, shared_width };
     for (i, l) in spec.layers.iter_mut().enumerate() {
         // Qwen3MoeDecoderLayer: `(layer_idx not in mlp_only_layers) and (num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0)`.

@@ -71,7 +71,7 @@ fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
         l.o_bias = bias;
         l.attn_sinks = true;
     }
-    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false, top_k_first: true, biases: true })?;
+    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false, top_k_first: true, biases: true, shared_width: None })?;
     if spec.layers.iter().any(|l| l.moe.is_none()) {
         return Err(cfg.invalid("num_local_experts", "must be positive (every gpt-oss layer is a mixture)"));
     }

@@ -25,7 +25,7 @@ fn rule(cfg: Cfg, model_type: &str, _: Container) -> Result<ModelSpec> {
         refuse_mlp_bias: true,
     };
     let mut spec = llama_like(cfg, model_type, &family)?;
-    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false, top_k_first: false, biases: false })?;
+    experts(cfg, &mut spec, &MoeKeys { width: "intermediate_size", norm_topk_prob_default: None, sparse_layers: false, top_k_first: false, biases: false, shared_width: None })?;
     Ok(spec)
 }
 

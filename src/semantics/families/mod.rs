@@ -18,6 +18,7 @@ mod llama;
 mod mistral;
 mod mixtral;
 mod qwen2;
+mod qwen2_moe;
 mod qwen3;
 mod qwen3_moe;
 
@@ -112,6 +113,7 @@ pub(crate) static ALL: &[&Family] = &[
     &qwen2::QWEN2,
     &qwen3::QWEN3,
     &qwen3_moe::QWEN3_MOE,
+    &qwen2_moe::QWEN2_MOE,
     &mixtral::MIXTRAL,
     &gemma::GEMMA,
     &gemma::GEMMA2,
@@ -194,7 +196,7 @@ mod tests {
         assert_eq!(spm_tokenizer("gemma2"), SpmTokenizer::Gemma);
         assert_eq!(spm_tokenizer("phi3"), SpmTokenizer::Phi3);
         assert_eq!(spm_tokenizer("qwen2"), SpmTokenizer::Llama);
-        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, gemma4, gpt-oss");
+        assert_eq!(gguf_archs(), "llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma, gemma2, gemma3, gemma4, gpt-oss");
         assert_eq!(gguf_read("qwen3moe").map(|g| g.model_type), Some("qwen3_moe"));
     }
 
@@ -206,7 +208,7 @@ mod tests {
         assert_eq!(e.status, crate::Status::ErrUnsupported, "{e}");
         assert_eq!(
             e.message,
-            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text, gpt_oss are)"
+            "config.json: model_type \"mamba\" is not implemented (llama, mistral, qwen2, qwen3, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, gemma3, gemma3_text, gemma4, gemma4_text, gpt_oss are)"
         );
     }
 }
