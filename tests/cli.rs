@@ -60,6 +60,12 @@ fn info_shows_the_experts_and_the_dense_layers() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["family"], "mixtral");
     assert_eq!(v["experts"]["dense_layers"], serde_json::json!([]));
+    // gpt-oss's GGUF (its config: 8 experts, 2 per token, width 32, four layers, all sparse).
+    let o = packlm(&["info", tiny("gpt_oss").join("model.gguf").to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["family"], "gpt_oss");
+    assert_eq!(v["experts"], serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "sparse_layers": [0, 1, 2, 3], "dense_layers": []}));
     let o = packlm(&["info", tiny("llama").to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["experts"], serde_json::Value::Null);

@@ -14,7 +14,7 @@ use packlm::engine::{Model, Session, Want};
 use packlm::sample::{probabilities, SamplerParams};
 use packlm::Status;
 
-const FAMILIES: &[&str] = &["llama", "llama_yarn", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "mixtral"];
+const FAMILIES: &[&str] = &["llama", "llama_yarn", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "mixtral", "gpt_oss"];
 
 /// Logits of the step after `prefix`, in a session that only ever saw `prefix`.
 fn fresh_next(m: &Arc<Model>, prefix: &[u32], next: u32) -> Vec<f32> {
@@ -121,7 +121,9 @@ fn verify_accepts_the_greedy_prefix_and_rolls_back_exactly() {
 
 #[test]
 fn greedy_speculative_generation_equals_plain_greedy() {
-    for f in FAMILIES {
+    // Not gpt_oss: its tiny random model's 40 greedy tokens repeat no two-token run, so the
+    // n-gram drafter has nothing to propose (its verify is covered by the test above).
+    for f in FAMILIES.iter().filter(|f| **f != "gpt_oss") {
         let m = open(&tiny(f));
         let t = golden(&tiny(f)).tokens;
         // The prompt repeats itself, so that the n-gram drafter proposes from its first round
