@@ -594,7 +594,7 @@ fn every_backend_keeps_the_model_level_invariants() {
 
 #[test]
 fn host_bits_do_not_depend_on_the_thread_count() {
-    for fixture in ["llama", "gemma4", "qwen3_moe"] {
+    for fixture in ["llama", "gemma4", "qwen3_moe", "gpt_oss_mxfp4"] {
         let tokens = golden(&tiny(fixture)).tokens;
         let one = all_rows(&open_with(&tiny(fixture), BackendKind::Host, 1), &tokens);
         for threads in [2, 3, 5] {

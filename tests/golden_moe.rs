@@ -16,8 +16,8 @@ use packlm::backend::{self, BackendKind, Precision};
 use packlm::engine::{Model, Session, Want};
 use packlm::pack::tensor::WeightTensor;
 
-const FOLDERS: &[&str] = &["qwen3_moe", "qwen3_moe_dense", "mixtral"];
-const GGUFS: &[&str] = &["qwen3_moe", "mixtral"];
+const FOLDERS: &[&str] = &["qwen3_moe", "qwen3_moe_dense", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"];
+const GGUFS: &[&str] = &["qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss"];
 
 fn gguf(name: &str) -> PathBuf {
     tiny(name).join("model.gguf")
@@ -117,7 +117,16 @@ fn expert_of(name: &str) -> Option<(usize, usize)> {
 /// by the fixture script from HF's own router): every row of an expert in one product.
 #[test]
 fn a_pass_reads_each_chosen_expert_once() {
-    for (f, path) in [("qwen3_moe", tiny("qwen3_moe")), ("qwen3_moe", gguf("qwen3_moe")), ("mixtral", gguf("mixtral")), ("qwen3_moe_dense", tiny("qwen3_moe_dense"))] {
+    for (f, path) in [
+        ("qwen3_moe", tiny("qwen3_moe")),
+        ("qwen3_moe", gguf("qwen3_moe")),
+        ("mixtral", gguf("mixtral")),
+        ("qwen3_moe_dense", tiny("qwen3_moe_dense")),
+        ("qwen2_moe", gguf("qwen2_moe")),
+        ("gpt_oss", tiny("gpt_oss")),
+        ("gpt_oss", gguf("gpt_oss")),
+        ("gpt_oss_mxfp4", tiny("gpt_oss_mxfp4")),
+    ] {
         let j = fixture_json(&format!("tiny/{f}/golden.json"));
         let tokens = ids(&j["tokens"]);
         let reads = Arc::new(Reads::default());

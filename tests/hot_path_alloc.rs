@@ -46,8 +46,9 @@ const PER_PASS: usize = 12;
 
 #[test]
 fn decode_steps_and_batches_allocate_only_their_results() {
-    // The tiny Qwen3-MoE GGUF: a mixture routes on the host from buffers made once.
-    let models: Vec<_> = [smollm2(), gemma3_270m(), Some(tiny("qwen3_moe").join("model.gguf"))].into_iter().flatten().collect();
+    // The tiny Qwen3-MoE and gpt-oss GGUFs: a mixture routes on the host from buffers made once
+    // (gpt-oss's with attention sinks, biases and the top-k-first router).
+    let models: Vec<_> = [smollm2(), gemma3_270m(), Some(tiny("qwen3_moe").join("model.gguf")), Some(tiny("gpt_oss").join("model.gguf"))].into_iter().flatten().collect();
     for p in &models {
         passes_allocate_little(p);
     }

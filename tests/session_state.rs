@@ -14,7 +14,7 @@ use packlm::engine::{Model, Session, Want};
 use packlm::sample::{probabilities, SamplerParams};
 use packlm::Status;
 
-const FAMILIES: &[&str] = &["llama", "llama_yarn", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "mixtral", "gpt_oss"];
+const FAMILIES: &[&str] = &["llama", "llama_yarn", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss"];
 
 /// Logits of the step after `prefix`, in a session that only ever saw `prefix`.
 fn fresh_next(m: &Arc<Model>, prefix: &[u32], next: u32) -> Vec<f32> {

@@ -105,7 +105,7 @@ fn check_model(what: &str, m: &Arc<Model>) {
 /// items are split across passes).
 #[test]
 fn every_family_gives_each_session_its_own_bits() {
-    let families = ["llama", "llama_llama3", "llama_yarn", "llama_linear", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide", "qwen3_moe", "qwen3_moe_dense", "mixtral"];
+    let families = ["llama", "llama_llama3", "llama_yarn", "llama_linear", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_pattern", "gemma4", "gemma4_wide", "qwen3_moe", "qwen3_moe_dense", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"];
     for name in families {
         for (backend, precision) in [(BackendKind::Host, Precision::Exact), (BackendKind::Host, Precision::Fast), (BackendKind::Reference, Precision::Exact)] {
             let m = Arc::new(Model::open(&tiny(name), &packlm::engine::OpenOptions::new(backend, 2, precision)).unwrap());

@@ -17,13 +17,14 @@ pub const ROPE_TYPE_NEOX: i32 = 2;
 /// `llama_model_rope_type`): NORM rotates consecutive pairs, NEOX pairs n_rot/2 apart. A
 /// Hugging Face Mistral folder is named "mistral" here; llama.cpp's converter writes it as
 /// "llama".
-const ROPE_TYPES: [(&str, i32); 11] = [
+const ROPE_TYPES: [(&str, i32); 12] = [
     ("llama", ROPE_TYPE_NORM),
     ("mistral", ROPE_TYPE_NORM),
     ("mixtral", ROPE_TYPE_NORM),
     ("qwen2", ROPE_TYPE_NEOX),
     ("qwen3", ROPE_TYPE_NEOX),
     ("qwen3moe", ROPE_TYPE_NEOX),
+    ("qwen2moe", ROPE_TYPE_NEOX),
     ("gpt-oss", ROPE_TYPE_NEOX),
     ("gemma", ROPE_TYPE_NEOX),
     ("gemma2", ROPE_TYPE_NEOX),

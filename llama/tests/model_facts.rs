@@ -29,6 +29,7 @@ fn rope_type_and_sliding_window_per_fixture() {
         ("gemma3", ROPE_TYPE_NEOX, 5),
         ("gemma3_pattern", ROPE_TYPE_NEOX, 4),
         ("qwen3_moe", ROPE_TYPE_NEOX, 0),
+        ("qwen2_moe", ROPE_TYPE_NEOX, 0),
         ("mixtral", ROPE_TYPE_NORM, 0),
         ("gpt_oss", ROPE_TYPE_NEOX, 4),
     ];

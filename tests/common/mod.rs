@@ -253,9 +253,9 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 
 /// The model-level invariants on a backend: batched == sequential, truncate == fresh,
 /// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
-/// softcaps, qkv bias and mixtures of experts.
+/// softcaps, qkv bias, mixtures of experts (a shared expert, MXFP4 experts) and attention sinks.
 pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
-    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "mixtral"] {
+    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"] {
         let m = open_model(&tiny(fixture));
         let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
         let what = |s: &str| format!("{name}, {fixture}: {s}");

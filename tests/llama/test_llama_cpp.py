@@ -514,7 +514,7 @@ def moe_checks(name, arch):
     check([int(i) for i in got.argmax(axis=1)] == recorded, f"{name}: top-1 of every position equals llama.cpp's")
 
 
-for name, arch in [("qwen3_moe", "qwen3moe"), ("mixtral", "llama")]:
+for name, arch in [("qwen3_moe", "qwen3moe"), ("qwen2_moe", "qwen2moe"), ("mixtral", "llama"), ("gpt_oss", "gpt-oss")]:
     moe_checks(name, arch)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

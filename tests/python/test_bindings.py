@@ -487,7 +487,7 @@ except packlm.PacklmError as e:
 # A mixture of experts (tests/fixtures/make_moe_fixtures.py; gpt-oss with attention sinks too): the HF folder and its GGUF give HF's
 # logits, and the info JSON states the experts and the dense layer.
 for moe_pack in [os.path.join(tiny, "qwen3_moe"), os.path.join(tiny, "qwen3_moe", "model.gguf"), os.path.join(tiny, "qwen3_moe_dense"),
-                 os.path.join(tiny, "gpt_oss", "model.gguf"), os.path.join(tiny, "gpt_oss")]:
+                 os.path.join(tiny, "gpt_oss", "model.gguf"), os.path.join(tiny, "gpt_oss"), os.path.join(tiny, "qwen2_moe", "model.gguf")]:
     folder = moe_pack[: -len("/model.gguf")] if moe_pack.endswith(".gguf") else moe_pack
     with open(os.path.join(folder, "golden.json")) as f:
         mg = json.load(f)
