@@ -45,6 +45,21 @@ static std::string read_file(const std::string &path) {
     return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// A raw little-endian float32 file (golden logits), on a little-endian host.
+static std::vector<float> read_f32s(const std::string &path) {
+    const std::string bytes = read_file(path);
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+    return v;
+}
+
+// The largest |a[i] - b[i]|; infinite when the lengths differ.
+static double max_abs(const std::vector<float> &a, const std::vector<float> &b) {
+    double d = a.size() == b.size() ? 0 : INFINITY;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::fmax(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
 // The array of numbers, or of arrays of numbers, under "key" of `json` (one row for a flat array).
 static std::vector<std::vector<double>> json_numbers(const std::string &json, const std::string &key) {
     size_t at = json.find("\"" + key + "\"");
@@ -118,9 +133,7 @@ static void embeddings_and_adapters(const std::string &tiny, const packlm::Model
 
     const std::string lora_json = read_file(tiny + "/lora_llama/lora.json");
     const std::vector<uint32_t> tokens = ids_of(json_numbers(lora_json, "tokens").at(0));
-    const std::string golden_bytes = read_file(tiny + "/lora_llama/logits_scale1.f32");
-    std::vector<float> golden(golden_bytes.size() / sizeof(float));
-    std::memcpy(golden.data(), golden_bytes.data(), golden.size() * sizeof(float)); // little-endian hosts
+    const std::vector<float> golden = read_f32s(tiny + "/lora_llama/logits_scale1.f32");
     for (const std::string &source : {tiny + "/lora_llama", tiny + "/lora_llama/adapter.gguf"}) {
         packlm::Session s(llama);
         {
@@ -130,8 +143,7 @@ static void embeddings_and_adapters(const std::string &tiny, const packlm::Model
         } // the session keeps the adapter alive
         const std::vector<float> logits = s.step_batch(tokens, PACKLM_WANT_ALL);
         CHECK(logits.size() == golden.size() && golden.size() == tokens.size() * 300);
-        double d = 0;
-        for (size_t i = 0; i < logits.size() && i < golden.size(); ++i) d = std::fmax(d, std::fabs(logits[i] - golden[i]));
+        const double d = max_abs(logits, golden);
         CHECK(d <= 1e-4);
         if (d > 1e-4) std::fprintf(stderr, "  %s at scale 1: max abs %g from PEFT\n", source.c_str(), d);
         CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { s.set_adapters({}); }).find("positions") != std::string::npos);
@@ -151,17 +163,7 @@ static void embeddings_and_adapters(const std::string &tiny, const packlm::Model
 static void control_vectors(const std::string &tiny, const packlm::Model &llama) {
     const std::string dir = tiny + "/cvec_llama";
     const std::vector<uint32_t> tokens = ids_of(json_numbers(read_file(dir + "/cvec.json"), "tokens").at(0));
-    auto floats = [&](const std::string &name) {
-        const std::string bytes = read_file(dir + "/" + name);
-        std::vector<float> v(bytes.size() / sizeof(float));
-        std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float)); // little-endian hosts
-        return v;
-    };
-    auto max_abs = [](const std::vector<float> &a, const std::vector<float> &b) {
-        double d = a.size() == b.size() ? 0 : INFINITY;
-        for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::fmax(d, std::fabs(a[i] - b[i]));
-        return d;
-    };
+    auto floats = [&](const std::string &name) { return read_f32s(dir + "/" + name); };
     const std::vector<float> plain = packlm::Session(llama).step_batch(tokens, PACKLM_WANT_ALL);
     const packlm::ControlVector from_data(llama, floats("vectors.f32"), 64, 0, 1);
     const packlm::ControlVector from_files(llama, {{dir + "/a.gguf", 0.75f}, {dir + "/b.gguf", -0.5f}}, 1, 1);
@@ -189,15 +191,12 @@ static void control_vectors(const std::string &tiny, const packlm::Model &llama)
 static void mixtures(const std::string &tiny) {
     for (const auto &[fixture, pack] : {std::pair<std::string, std::string>{"gpt_oss", "gpt_oss/model.gguf"}, {"gpt_oss", "gpt_oss"}}) {
         const std::vector<uint32_t> tokens = ids_of(json_numbers(read_file(tiny + "/" + fixture + "/golden.json"), "tokens").at(0));
-        const std::string golden_bytes = read_file(tiny + "/" + fixture + "/golden.f32");
-        std::vector<float> golden(golden_bytes.size() / sizeof(float));
-        std::memcpy(golden.data(), golden_bytes.data(), golden.size() * sizeof(float)); // little-endian hosts
+        const std::vector<float> golden = read_f32s(tiny + "/" + fixture + "/golden.f32");
         const packlm::Model m(tiny + "/" + pack);
         packlm::Session s(m);
         const std::vector<float> logits = s.step_batch(tokens, PACKLM_WANT_ALL);
         CHECK(logits.size() == golden.size() && golden.size() == tokens.size() * 300);
-        double d = 0;
-        for (size_t i = 0; i < logits.size() && i < golden.size(); ++i) d = std::fmax(d, std::fabs(logits[i] - golden[i]));
+        const double d = max_abs(logits, golden);
         CHECK(d <= 1e-4);
         if (d > 1e-4) std::fprintf(stderr, "  %s: max abs %g from transformers\n", pack.c_str(), d);
         const std::string info = m.info_json();
