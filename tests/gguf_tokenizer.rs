@@ -126,6 +126,13 @@ fn spm_gemma3_ids_match_hf_transformers() {
     spm_case("spm_gemma3.gguf", "spm_gemma3_tokens.json");
 }
 
+/// A "gemma4" vocabulary (llama.cpp's Gemma4 converter: the tokens as written and their merges):
+/// HF's `GemmaTokenizer` over the file's merges, and no BOS though the file asks for one.
+#[test]
+fn spm_gemma4_ids_match_hf_transformers() {
+    spm_case("spm_gemma4.gguf", "spm_gemma4_tokens.json");
+}
+
 fn open_fixture(name: &str) -> GgufFile {
     GgufFile::open(&fixtures().join("gguf").join(name)).unwrap()
 }

@@ -10,6 +10,8 @@
 //!   BPE is chosen by `tokenizer.ggml.pre` (see [`byte_level_pre_tokenizer`]).
 //! - `tokenizer.ggml.model = "llama"`: SentencePiece vocabularies as BPE with byte fallback, the
 //!   merges taken from the file or rebuilt from the scores (Gemma: from the token order).
+//! - `tokenizer.ggml.model = "gemma4"`: `GemmaTokenizer` over the tokens as written and the
+//!   file's merges; no BOS added (HF's rule for this type).
 //! - Tokens typed control (3) become special added tokens, user-defined (4) plain added tokens,
 //!   so "<|im_start|>" stays one token when special parsing is on.
 //!
@@ -106,9 +108,10 @@ pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
             SpmTokenizer::Phi3 => phi3_tokenizer(&meta)?,
             SpmTokenizer::Llama => llama_tokenizer(&meta)?,
         },
+        "gemma4" => gemma4_tokenizer(&meta)?,
         other => {
             return Err(meta.unsupported(format!(
-                "tokenizer.ggml.model is {other:?}; packlm rebuilds \"gpt2\" and \"llama\" tokenizers"
+                "tokenizer.ggml.model is {other:?}; packlm rebuilds \"gpt2\", \"llama\" and \"gemma4\" tokenizers"
             )))
         }
     };
@@ -120,8 +123,11 @@ pub fn vocab_from_gguf(g: &GgufFile) -> Result<GgufVocab> {
     let pad = meta.token_id(g, "tokenizer.ggml.padding_token_id")?;
     let explicit_bos = g.get_bool("tokenizer.ggml.add_bos_token")?;
     let add_eos = g.get_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-    // HF get_gguf_tokenizer: "llama" files without the flag get BOS (as llama.cpp does).
+    // HF get_gguf_tokenizer: "llama" files without the flag get BOS (as llama.cpp does); a
+    // "gemma4" file gets none whatever it says (its chat template writes `<bos>` itself;
+    // llama.cpp forces BOS on there, HF follows the reference tokenizer).
     let add_bos = match (explicit_bos, bos) {
+        _ if kind == "gemma4" => false,
         (Some(true), None) => {
             return Err(meta.format(
                 "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing".into(),
@@ -405,7 +411,23 @@ fn gemma_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
     });
     // positions = {token: -index}
     let bpe = spm_bpe(meta, respelled, MergeSource::TokenOrder, Some("<unk>"))?;
-    let mut tokenizer = GgufTokenizer::new(bpe);
+    gemma_layout(meta, GgufTokenizer::new(bpe))
+}
+
+/// HF's "gemma4" builder (`partial(sentencepiece_tokenizer, tokenizer_class=GemmaTokenizer)`):
+/// `GemmaTokenizer` over the tokens as written, with the file's merges (Gemma4 files carry
+/// them; without, HF's `generate_merges` by score).
+fn gemma4_tokenizer(meta: &Meta) -> Result<GgufTokenizer> {
+    if meta.scores.is_empty() && meta.merges.is_none() {
+        return Err(meta.format("a gemma4 tokenizer needs tokenizer.ggml.merges or tokenizer.ggml.scores".into()));
+    }
+    let bpe = spm_bpe(meta, meta.tokens.iter(), MergeSource::Scores(&meta.scores), Some("<unk>"))?;
+    gemma_layout(meta, GgufTokenizer::new(bpe))
+}
+
+/// `GemmaTokenizer` around a BPE model: spaces become "▁" in a normalizer, with no prefix; the
+/// text is split after each space; the SentencePiece decoder without a strip.
+fn gemma_layout(meta: &Meta, mut tokenizer: GgufTokenizer) -> Result<GgufTokenizer> {
     let replace = Replace::new(" ", SPM_SPACE).map_err(|e| meta.format(format!("normalizer: {e}")))?;
     tokenizer.with_normalizer(Some(NormalizerWrapper::Replace(replace)));
     let split = Split::new(SplitPattern::String(" ".into()), SplitDelimiterBehavior::MergedWithPrevious, false)
@@ -434,7 +456,7 @@ fn add_special_tokens(tokenizer: &mut GgufTokenizer, meta: &Meta, spm: SpmTokeni
     let byte_level = meta.model == "gpt2";
     let class_defaults: &[&str] = match (meta.model.as_str(), spm) {
         ("gpt2", _) => &["<|endoftext|>"],
-        ("llama", SpmTokenizer::Gemma) => &["<bos>", "<eos>", "<unk>", "<pad>", "<mask>"],
+        ("llama", SpmTokenizer::Gemma) | ("gemma4", _) => &["<bos>", "<eos>", "<unk>", "<pad>", "<mask>"],
         _ => &["<unk>", "<s>", "</s>"],
     };
     let special = |content: &str| AddedToken::from(content, true).normalized(false);
