@@ -295,18 +295,19 @@ fn scale_exp(a: &AttentionArgs, scores: &mut [f32], h: usize, m: impl Arith) -> 
             *m = m.max(x);
         }
     }
-    let mut max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let sink = a.sinks.map(|s| s[h]);
-    if let Some(s) = sink {
-        max = max.max(s);
-    }
-    m.exp_sub(scores, max);
-    let mut term = [sink.unwrap_or(max)];
-    m.exp_sub(&mut term, max);
-    if sink.is_some() {
-        term[0]
-    } else {
-        0.0
+    let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    match a.sinks.map(|s| s[h]) {
+        None => {
+            m.exp_sub(scores, max);
+            0.0
+        }
+        Some(sink) => {
+            let max = max.max(sink);
+            m.exp_sub(scores, max);
+            let mut term = [sink];
+            m.exp_sub(&mut term, max);
+            term[0]
+        }
     }
 }
 
