@@ -47,14 +47,19 @@ fn info_and_tokenize_print_json() {
     assert_eq!(ids, vec![41, 283, 77, 80, 265, 272, 77, 69]);
 }
 
-/// A mixture's counts and its dense layers (qwen3_moe_dense's config: 8 experts, 2 per token,
-/// width 32, mlp_only_layers [1]), from the folder and, for the Mixtral GGUF, from the file.
+/// A mixture's counts, routing and dense layers (qwen3_moe_dense's config: 8 experts, 2 per
+/// token, width 32, norm_topk_prob false, mlp_only_layers [1]), from the folder and, for the
+/// Mixtral, gpt-oss and Qwen2-MoE GGUFs, from the file.
 #[test]
 fn info_shows_the_experts_and_the_dense_layers() {
     let o = packlm(&["info", tiny("qwen3_moe_dense").to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["experts"], serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "sparse_layers": [0, 2], "dense_layers": [1]}));
+    assert_eq!(
+        v["experts"],
+        serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "routing": "softmax_top_k", "biases": false,
+                           "shared_expert_width": null, "sparse_layers": [0, 2], "dense_layers": [1]})
+    );
     assert_eq!(v["layers"][1]["experts"], serde_json::Value::Null);
     let o = packlm(&["info", tiny("mixtral").join("model.gguf").to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -65,7 +70,17 @@ fn info_shows_the_experts_and_the_dense_layers() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["family"], "gpt_oss");
-    assert_eq!(v["experts"], serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "sparse_layers": [0, 1, 2, 3], "dense_layers": []}));
+    assert_eq!(
+        v["experts"],
+        serde_json::json!({"experts": 8, "experts_per_token": 2, "expert_width": 32, "routing": "top_k_softmax", "biases": true,
+                           "shared_expert_width": null, "sparse_layers": [0, 1, 2, 3], "dense_layers": []})
+    );
+    assert_eq!((&v["layers"][0]["attention_sinks"], &v["layers"][0]["o_bias"], &v["layers"][0]["activation"]), (&serde_json::json!(true), &serde_json::json!(true), &serde_json::json!("clamped_swiglu")));
+    // Qwen2-MoE's GGUF (config: shared_expert_intermediate_size 48; llama.cpp's qwen2moe does not
+    // renormalize).
+    let o = packlm(&["info", tiny("qwen2_moe").join("model.gguf").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((&v["experts"]["shared_expert_width"], &v["experts"]["routing"]), (&serde_json::json!(48), &serde_json::json!("softmax_top_k")));
     let o = packlm(&["info", tiny("llama").to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["experts"], serde_json::Value::Null);

@@ -214,10 +214,18 @@ impl ModelSpec {
     pub fn moe_json(&self) -> Value {
         let Some(m) = self.layers.iter().find_map(|l| l.moe) else { return Value::Null };
         let (sparse, dense): (Vec<usize>, Vec<usize>) = (0..self.layers.len()).partition(|&i| self.layers[i].moe.is_some());
+        let routing = match m.routing {
+            Routing::SoftmaxTopK { renormalize: false } => "softmax_top_k",
+            Routing::SoftmaxTopK { renormalize: true } => "softmax_top_k_renormalized",
+            Routing::TopKSoftmax => "top_k_softmax",
+        };
         serde_json::json!({
             "experts": m.n_experts,
             "experts_per_token": m.top_k,
             "expert_width": m.width,
+            "routing": routing,
+            "biases": m.biases,
+            "shared_expert_width": m.shared_width,
             "sparse_layers": sparse,
             "dense_layers": dense,
         })
@@ -251,6 +259,13 @@ impl ModelSpec {
                         "attn_softcap": l.attn_softcap,
                         "qk_norm": l.qk_norm,
                         "qkv_bias": l.qkv_bias,
+                        "o_bias": l.o_bias,
+                        "attention_sinks": l.attn_sinks,
+                        "activation": match l.activation {
+                            Activation::Silu => "silu",
+                            Activation::GeluTanh => "gelu_tanh",
+                            Activation::ClampedSwiglu { .. } => "clamped_swiglu",
+                        },
                         "v_norm": l.v_norm,
                         "value_from_key": l.value_from_key,
                         "per_layer_input": l.per_layer_input,
