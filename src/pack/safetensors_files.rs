@@ -88,7 +88,7 @@ pub(crate) fn mxfp4_from_blocks(name: &str, block_shape: &[usize], blocks: &[u8]
     if blocks.len() != groups * 16 || scales.len() != groups {
         return Err(bad());
     }
-    let code = |b: &[u8], i: usize| if i % 2 == 0 { b[i / 2] & 0x0F } else { b[i / 2] >> 4 };
+    let code = |b: &[u8], i: usize| if i.is_multiple_of(2) { b[i / 2] & 0x0F } else { b[i / 2] >> 4 };
     let mut out = Vec::with_capacity(groups * 17);
     for (b, &e) in blocks.chunks_exact(16).zip(scales) {
         out.push(e);
