@@ -102,11 +102,7 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &Mo
             continue;
         }
         be.gather_rows(h, rows, hidden, &mut t.x);
-        let bias = |i: usize| expert.bias.as_ref().map(|b| &b[i]);
-        linear(be, &expert.gate, bias(0), &t.x, k, &mut t.gate);
-        linear(be, &expert.up, bias(1), &t.x, k, &mut t.up);
-        be.gated_activation(act, &mut t.gate, &t.up, k * moe.width);
-        linear(be, &expert.down, bias(2), &t.gate, k, &mut t.y);
+        gated_mlp(be, expert, act, moe.width, &t.x, k, [&mut t.gate, &mut t.up, &mut t.y]);
         be.add_rows_scaled(out, &t.y, rows, weights, hidden);
     }
     if let (Some((mlp, gate)), Some(width)) = (w.shared, moe.shared_width) {
@@ -116,20 +112,24 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &Mo
         for g in &mut t.shared_weights[..m] {
             *g = 1.0 / (1.0 + crate::backend::exp::expf(-*g));
         }
-        be.matmul(&mlp.gate, h, m, &mut t.gate);
-        be.matmul(&mlp.up, h, m, &mut t.up);
-        be.gated_activation(act, &mut t.gate, &t.up, m * width);
-        be.matmul(&mlp.down, &t.gate, m, &mut t.y);
+        gated_mlp(be, mlp, act, width, h, m, [&mut t.gate, &mut t.up, &mut t.y]);
         be.add_rows_scaled(out, &t.y, &t.all_rows[..m], &t.shared_weights[..m], hidden);
     }
 }
 
-/// `out = x W^T (+ bias)` over `rows` rows.
-fn linear(be: &dyn Backend, w: &Weight, bias: Option<&Vector>, x: &Tensor, rows: usize, out: &mut Tensor) {
-    be.matmul(w, x, rows, out);
-    if let Some(b) = bias {
-        be.add_bias(out, b, rows);
-    }
+/// `y = down(act(gate(x)) * up(x))` over `rows` rows of `x`, each projection followed by its
+/// bias where the MLP has them; `gate` and `up` (rows, width) are scratch.
+fn gated_mlp(be: &dyn Backend, mlp: &Mlp, act: Activation, width: usize, x: &Tensor, rows: usize, [gate, up, y]: [&mut Tensor; 3]) {
+    let linear = |w: &Weight, i: usize, x: &Tensor, out: &mut Tensor| {
+        be.matmul(w, x, rows, out);
+        if let Some(b) = mlp.bias.as_ref().map(|b| &b[i]) {
+            be.add_bias(out, b, rows);
+        }
+    };
+    linear(&mlp.gate, 0, x, gate);
+    linear(&mlp.up, 1, x, up);
+    be.gated_activation(act, gate, up, rows * width);
+    linear(&mlp.down, 2, gate, y);
 }
 
 /// One row's router logits `p` (n_experts; overwritten) -> `chosen(expert, weight)` for each of

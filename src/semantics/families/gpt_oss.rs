@@ -185,10 +185,12 @@ fn strided_columns(t: &WeightTensor, step: usize, offset: usize) -> Result<Weigh
     let [n, c] = t.shape[..] else {
         return Err(Error::tensor(format!("tensor {}: shape {:?} is not (experts, columns)", t.name, t.shape)));
     };
-    // A (n, 1, c) view, transposed to (n, c / step, 1): the same elements in the same order.
-    let as_stack = WeightTensor::new(t.name.clone(), t.ty, vec![n, 1, c], TensorBytes::Owned(Arc::new(t.bytes().to_vec())))?;
-    let picked = transposed_columns(&as_stack, step, offset)?;
-    WeightTensor::new(t.name.clone(), t.ty, vec![n, c / step], TensorBytes::Owned(Arc::new(picked.bytes().to_vec())))
+    if c % step != 0 {
+        return Err(Error::tensor(format!("tensor {}: {c} columns do not split in {step}", t.name)));
+    }
+    let es = element_bytes(t)?;
+    let dst: Vec<u8> = t.bytes().chunks_exact(es).enumerate().filter(|(i, _)| i % c % step == offset).flat_map(|(_, e)| e.iter().copied()).collect();
+    WeightTensor::new(t.name.clone(), t.ty, vec![n, c / step], TensorBytes::Owned(Arc::new(dst)))
 }
 
 #[cfg(test)]
