@@ -22,6 +22,10 @@ pub enum Backend {
     /// The GPU through wgpu (Vulkan, Metal or DX12); [`Status::ErrBackendUnavailable`] where
     /// there is none or the crate was built without the `gpu` feature.
     Gpu,
+    /// ONNX Runtime on an execution provider (the CPU, an NPU or a GPU; see
+    /// [`crate::api::ModelOptions`]'s provider), its library loaded at run time;
+    /// [`Status::ErrBackendUnavailable`] where it cannot be loaded or lacks the provider.
+    Npu,
 }
 
 impl Backend {
@@ -30,18 +34,20 @@ impl Backend {
             Backend::Host => BackendKind::Host,
             Backend::Reference => BackendKind::Reference,
             Backend::Gpu => BackendKind::Accelerator,
+            Backend::Npu => BackendKind::Npu,
         }
     }
 }
 
 impl std::str::FromStr for Backend {
     type Err = Error;
-    /// `host`, `reference` or `gpu` (the command line's names).
+    /// `host`, `reference`, `gpu` or `npu` (the command line's names).
     fn from_str(s: &str) -> Result<Backend> {
         Ok(match s.parse::<BackendKind>()? {
             BackendKind::Host => Backend::Host,
             BackendKind::Reference => Backend::Reference,
             BackendKind::Accelerator => Backend::Gpu,
+            BackendKind::Npu => Backend::Npu,
         })
     }
 }

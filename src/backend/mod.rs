@@ -43,6 +43,7 @@ pub mod cpu;
 pub mod exp;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod graph;
 pub mod host;
 pub mod lora;
 pub mod pass;
@@ -226,6 +227,11 @@ pub struct DeviceCounters {
     pub kv_bytes_read: u64,
     /// Bytes of weights resident on the device (matrices and vectors).
     pub weight_bytes: u64,
+    /// Graphs compiled (the graph backend: one per pass shape and KV bucket).
+    pub graphs_compiled: u64,
+    /// Bytes of inputs handed to the device (the graph backend: token ids, positions, and
+    /// any activation a graph reads from host memory).
+    pub bytes_written: u64,
 }
 
 /// Most threads one model may ask for, the calling thread included: a larger request is
@@ -306,6 +312,13 @@ pub trait Backend: Send + Sync {
     /// The engine's call after each layer of a pass: a device backend submits the layer's work
     /// here, so that the abort flag, checked between layers, is seen while a pass runs.
     fn layer_done(&self) {}
+    /// The first failure of deferred device work since the last call (a graph the provider
+    /// rejected, a run that failed), which the ops themselves cannot return: the values it
+    /// should have made are NaN, and the engine fails the pass with this error instead of
+    /// `ErrNonFinite`. None for a backend that computes as it is called.
+    fn take_error(&self) -> Option<Error> {
+        None
+    }
 
     // Memory.
     /// Prepares a matrix once at open.
@@ -461,6 +474,8 @@ pub enum BackendKind {
     Host,
     Reference,
     Accelerator,
+    /// ONNX Runtime on an execution provider (the graph backend, `graph`).
+    Npu,
 }
 
 
@@ -472,7 +487,8 @@ impl std::str::FromStr for BackendKind {
             "host" => Ok(BackendKind::Host),
             "reference" => Ok(BackendKind::Reference),
             "gpu" | "accelerator" => Ok(BackendKind::Accelerator),
-            other => Err(Error::invalid(format!("backend {other:?} is not host, reference or gpu"))),
+            "npu" => Ok(BackendKind::Npu),
+            other => Err(Error::invalid(format!("backend {other:?} is not host, reference, gpu or npu"))),
         }
     }
 }
@@ -480,10 +496,17 @@ impl std::str::FromStr for BackendKind {
 /// Creates the backend; `threads == 0` means one per core. `precision` is what the backend may
 /// use; one without reduced-precision kernels (reference) runs `Exact` whatever is asked.
 pub fn create(kind: BackendKind, threads: usize, precision: Precision) -> Result<Box<dyn Backend>> {
+    create_with(kind, threads, precision, &graph::GraphOptions::default())
+}
+
+/// `create`, with the graph backend's options (library, provider) for `BackendKind::Npu`.
+pub fn create_with(kind: BackendKind, threads: usize, precision: Precision, graph_opts: &graph::GraphOptions) -> Result<Box<dyn Backend>> {
     match kind {
+        // Exact arithmetic (f32 graphs) whatever precision is asked.
+        BackendKind::Npu => Ok(Box::new(graph::GraphBackend::new(graph_opts, threads)?)),
         BackendKind::Host => Ok(Box::new(cpu::CpuBackend::new(host::HostBackend::new(threads)?.with_precision(precision)))),
         BackendKind::Reference => Ok(Box::new(cpu::CpuBackend::new(reference::ReferenceBackend))),
-        // The GPU through wgpu; NPUs would join here.
+        // The GPU through wgpu.
         #[cfg(feature = "gpu")]
         BackendKind::Accelerator => Ok(Box::new(gpu::GpuBackend::new()?)),
         #[cfg(not(feature = "gpu"))]

@@ -1,0 +1,1080 @@
+//! The graph backend: the engine's op stream captured as a static-shape ONNX graph and run by
+//! ONNX Runtime on an execution provider (the CPU, or an NPU or GPU through OpenVINO, VitisAI,
+//! QNN, CoreML, CUDA or DirectML).
+//!
+//! No layer is written here. The ops of [`Backend`] record nodes instead of computing: a
+//! [`Tensor`] holds either host values or the name of the graph value that will hold them. The
+//! graph runs when a value must leave the backend (`read_into`, a KV store read for a snapshot,
+//! truncate or fork) or when the next pass begins (`embed` with work pending): every tensor
+//! still alive that holds a graph value then becomes an output, brought back to host memory,
+//! and the next ops read it as an input.
+//!
+//! Shapes are static, as NPU compilers require. A graph is known by its bytes (ops, shapes,
+//! small constants and the names of the weights it reads; never the values of its inputs), and
+//! is compiled once per model and kept: a decode step's graph is the same at every position
+//! (the position is an input), so a session compiles one per pass shape: decode (1 row), a
+//! verify of k drafts (k + 1 rows), prefill parts (`max_pass_rows` rows, the last part as
+//! long as it is), each times the KV length bucket below.
+//!
+//! - **Weights** are initializers held outside the graph bytes (ONNX external data), handed
+//!   to ONNX Runtime when a graph is compiled, dequantized to f32 from whatever type the pack
+//!   stores (`MatMulNBits` is not used: its activations are not f32, and this backend keeps
+//!   `exact`'s arithmetic, f32 end to end). The sessions of one model share the weights ONNX
+//!   Runtime repacks (a prepacked-weights container).
+//! - **KV**: each layer's keys and values live in host memory ([`GraphKv`]), fed to a graph as
+//!   a fixed-capacity input of `kv_bucket(start + rows)` rows (the powers of two from 64; rows
+//!   past the positions held are zeros and masked out); the pass's new rows are scattered in at
+//!   their positions inside the graph and are outputs, appended after the run. On the CPU
+//!   provider the inputs are the host buffers themselves, not copies.
+//! - **Attention** is written in ONNX ops (MatMul, Where, Exp) with the masks computed in the
+//!   graph from the start position, so the graph does not change with it. Every key sits at the
+//!   index of its position and the softmax's sum is a matrix product in key order, so a row's
+//!   bits do not depend on its pass: step_batch == steps, truncate and restore == a fresh
+//!   session, any thread count == one, bit for bit (tests/graph_backend.rs), as on every
+//!   backend. The bits are ONNX Runtime's kernels', not the host backend's: the two agree
+//!   within the f32 tolerance.
+//!
+//! Mixtures of experts are refused at open: their rows are routed by the router's values, and a
+//! graph whose shapes follow a pass's values is compiled anew for nearly every pass.
+
+pub mod onnx;
+pub mod ort;
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use onnx::{Attr, Data, Elem, Init, Io, Node};
+use ort::{Provider, Runtime, Session};
+
+use crate::backend::{AttentionShape, Backend, DeviceCounters, KvStore, Tensor, Vector, Weight};
+use crate::error::{Error, Result, Status};
+use crate::pack::tensor::WeightTensor;
+use crate::semantics::rope::RopeSpec;
+use crate::semantics::{Activation, KvSource, LayerSpec, ModelSpec};
+
+/// The smallest KV capacity a graph is compiled for; larger ones double.
+const MIN_KV_BUCKET: usize = 64;
+
+/// Most rows one pass carries on this backend: longer prefills run as parts of this many.
+pub const PASS_ROWS: usize = 128;
+
+/// KV rows a graph reads for a pass whose last position is `end - 1` (`end` = start + rows):
+/// the powers of two from `MIN_KV_BUCKET`.
+pub fn kv_bucket(end: usize) -> usize {
+    end.next_power_of_two().max(MIN_KV_BUCKET)
+}
+
+/// How to make the graph backend (the open options of `PACKLM_BACKEND_NPU`).
+#[derive(Clone, Debug, Default)]
+pub struct GraphOptions {
+    /// ONNX Runtime's library; None: `PACKLM_ONNXRUNTIME`, then the system's search path.
+    pub library: Option<String>,
+    /// The execution provider by packlm's name (`ort::PROVIDERS`); None: "cpu".
+    pub provider: Option<String>,
+    /// The provider's options, "key=value" pairs separated by ';'.
+    pub provider_options: String,
+}
+
+/// A tensor's values: on the host, or (`sym`) the first `n` elements are the graph value
+/// `name` of the pending recording.
+struct TData {
+    host: Vec<f32>,
+    sym: Option<(String, usize)>,
+}
+
+type TRef = Arc<Mutex<TData>>;
+
+/// A layer's keys and values in host memory: `len` rows of `width`, the buffers at least
+/// `kv_bucket(len)` rows long (zeros past `len`), and the rows a recorded pass will append.
+struct Plane {
+    width: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    len: usize,
+    pending: Option<usize>,
+}
+
+type PlaneRef = Arc<Mutex<Plane>>;
+
+/// What feeds a graph input when the graph runs.
+enum Feed {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    /// Keys (true) or values of a plane, as many rows as the input declares.
+    Kv(PlaneRef, bool),
+}
+
+/// Where a matrix or vector of the model comes from when a graph that reads it is compiled.
+enum Source {
+    Matrix(WeightTensor),
+    Vector(Arc<Vec<f32>>),
+}
+
+/// A weight's handle inner: its index in `Inner::weights`.
+struct WId(usize);
+
+/// The graph being recorded.
+#[derive(Default)]
+struct Recorder {
+    nodes: Vec<Node>,
+    consts: Vec<Init>,
+    const_names: HashMap<(Vec<u8>, Vec<i64>, u8), String>,
+    inputs: Vec<(Io, Feed)>,
+    weights: Vec<usize>,
+    live: Vec<Weak<Mutex<TData>>>,
+    /// (plane, keys' value, values' value, rows)
+    kv_out: Vec<(PlaneRef, String, String, usize)>,
+    next: usize,
+}
+
+impl Recorder {
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.live.is_empty() && self.kv_out.is_empty()
+    }
+    fn name(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+    fn node(&mut self, op: &'static str, inputs: &[&str], attrs: Vec<(&'static str, Attr)>) -> String {
+        let out = self.name("t");
+        self.nodes.push(Node { op, inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![out.clone()], attrs });
+        out
+    }
+    fn op(&mut self, op: &'static str, inputs: &[&str]) -> String {
+        self.node(op, inputs, Vec::new())
+    }
+    fn constant(&mut self, elem: Elem, bytes: Vec<u8>, dims: Vec<i64>) -> String {
+        let key = (bytes, dims, elem as u8);
+        if let Some(n) = self.const_names.get(&key) {
+            return n.clone();
+        }
+        let name = self.name("c");
+        self.consts.push(Init { name: name.clone(), elem, dims: key.1.clone(), data: Data::Inline(key.0.clone()) });
+        self.const_names.insert(key, name.clone());
+        name
+    }
+    fn f32s(&mut self, v: &[f32], dims: &[i64]) -> String {
+        self.constant(Elem::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect(), dims.to_vec())
+    }
+    fn scalar(&mut self, v: f32) -> String {
+        self.f32s(&[v], &[])
+    }
+    fn i64s(&mut self, v: &[i64]) -> String {
+        self.constant(Elem::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect(), vec![v.len() as i64])
+    }
+    fn range(&mut self, n: usize) -> String {
+        self.i64s(&(0..n as i64).collect::<Vec<_>>())
+    }
+    fn reshape(&mut self, x: &str, dims: &[i64]) -> String {
+        let d = self.i64s(dims);
+        self.op("Reshape", &[x, &d])
+    }
+    fn flat(&mut self, x: &str) -> String {
+        self.reshape(x, &[-1])
+    }
+    fn slice(&mut self, x: &str, axis: i64, from: usize, to: usize) -> String {
+        let (s, e, a) = (self.i64s(&[from as i64]), self.i64s(&[to as i64]), self.i64s(&[axis]));
+        self.op("Slice", &[x, &s, &e, &a])
+    }
+    fn concat(&mut self, parts: &[&str], axis: i64) -> String {
+        self.node("Concat", parts, vec![("axis", Attr::Int(axis))])
+    }
+    fn input(&mut self, elem: Elem, dims: Vec<i64>, feed: Feed) -> String {
+        let name = self.name("in");
+        self.inputs.push((Io { name: name.clone(), elem, dims }, feed));
+        name
+    }
+    fn weight(&mut self, id: usize) -> String {
+        if !self.weights.contains(&id) {
+            self.weights.push(id);
+        }
+        weight_name(id)
+    }
+
+    /// The graph value of the first `n` elements of `t` (flat): its recorded value, or its host
+    /// values as an input.
+    fn get(&mut self, t: &Tensor, n: usize) -> String {
+        let t = t.get::<TRef>();
+        let d = t.lock().unwrap_or_else(|e| e.into_inner());
+        match &d.sym {
+            Some((name, m)) if *m == n => name.clone(),
+            Some((name, m)) if *m > n => {
+                let name = name.clone();
+                drop(d);
+                self.slice(&name, 0, 0, n)
+            }
+            Some((name, m)) => {
+                // Values past what the graph wrote: the host's (stale by the engine's rule that
+                // an op writes its rows before any op reads them, but kept exact all the same).
+                let (name, m) = (name.clone(), *m);
+                let tail = d.host[m..n].to_vec();
+                drop(d);
+                let tail = self.input(Elem::F32, vec![(n - m) as i64], Feed::F32(tail));
+                self.concat(&[&name, &tail], 0)
+            }
+            None => {
+                let v = d.host[..n].to_vec();
+                drop(d);
+                self.input(Elem::F32, vec![n as i64], Feed::F32(v))
+            }
+        }
+    }
+
+    /// The first `n` elements of `t` are now the value `name` (flat).
+    fn set(&mut self, t: &mut Tensor, name: String, n: usize) {
+        let r = t.get::<TRef>();
+        r.lock().unwrap_or_else(|e| e.into_inner()).sym = Some((name, n));
+        if !self.live.iter().any(|w| w.as_ptr() == Arc::as_ptr(r)) {
+            self.live.push(Arc::downgrade(r));
+        }
+    }
+
+    /// `x` reshaped to `[rows, width]`, RMS-normalized per row (`eps`), times `w` if given.
+    fn rms(&mut self, x: &str, w: Option<&str>, eps: f32, rows: usize, width: usize) -> String {
+        let x = self.reshape(x, &[rows as i64, width as i64]);
+        let sq = self.op("Mul", &[&x, &x]);
+        let mean = self.node("ReduceMean", &[&sq], vec![("axes", Attr::Ints(vec![-1])), ("keepdims", Attr::Int(1))]);
+        let e = self.scalar(eps);
+        let m = self.op("Add", &[&mean, &e]);
+        let s = self.op("Sqrt", &[&m]);
+        let inv = self.op("Reciprocal", &[&s]);
+        let y = self.op("Mul", &[&x, &inv]);
+        let y = match w {
+            Some(w) => self.op("Mul", &[w, &y]),
+            None => y,
+        };
+        self.flat(&y)
+    }
+}
+
+fn weight_name(id: usize) -> String {
+    format!("w{id}")
+}
+
+/// A compiled graph and what its run feeds and takes.
+struct Compiled {
+    session: Session,
+    output_names: Vec<CString>,
+}
+
+/// What the backend and its KV stores share.
+struct Inner {
+    // Field order is drop order: the sessions before the provider (its shared weights
+    // container) and both before the runtime.
+    state: Mutex<State>,
+    provider: Provider,
+    rt: Arc<Runtime>,
+    threads: AtomicUsize,
+    compiles: AtomicU64,
+    runs: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    kv_bytes_read: AtomicU64,
+    /// The first failure of a graph run or compile since the engine last asked (`take_error`).
+    error: Mutex<Option<Error>>,
+}
+
+#[derive(Default)]
+struct State {
+    rec: Recorder,
+    weights: Vec<Source>,
+    cache: HashMap<Vec<u8>, Arc<Compiled>>,
+}
+
+/// The graph backend (see the module's documentation).
+pub struct GraphBackend {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl GraphBackend {
+    /// Loads ONNX Runtime and checks the provider; `threads` (0 = one per core) are ONNX
+    /// Runtime's threads per graph run.
+    pub fn new(opts: &GraphOptions, threads: usize) -> Result<GraphBackend> {
+        let rt = Runtime::load(opts.library.as_deref())?;
+        let provider = Provider::new(&rt, opts.provider.as_deref().unwrap_or("cpu"), &opts.provider_options)?;
+        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        Ok(GraphBackend {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                provider,
+                rt,
+                threads: AtomicUsize::new(threads),
+                compiles: AtomicU64::new(0),
+                runs: AtomicU64::new(0),
+                bytes_in: AtomicU64::new(0),
+                bytes_out: AtomicU64::new(0),
+                kv_bytes_read: AtomicU64::new(0),
+                error: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Graphs compiled so far (one per pass shape and KV bucket).
+    pub fn compiles(&self) -> u64 {
+        self.inner.compiles.load(Ordering::Relaxed)
+    }
+
+    /// The ONNX Runtime version loaded.
+    pub fn runtime_version(&self) -> &str {
+        &self.inner.rt.version
+    }
+
+    fn record<R>(&self, f: impl FnOnce(&mut Recorder) -> R) -> R {
+        let mut st = lock(&self.inner.state);
+        f(&mut st.rec)
+    }
+}
+
+impl Inner {
+    /// Runs the pending recording, if any: every live tensor's graph value and every pending
+    /// KV row comes back to host memory. On failure the error is kept for `take_error` and
+    /// the tensors hold NaN (nothing computed is ever passed off as a result).
+    fn flush(&self) {
+        let mut st = lock(&self.state);
+        if st.rec.is_empty() {
+            return;
+        }
+        let rec = std::mem::take(&mut st.rec);
+        if let Err(e) = self.run(&mut st, rec) {
+            let mut err = lock(&self.error);
+            if err.is_none() {
+                *err = Some(e);
+            }
+        }
+    }
+
+    fn run(&self, st: &mut State, mut rec: Recorder) -> Result<()> {
+        // Outputs: each live tensor's value, then each pending KV append.
+        let mut outputs: Vec<Io> = Vec::new();
+        let mut tensors: Vec<(TRef, usize)> = Vec::new();
+        let add_out = |outputs: &mut Vec<Io>, name: &str, n: usize| -> usize {
+            if let Some(i) = outputs.iter().position(|o| o.name == name) {
+                return i;
+            }
+            outputs.push(Io { name: name.to_string(), elem: Elem::F32, dims: vec![n as i64] });
+            outputs.len() - 1
+        };
+        let mut nan_on_failure: Vec<TRef> = Vec::new();
+        for w in &rec.live {
+            let Some(t) = w.upgrade() else { continue };
+            let sym = lock(&t).sym.clone();
+            if let Some((name, n)) = sym {
+                let i = add_out(&mut outputs, &name, n);
+                tensors.push((t.clone(), i));
+                nan_on_failure.push(t);
+            }
+        }
+        let mut kvs = Vec::new();
+        for (plane, k, v, rows) in &rec.kv_out {
+            let w = lock(plane).width;
+            let ki = add_out(&mut outputs, k, rows * w);
+            let vi = add_out(&mut outputs, v, rows * w);
+            kvs.push((plane.clone(), ki, vi, *rows));
+        }
+        let result = self.execute(st, &mut rec, &outputs, |i, data| {
+            for (t, j) in &tensors {
+                if *j == i {
+                    let mut d = lock(t);
+                    d.host[..data.len()].copy_from_slice(data);
+                    d.sym = None;
+                }
+            }
+            for (plane, ki, vi, rows) in &kvs {
+                let mut p = lock(plane);
+                let at = p.len * p.width;
+                if *ki == i {
+                    p.k[at..at + data.len()].copy_from_slice(data);
+                }
+                if *vi == i {
+                    p.v[at..at + data.len()].copy_from_slice(data);
+                    debug_assert!(*rows * p.width == data.len());
+                }
+            }
+        });
+        // The appended rows count once both halves are in (or are dropped on failure).
+        for (plane, _, _, rows) in &kvs {
+            let mut p = lock(plane);
+            if result.is_ok() {
+                p.len += rows;
+            }
+            p.pending = None;
+        }
+        if result.is_err() {
+            for t in nan_on_failure {
+                let mut d = lock(&t);
+                if let Some((_, n)) = d.sym.take() {
+                    d.host[..n].fill(f32::NAN);
+                }
+            }
+        }
+        result
+    }
+
+    /// Compiles (once per graph) and runs the recording, calling `take(output index, values)`.
+    fn execute(&self, st: &mut State, rec: &mut Recorder, outputs: &[Io], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
+        if outputs.is_empty() {
+            return Ok(());
+        }
+        let mut inits = rec.consts.clone();
+        let mut dims = Vec::new();
+        for &id in &rec.weights {
+            let d = match &st.weights[id] {
+                Source::Matrix(w) => vec![w.rows() as i64, w.cols() as i64],
+                Source::Vector(v) => vec![v.len() as i64],
+            };
+            let length = d.iter().product::<i64>() as usize * 4;
+            inits.push(Init { name: weight_name(id), elem: Elem::F32, dims: d.clone(), data: Data::External { location: weight_name(id), offset: 0, length } });
+            dims.push(d);
+        }
+        let ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
+        let bytes = onnx::model("packlm", &rec.nodes, &inits, &ios, outputs);
+        let compiled = match st.cache.get(&bytes) {
+            Some(c) => c.clone(),
+            None => {
+                let externals: Vec<(String, Vec<f32>)> = rec.weights.iter().map(|&id| (weight_name(id), dequantize(&st.weights[id]))).collect();
+                let session = self.rt.session(&bytes, &self.provider, self.threads.load(Ordering::Relaxed), &externals, &dims)?;
+                self.compiles.fetch_add(1, Ordering::Relaxed);
+                let output_names = outputs.iter().map(|o| CString::new(o.name.as_str()).unwrap_or_default()).collect();
+                let c = Arc::new(Compiled { session, output_names });
+                st.cache.insert(bytes, c.clone());
+                c
+            }
+        };
+        // Inputs: host buffers wrapped, not copied; the KV planes stay locked while they run.
+        let names: Vec<CString> = rec.inputs.iter().map(|(io, _)| CString::new(io.name.as_str()).unwrap_or_default()).collect();
+        let mut guards = Vec::new();
+        let mut ptrs: Vec<(*mut c_void, usize)> = Vec::new();
+        let mut bytes_in = 0u64;
+        for (io, feed) in rec.inputs.iter_mut() {
+            let n = io.dims.iter().product::<i64>() as usize;
+            match feed {
+                Feed::F32(v) => {
+                    ptrs.push((v.as_mut_ptr() as *mut c_void, v.len() * 4));
+                    bytes_in += v.len() as u64 * 4;
+                }
+                Feed::I64(v) => {
+                    ptrs.push((v.as_mut_ptr() as *mut c_void, v.len() * 8));
+                    bytes_in += v.len() as u64 * 8;
+                }
+                Feed::Kv(plane, keys) => {
+                    let mut p = lock(plane);
+                    let ptr = if *keys { p.k.as_mut_ptr() } else { p.v.as_mut_ptr() };
+                    ptrs.push((ptr as *mut c_void, n * 4));
+                    guards.push((plane.clone(), p.len));
+                    drop(p);
+                }
+            }
+        }
+        let mut values = Vec::with_capacity(ptrs.len());
+        for ((io, _), &(p, b)) in rec.inputs.iter().zip(&ptrs) {
+            // SAFETY: the feeds (owned by `rec`) and the planes' buffers (not resized while a
+            // graph runs: only `kv_append` grows them, under the state lock this holds) outlive
+            // the values, dropped at the end of this call.
+            values.push(unsafe { self.rt.tensor(p, b, &io.dims, io.elem as i32) }?);
+        }
+        let inputs: Vec<(&std::ffi::CStr, ort::Value)> = names.iter().map(|n| n.as_c_str()).zip(values).collect();
+        let out_names: Vec<(&std::ffi::CStr, usize)> =
+            compiled.output_names.iter().zip(outputs).map(|(n, o)| (n.as_c_str(), o.dims.iter().product::<i64>() as usize)).collect();
+        let mut bytes_out = 0u64;
+        let r = self.rt.run(&compiled.session, &inputs, &out_names, |i, d| {
+            bytes_out += d.len() as u64 * 4;
+            take(i, d)
+        });
+        drop(guards);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+        r
+    }
+}
+
+/// A weight as the f32 values a graph's initializer holds.
+fn dequantize(s: &Source) -> Vec<f32> {
+    match s {
+        Source::Vector(v) => v.as_ref().clone(),
+        Source::Matrix(w) => {
+            let cols = w.cols();
+            let mut out = vec![0.0f32; w.rows() * cols];
+            for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+                w.row_f32(r, row);
+            }
+            out
+        }
+    }
+}
+
+/// A session's keys and values for the graph backend (see `Plane`).
+pub struct GraphKv {
+    inner: Arc<Inner>,
+    planes: Vec<Option<PlaneRef>>,
+    positions: usize,
+}
+
+impl GraphKv {
+    fn plane(&self, layer: usize) -> Option<&PlaneRef> {
+        self.planes.get(layer)?.as_ref()
+    }
+}
+
+fn new_plane(width: usize, k: Vec<f32>, v: Vec<f32>, len: usize) -> PlaneRef {
+    let mut p = Plane { width, k, v, len, pending: None };
+    grow(&mut p, len);
+    Arc::new(Mutex::new(p))
+}
+
+/// Makes room for `rows` rows and the bucket a pass at `rows` reads.
+fn grow(p: &mut Plane, rows: usize) {
+    let n = rows.max(kv_bucket(rows)) * p.width;
+    if p.k.len() < n {
+        p.k.resize(n, 0.0);
+        p.v.resize(n, 0.0);
+    }
+}
+
+impl KvStore for GraphKv {
+    fn positions(&self) -> usize {
+        self.positions
+    }
+    fn advance(&mut self, rows: usize) {
+        self.positions += rows;
+    }
+    fn truncate(&mut self, n: usize) {
+        self.inner.flush();
+        for p in self.planes.iter().flatten() {
+            let mut p = lock(p);
+            if p.len > n {
+                let w = p.width;
+                let len = p.len;
+                p.k[n * w..len * w].fill(0.0);
+                p.v[n * w..len * w].fill(0.0);
+                p.len = n;
+            }
+        }
+        self.positions = self.positions.min(n);
+    }
+    fn n_layers(&self) -> usize {
+        self.planes.len()
+    }
+    fn plane_width(&self, layer: usize) -> Option<usize> {
+        self.plane(layer).map(|p| lock(p).width)
+    }
+    fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32])) {
+        self.inner.flush();
+        if let Some(p) = self.plane(layer) {
+            let p = lock(p);
+            let n = p.len * p.width;
+            self.inner.kv_bytes_read.fetch_add(2 * n as u64 * 4, Ordering::Relaxed);
+            visit(&p.k[..n], &p.v[..n]);
+        }
+    }
+    fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
+        self.inner.flush();
+        let widths: Vec<Option<usize>> = (0..self.planes.len()).map(|l| self.plane_width(l)).collect();
+        let made = crate::kv::pair_planes(widths, planes, |width, k, v| new_plane(width, k, v, positions));
+        self.planes = made;
+        self.positions = positions;
+        Ok(())
+    }
+    fn fork(&self) -> Box<dyn KvStore> {
+        self.inner.flush();
+        let planes = self
+            .planes
+            .iter()
+            .map(|p| {
+                p.as_ref().map(|p| {
+                    let p = lock(p);
+                    new_plane(p.width, p.k.clone(), p.v.clone(), p.len)
+                })
+            })
+            .collect();
+        Box::new(GraphKv { inner: self.inner.clone(), planes, positions: self.positions })
+    }
+    fn family_bytes(&self) -> usize {
+        self.planes.iter().flatten().map(|p| 2 * lock(p).k.len() * 4).sum()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn graph_kv(kv: &dyn KvStore) -> &GraphKv {
+    kv.as_any().downcast_ref().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"))
+}
+
+impl Backend for GraphBackend {
+    fn name(&self) -> &'static str {
+        "npu"
+    }
+    fn threads(&self) -> usize {
+        self.inner.threads.load(Ordering::Relaxed)
+    }
+    /// Applies to graphs compiled after the call (ONNX Runtime fixes a session's threads).
+    fn set_threads(&self, threads: usize) -> Result<()> {
+        let t = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        self.inner.threads.store(t, Ordering::Relaxed);
+        Ok(())
+    }
+    fn device(&self) -> Option<String> {
+        Some(format!("ONNX Runtime {}, {} execution provider", self.inner.rt.version, self.inner.provider.name))
+    }
+    fn counters(&self) -> Option<DeviceCounters> {
+        let i = &self.inner;
+        Some(DeviceCounters {
+            dispatches: i.runs.load(Ordering::Relaxed),
+            submissions: i.runs.load(Ordering::Relaxed),
+            graphs_compiled: i.compiles.load(Ordering::Relaxed),
+            bytes_written: i.bytes_in.load(Ordering::Relaxed),
+            bytes_read: i.bytes_out.load(Ordering::Relaxed),
+            kv_bytes_read: i.kv_bytes_read.load(Ordering::Relaxed),
+            ..DeviceCounters::default()
+        })
+    }
+    fn accepts(&self, spec: &ModelSpec) -> Result<()> {
+        if spec.layers.iter().any(|l| l.moe.is_some()) {
+            return Err(Error::new(
+                Status::ErrUnsupported,
+                "the npu backend does not run mixtures of experts: their rows are routed by the router's values, and a static graph would be compiled anew for nearly every pass",
+            ));
+        }
+        Ok(())
+    }
+    fn max_pass_rows(&self, _spec: &ModelSpec) -> usize {
+        PASS_ROWS
+    }
+    fn take_error(&self) -> Option<Error> {
+        lock(&self.inner.error).take()
+    }
+
+    fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
+        let mut st = lock(&self.inner.state);
+        st.weights.push(Source::Matrix(w.clone()));
+        Ok(Weight::new(w.rows(), w.cols(), WId(st.weights.len() - 1)))
+    }
+    fn prepare_vector(&self, v: &[f32]) -> Result<Vector> {
+        let mut st = lock(&self.inner.state);
+        st.weights.push(Source::Vector(Arc::new(v.to_vec())));
+        Ok(Vector::new(v.len(), WId(st.weights.len() - 1)))
+    }
+    fn tensor(&self, len: usize) -> Tensor {
+        Tensor::new(len, Arc::new(Mutex::new(TData { host: vec![0.0; len], sym: None })))
+    }
+    fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
+        if lock(t.get::<TRef>()).sym.is_some() {
+            self.inner.flush();
+        }
+        out.copy_from_slice(&lock(t.get::<TRef>()).host[start..start + out.len()]);
+    }
+    fn upload(&self, data: &[f32], t: &mut Tensor) {
+        // A later op reads these host values; a pending value of the tensor is replaced.
+        let mut d = lock(t.get::<TRef>());
+        d.host[..data.len()].copy_from_slice(data);
+        if let Some((name, n)) = d.sym.take() {
+            if n > data.len() {
+                drop(d);
+                self.record(|r| {
+                    let tail = r.slice(&name, 0, data.len(), n);
+                    let head = r.input(Elem::F32, vec![data.len() as i64], Feed::F32(data.to_vec()));
+                    let all = r.concat(&[&head, &tail], 0);
+                    r.set(t, all, n);
+                });
+            }
+        }
+    }
+    fn new_kv(&self, layers: &[LayerSpec]) -> Box<dyn KvStore> {
+        let planes = layers
+            .iter()
+            .map(|l| match l.kv_source {
+                KvSource::Own => Some(new_plane(l.kv_width(), Vec::new(), Vec::new(), 0)),
+                KvSource::SharedWith { .. } => None,
+            })
+            .collect();
+        Box::new(GraphKv { inner: self.inner.clone(), planes, positions: 0 })
+    }
+
+    fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
+        // A new pass: what an earlier one left pending runs first.
+        if !lock(&self.inner.state).rec.kv_out.is_empty() {
+            self.inner.flush();
+        }
+        let (id, hidden) = (table.get::<WId>().0, table.cols());
+        self.record(|r| {
+            let w = r.weight(id);
+            let ids = r.input(Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
+            let mut y = r.node("Gather", &[&w, &ids], vec![("axis", Attr::Int(0))]);
+            if let Some(s) = scale {
+                let s = r.scalar(s);
+                y = r.op("Mul", &[&y, &s]);
+            }
+            let y = r.flat(&y);
+            r.set(out, y, tokens.len() * hidden);
+        });
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Vector, eps: f32, rows: usize, width: usize, out: &mut Tensor) {
+        let id = w.get::<WId>().0;
+        self.record(|r| {
+            let xv = r.get(x, rows * width);
+            let wv = r.weight(id);
+            let y = r.rms(&xv, Some(&wv), eps, rows, width);
+            r.set(out, y, rows * width);
+        });
+    }
+    fn rms_norm_inplace(&self, x: &mut Tensor, w: &Vector, eps: f32, rows: usize, width: usize) {
+        let id = w.get::<WId>().0;
+        self.record(|r| {
+            let xv = r.get(x, rows * width);
+            let wv = r.weight(id);
+            let y = r.rms(&xv, Some(&wv), eps, rows, width);
+            r.set(x, y, rows * width);
+        });
+    }
+    fn copy(&self, src: &Tensor, dst: &mut Tensor, len: usize) {
+        self.record(|r| {
+            let v = r.get(src, len);
+            r.set(dst, v, len);
+        });
+    }
+    fn matmul(&self, w: &Weight, x: &Tensor, rows: usize, out: &mut Tensor) {
+        let (id, n_out, n_in) = (w.get::<WId>().0, w.rows(), w.cols());
+        self.record(|r| {
+            let xv = r.get(x, rows * n_in);
+            let x2 = r.reshape(&xv, &[rows as i64, n_in as i64]);
+            let wv = r.weight(id);
+            let y = r.node("Gemm", &[&x2, &wv], vec![("transB", Attr::Int(1))]);
+            let y = r.flat(&y);
+            r.set(out, y, rows * n_out);
+        });
+    }
+    fn add_bias(&self, x: &mut Tensor, bias: &Vector, rows: usize) {
+        let (id, n) = (bias.get::<WId>().0, bias.len());
+        self.record(|r| {
+            let xv = r.get(x, rows * n);
+            let x2 = r.reshape(&xv, &[rows as i64, n as i64]);
+            let b = r.weight(id);
+            let y = r.op("Add", &[&x2, &b]);
+            let y = r.flat(&y);
+            r.set(x, y, rows * n);
+        });
+    }
+    fn head_norm(&self, x: &mut Tensor, w: Option<&Vector>, eps: f32, rows: usize, width: usize, head_dim: usize) {
+        let id = w.map(|w| w.get::<WId>().0);
+        self.record(|r| {
+            let xv = r.get(x, rows * width);
+            let wv = id.map(|id| r.weight(id));
+            let y = r.rms(&xv, wv.as_deref(), eps, rows * width / head_dim, head_dim);
+            r.set(x, y, rows * width);
+        });
+    }
+    fn rope(&self, x: &mut Tensor, rope: &RopeSpec, rows: usize, width: usize, head_dim: usize, start: usize) {
+        let half = rope.rotary_dims / 2;
+        let heads = width / head_dim;
+        self.record(|r| {
+            let xv = r.get(x, rows * width);
+            let s = r.input(Elem::I64, vec![1], Feed::I64(vec![start as i64]));
+            let ar = r.range(rows);
+            let pos = r.op("Add", &[&s, &ar]);
+            let pos = r.node("Cast", &[&pos], vec![("to", Attr::Int(Elem::F32 as i64))]);
+            let pos = r.reshape(&pos, &[rows as i64, 1, 1]);
+            let inv = r.f32s(&rope.inv_freq[..half], &[1, 1, half as i64]);
+            let angle = r.op("Mul", &[&pos, &inv]);
+            let af = r.scalar(rope.attention_factor);
+            let c = r.op("Cos", &[&angle]);
+            let c = r.op("Mul", &[&c, &af]);
+            let sn = r.op("Sin", &[&angle]);
+            let sn = r.op("Mul", &[&sn, &af]);
+            let x3 = r.reshape(&xv, &[rows as i64, heads as i64, head_dim as i64]);
+            let x0 = r.slice(&x3, 2, 0, half);
+            let x1 = r.slice(&x3, 2, half, 2 * half);
+            let (a, b) = (r.op("Mul", &[&x0, &c]), r.op("Mul", &[&x1, &sn]));
+            let y0 = r.op("Sub", &[&a, &b]);
+            let (a, b) = (r.op("Mul", &[&x1, &c]), r.op("Mul", &[&x0, &sn]));
+            let y1 = r.op("Add", &[&a, &b]);
+            let y = if 2 * half < head_dim {
+                let rest = r.slice(&x3, 2, 2 * half, head_dim);
+                r.concat(&[&y0, &y1, &rest], 2)
+            } else {
+                r.concat(&[&y0, &y1], 2)
+            };
+            let y = r.flat(&y);
+            r.set(x, y, rows * width);
+        });
+    }
+    fn gated_activation(&self, act: Activation, gate: &mut Tensor, up: &Tensor, len: usize) {
+        self.record(|r| {
+            let g = r.get(gate, len);
+            let u = r.get(up, len);
+            let y = match act {
+                Activation::Silu => {
+                    let s = r.op("Sigmoid", &[&g]);
+                    let a = r.op("Mul", &[&g, &s]);
+                    r.op("Mul", &[&a, &u])
+                }
+                Activation::GeluTanh => {
+                    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                    let x3 = r.op("Mul", &[&g, &g]);
+                    let x3 = r.op("Mul", &[&x3, &g]);
+                    let k = r.scalar(0.044715);
+                    let t = r.op("Mul", &[&x3, &k]);
+                    let t = r.op("Add", &[&g, &t]);
+                    let c = r.scalar(crate::backend::cpu::GELU_C);
+                    let t = r.op("Mul", &[&t, &c]);
+                    let t = r.op("Tanh", &[&t]);
+                    let one = r.scalar(1.0);
+                    let t = r.op("Add", &[&t, &one]);
+                    let half = r.scalar(0.5);
+                    let h = r.op("Mul", &[&g, &half]);
+                    let a = r.op("Mul", &[&h, &t]);
+                    r.op("Mul", &[&a, &u])
+                }
+                Activation::ClampedSwiglu { alpha, limit } => {
+                    let (lim, neg) = (r.scalar(limit), r.scalar(-limit));
+                    let x = r.op("Min", &[&g, &lim]);
+                    let uc = r.op("Clip", &[&u, &neg, &lim]);
+                    let a = r.scalar(alpha);
+                    let xa = r.op("Mul", &[&x, &a]);
+                    let s = r.op("Sigmoid", &[&xa]);
+                    let glu = r.op("Mul", &[&x, &s]);
+                    let one = r.scalar(1.0);
+                    let u1 = r.op("Add", &[&uc, &one]);
+                    r.op("Mul", &[&u1, &glu])
+                }
+            };
+            r.set(gate, y, len);
+        });
+    }
+    fn add(&self, x: &mut Tensor, y: &Tensor, len: usize) {
+        self.record(|r| {
+            let a = r.get(x, len);
+            let b = r.get(y, len);
+            let s = r.op("Add", &[&a, &b]);
+            r.set(x, s, len);
+        });
+    }
+    fn scale(&self, x: &mut Tensor, s: f32, len: usize) {
+        self.record(|r| {
+            let a = r.get(x, len);
+            let k = r.scalar(s);
+            let y = r.op("Mul", &[&a, &k]);
+            r.set(x, y, len);
+        });
+    }
+    fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
+        self.record(|r| {
+            let a = r.get(x, len);
+            let c = r.scalar(cap);
+            let d = r.op("Div", &[&a, &c]);
+            let t = r.op("Tanh", &[&d]);
+            let y = r.op("Mul", &[&t, &c]);
+            r.set(x, y, len);
+        });
+    }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &mut Tensor, dst_row: usize, rows: usize, width: usize) {
+        self.record(|r| {
+            let s = r.get(src, (src_row + rows) * width);
+            let part = r.slice(&s, 0, src_row * width, (src_row + rows) * width);
+            let have = {
+                let d = lock(dst.get::<TRef>());
+                d.sym.as_ref().map_or(0, |s| s.1)
+            };
+            let end = (dst_row + rows) * width;
+            let total = have.max(end);
+            let mut pieces = Vec::new();
+            if dst_row > 0 || total > end {
+                let d = r.get(dst, total);
+                if dst_row > 0 {
+                    pieces.push(r.slice(&d, 0, 0, dst_row * width));
+                }
+                pieces.push(part.clone());
+                if total > end {
+                    pieces.push(r.slice(&d, 0, end, total));
+                }
+            } else {
+                pieces.push(part.clone());
+            }
+            let refs: Vec<&str> = pieces.iter().map(|s| s.as_str()).collect();
+            let y = if refs.len() == 1 { part } else { r.concat(&refs, 0) };
+            r.set(dst, y, total);
+        });
+    }
+    fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor) {
+        let n = rows.iter().max().map_or(0, |m| m + 1);
+        self.record(|r| {
+            let xv = r.get(x, n * width);
+            let x2 = r.reshape(&xv, &[n as i64, width as i64]);
+            let idx = r.i64s(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>());
+            let y = r.node("Gather", &[&x2, &idx], vec![("axis", Attr::Int(0))]);
+            let y = r.flat(&y);
+            r.set(out, y, rows.len() * width);
+        });
+    }
+    fn gather_columns(&self, src: &Tensor, rows: usize, src_width: usize, offset: usize, width: usize, out: &mut Tensor) {
+        self.record(|r| {
+            let s = r.get(src, rows * src_width);
+            let s2 = r.reshape(&s, &[rows as i64, src_width as i64]);
+            let y = r.slice(&s2, 1, offset, offset + width);
+            let y = r.flat(&y);
+            r.set(out, y, rows * width);
+        });
+    }
+    fn per_layer_combine(&self, c: &mut Tensor, table: &Weight, tokens: &[u32], table_scale: f32, combine: f32) {
+        let (id, width) = (table.get::<WId>().0, table.cols());
+        self.record(|r| {
+            let n = tokens.len() * width;
+            let cv = r.get(c, n);
+            let w = r.weight(id);
+            let ids = r.input(Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
+            let t = r.node("Gather", &[&w, &ids], vec![("axis", Attr::Int(0))]);
+            let t = r.flat(&t);
+            let ts = r.scalar(table_scale);
+            let t = r.op("Mul", &[&t, &ts]);
+            let s = r.op("Add", &[&cv, &t]);
+            let k = r.scalar(combine);
+            let y = r.op("Mul", &[&s, &k]);
+            r.set(c, y, n);
+        });
+    }
+
+    fn kv_append(&self, kv: &mut dyn KvStore, layer: usize, k: &Tensor, v: &Tensor, rows: usize) {
+        let kv: &GraphKv = graph_kv(kv);
+        let Some(plane) = kv.plane(layer).cloned() else { return };
+        if lock(&plane).pending.is_some() {
+            // An earlier pass's rows are still pending: they run first.
+            self.inner.flush();
+        }
+        let width = {
+            let mut p = lock(&plane);
+            p.pending = Some(rows);
+            let len = p.len;
+            grow(&mut p, len + rows);
+            p.width
+        };
+        self.record(|r| {
+            let kn = r.get(k, rows * width);
+            let vn = r.get(v, rows * width);
+            r.kv_out.push((plane, kn, vn, rows));
+        });
+    }
+    fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
+        let kv = graph_kv(kv);
+        let Some(pl) = kv.plane(plane).cloned() else { return };
+        let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+        let g = nh / nkv;
+        self.record(|r| {
+            let Some((kn, vn)) = r.kv_out.iter().rev().find(|(p, ..)| Arc::ptr_eq(p, &pl)).map(|(_, k, v, _)| (k.clone(), v.clone())) else {
+                panic!("attention over a plane with no rows appended in this pass");
+            };
+            let (width, held) = {
+                let p = lock(&pl);
+                (p.width, p.len)
+            };
+            assert_eq!(held, start, "attention at {start} over a plane holding {held} rows");
+            // Every key at its own position: the plane's buffer (`cap` rows, zeros past the
+            // rows held) with the pass's new rows scattered in at start.. . A query's sums then
+            // run over the same keys at the same indices whatever pass it is in (the padding
+            // adds exact zeros), which is what keeps a row's bits independent of its pass.
+            let cap = kv_bucket(start + rows);
+            let s = r.input(Elem::I64, vec![1], Feed::I64(vec![start as i64]));
+            let ar = r.range(rows);
+            let qpos = r.op("Add", &[&s, &ar]);
+            let at = r.reshape(&qpos, &[rows as i64, 1]);
+            let (kn, vn) = (r.reshape(&kn, &[rows as i64, width as i64]), r.reshape(&vn, &[rows as i64, width as i64]));
+            let kp = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), true));
+            let vp = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), false));
+            let kall = r.op("ScatterND", &[&kp, &at, &kn]);
+            let vall = r.op("ScatterND", &[&vp, &at, &vn]);
+            // q: [rows, nh*hd] -> [nkv, g*rows, hd]; k: [cap, nkv*hd] -> [nkv, hd, cap].
+            let qv = r.get(q, rows * nh * hd);
+            let q4 = r.reshape(&qv, &[rows as i64, nkv as i64, g as i64, hd as i64]);
+            let q4 = r.node("Transpose", &[&q4], vec![("perm", Attr::Ints(vec![1, 2, 0, 3]))]);
+            let q3 = r.reshape(&q4, &[nkv as i64, (g * rows) as i64, hd as i64]);
+            let k3 = r.reshape(&kall, &[cap as i64, nkv as i64, hd as i64]);
+            let kt = r.node("Transpose", &[&k3], vec![("perm", Attr::Ints(vec![1, 2, 0]))]);
+            let v3 = r.reshape(&vall, &[cap as i64, nkv as i64, hd as i64]);
+            let vt = r.node("Transpose", &[&v3], vec![("perm", Attr::Ints(vec![1, 0, 2]))]);
+            let sc = r.op("MatMul", &[&q3, &kt]);
+            let k = r.scalar(shape.scale);
+            let mut sc = r.op("Mul", &[&sc, &k]);
+            if let Some(cap) = shape.softcap {
+                let c = r.scalar(cap);
+                let d = r.op("Div", &[&sc, &c]);
+                let t = r.op("Tanh", &[&d]);
+                sc = r.op("Mul", &[&t, &c]);
+            }
+            // Visible keys: held or new (below start + rows), and by the causal and window rules.
+            let kpos = r.range(cap);
+            let qcol = r.reshape(&qpos, &[rows as i64, 1]);
+            let krow = r.reshape(&kpos, &[1, cap as i64]);
+            let diff = r.op("Sub", &[&qcol, &krow]);
+            let n = r.i64s(&[rows as i64]);
+            let ends = r.op("Add", &[&s, &n]);
+            let held = r.op("Less", &[&krow, &ends]);
+            let mut mask = held;
+            if shape.causal {
+                let zero = r.i64s(&[0]);
+                let c = r.op("GreaterOrEqual", &[&diff, &zero]);
+                mask = r.op("And", &[&mask, &c]);
+            }
+            if let Some(w) = shape.window {
+                let wv = r.i64s(&[w as i64]);
+                let d = if shape.causal { diff.clone() } else { r.op("Abs", &[&diff]) };
+                let c = r.op("Less", &[&d, &wv]);
+                mask = r.op("And", &[&mask, &c]);
+            }
+            // [rows, cap] (or [1, cap]) -> [g*rows, cap] (query row index gi*rows + r).
+            let dims = r.i64s(&[rows as i64, cap as i64]);
+            let full = r.op("Expand", &[&mask, &dims]);
+            let reps = r.i64s(&[g as i64, 1]);
+            let tiled = r.op("Tile", &[&full, &reps]);
+            let ninf = r.scalar(f32::NEG_INFINITY);
+            let sc = r.op("Where", &[&tiled, &sc, &ninf]);
+            // The softmax written out, its sum a MatMul against ones in key order (ONNX
+            // Runtime's Softmax sums in vector lanes split by the row's length); a sink joins
+            // the maximum and is added last to the sum, as on the host.
+            let mut mx = r.node("ReduceMax", &[&sc], vec![("axes", Attr::Ints(vec![-1])), ("keepdims", Attr::Int(1))]);
+            let sink = sinks.map(|sk| {
+                let col: Vec<f32> = (0..nh).flat_map(|h| std::iter::repeat_n(sk[h], rows)).collect();
+                r.f32s(&col, &[nkv as i64, (g * rows) as i64, 1])
+            });
+            if let Some(sk) = &sink {
+                mx = r.op("Max", &[&mx, sk]);
+            }
+            let d = r.op("Sub", &[&sc, &mx]);
+            let e = r.op("Exp", &[&d]);
+            let ones = r.f32s(&vec![1.0; cap], &[cap as i64, 1]);
+            let mut sum = r.op("MatMul", &[&e, &ones]);
+            if let Some(sk) = &sink {
+                let ds = r.op("Sub", &[sk, &mx]);
+                let es = r.op("Exp", &[&ds]);
+                sum = r.op("Add", &[&sum, &es]);
+            }
+            let probs = r.op("Div", &[&e, &sum]);
+            let o = r.op("MatMul", &[&probs, &vt]);
+            let o = r.reshape(&o, &[nkv as i64, g as i64, rows as i64, hd as i64]);
+            let o = r.node("Transpose", &[&o], vec![("perm", Attr::Ints(vec![2, 0, 1, 3]))]);
+            let o = r.flat(&o);
+            r.set(out, o, rows * nh * hd);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_buckets_double_from_64() {
+        assert_eq!(kv_bucket(0), 64);
+        assert_eq!(kv_bucket(1), 64);
+        assert_eq!(kv_bucket(64), 64);
+        assert_eq!(kv_bucket(65), 128);
+        assert_eq!(kv_bucket(1000), 1024);
+    }
+}

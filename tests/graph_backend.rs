@@ -1,0 +1,226 @@
+//! The graph backend (src/backend/graph): the engine's op stream as ONNX graphs, run by ONNX
+//! Runtime's CPU execution provider. ONNX Runtime's library is found by PACKLM_ONNXRUNTIME
+//! (CI installs it from the `onnxruntime` wheel); every test here skips, saying so, only when it
+//! cannot be loaded AND PACKLM_REQUIRE_ONNXRUNTIME is unset. CI sets it, so a missing runtime
+//! fails there.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use packlm::backend::graph::{GraphBackend, GraphOptions};
+use packlm::backend::{Backend, BackendKind};
+use packlm::engine::{Model, Session, Want};
+
+/// A graph backend on the CPU provider, or None (with a note) when ONNX Runtime is not at hand
+/// and not required.
+fn backend() -> Option<GraphBackend> {
+    match GraphBackend::new(&GraphOptions::default(), 1) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var_os("PACKLM_REQUIRE_ONNXRUNTIME").is_none() => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("PACKLM_REQUIRE_ONNXRUNTIME is set and the graph backend is unavailable: {e}"),
+    }
+}
+
+fn open_graph(path: &std::path::Path) -> Option<Arc<Model>> {
+    let be = backend()?;
+    Some(Arc::new(Model::open_on(path, Box::new(be)).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))))
+}
+
+/// Every dense family's tiny golden fixture within 1e-4 of HF (f32 on both sides).
+#[test]
+fn golden_fixtures_of_every_dense_family_match_hf() {
+    if backend().is_none() {
+        return;
+    }
+    let mut checked = 0;
+    for entry in std::fs::read_dir(fixtures().join("tiny")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("golden.json").is_file() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let m = match Model::open_on(&dir, Box::new(backend().unwrap())) {
+            Ok(m) => Arc::new(m),
+            Err(e) if e.message.contains("mixtures of experts") => {
+                eprintln!("{name}: refused, as it should be: {e}");
+                continue;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let g = golden(&dir);
+        let got = all_rows(&m, &g.tokens);
+        let d = max_abs_diff(&got, &g.logits);
+        eprintln!("{name} (graph, cpu provider): max |packlm - HF| = {d:e}");
+        assert!(d <= TOL_F32, "{name}: max |packlm - HF| = {d} > {TOL_F32}");
+        let st = stepped(&m, &g.tokens);
+        let d = max_abs_diff(&st, &g.logits);
+        eprintln!("{name} (graph, stepped): max |packlm - HF| = {d:e}");
+        assert!(d <= TOL_F32, "{name} stepped: max |packlm - HF| = {d} > {TOL_F32}");
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} fixtures checked");
+}
+
+/// The dense fixtures the invariants run on: shared planes and per-layer inputs (gemma4),
+/// sliding windows and softcaps (gemma2), q/k norms (qwen3), qkv bias (qwen2).
+const INVARIANT_FIXTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide"];
+
+/// step_batch == steps, truncate == fresh, restore == fresh, on the graph backend.
+#[test]
+fn model_invariants_hold_on_the_graph_backend() {
+    if backend().is_none() {
+        return;
+    }
+    for fixture in INVARIANT_FIXTURES {
+        let m = open_graph(&tiny(fixture)).unwrap();
+        let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
+        let what = |s: &str| format!("graph, {fixture}: {s}");
+        let batched = all_rows(&m, &tokens);
+        let st = stepped(&m, &tokens);
+        eprintln!("{fixture}: batched vs stepped max diff {:e}", max_abs_diff(&batched, &st));
+        assert_bits_equal(&batched, &st, &what("batched vs sequential"));
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens, Want::None).unwrap();
+        let snap7 = {
+            let mut t = Session::new(m.clone(), 0).unwrap();
+            t.step_batch(&tokens[..7], Want::None).unwrap();
+            t.snapshot()
+        };
+        s.truncate(7).unwrap();
+        assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
+        let v = m.spec().vocab_size;
+        assert_bits_equal(&s.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("truncate vs fresh"));
+        let mut r = Session::new(m.clone(), 0).unwrap();
+        r.restore(&snap7).unwrap();
+        assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
+    }
+}
+
+/// Bits that hold past the KV buckets and the pass size: 300 positions (buckets 64 to 512, the
+/// matrix products' K blocks) as one step_batch (parts of 128 rows) and as steps; and two
+/// threads as one.
+#[test]
+fn long_passes_and_threads_keep_the_bits() {
+    if backend().is_none() {
+        return;
+    }
+    // The gemma3 fixture (sliding and full layers) with a context of 512.
+    let dir = std::env::temp_dir().join(format!("packlm-graph-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(tiny("gemma3")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["max_position_embeddings"] = 512.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let m = open_graph(&dir).unwrap();
+    let v = m.spec().vocab_size as u32;
+    let tokens: Vec<u32> = (0..300u32).map(|i| (i * 7 + 3) % v).collect();
+    let batched = all_rows(&m, &tokens);
+    let mut s = Session::new(m.clone(), 0).unwrap();
+    let mut st = s.step_batch(&tokens[..100], Want::All).unwrap();
+    for &t in &tokens[100..] {
+        st.extend(s.step(t).unwrap());
+    }
+    assert_bits_equal(&batched, &st, "300 positions: batched vs a prefill of 100 and steps");
+    let two = GraphBackend::new(&GraphOptions::default(), 2).unwrap();
+    let m2 = Arc::new(Model::open_on(&dir, Box::new(two)).unwrap());
+    assert_bits_equal(&batched, &all_rows(&m2, &tokens), "two threads vs one");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// One graph per pass shape: a second session's passes of the shapes the first compiled
+/// compile nothing, and a decode step hands the device its token and position and takes back
+/// the logits and the step's new activations and KV rows, never the KV it holds.
+#[test]
+fn graphs_compile_once_per_shape_and_a_step_moves_no_kv() {
+    let Some(be) = backend() else { return };
+    let dir = tiny("llama");
+    let m = Arc::new(Model::open_on(&dir, Box::new(be)).unwrap());
+    let tokens: Vec<u32> = golden(&dir).tokens.into_iter().take(10).collect();
+    let counters = || m.backend().counters().unwrap();
+    let run = || {
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&tokens[..6], Want::Last).unwrap();
+        for &t in &tokens[6..] {
+            s.step(t).unwrap();
+        }
+        s
+    };
+    let c0 = counters();
+    run();
+    let c1 = counters();
+    assert_eq!(c1.graphs_compiled - c0.graphs_compiled, 2, "a prefill of 6 rows and a decode step (KV bucket 64)");
+    let mut s = run();
+    let c2 = counters();
+    assert_eq!(c2.graphs_compiled, c1.graphs_compiled, "the same shapes again compile nothing");
+    assert_eq!(c2.submissions - c1.submissions, 5, "one run per pass");
+    // One decode step at a KV of 10 positions: the bytes in are its token and positions (no KV).
+    let spec = m.spec();
+    s.step(tokens[0]).unwrap();
+    let c3 = counters();
+    assert_eq!(c3.graphs_compiled, c2.graphs_compiled);
+    let kv_row: usize = spec.layers.iter().filter(|l| matches!(l.kv_source, packlm::semantics::KvSource::Own)).map(|l| 2 * l.kv_width() * 4).sum();
+    let held_kv = 10 * kv_row;
+    let bytes_in = (c3.bytes_written - c2.bytes_written) as usize;
+    eprintln!("decode step: {bytes_in} bytes in, {} bytes out; the KV held is {held_kv} bytes", c3.bytes_read - c2.bytes_read);
+    assert!(bytes_in < 64, "a step hands in {bytes_in} bytes (token ids and positions are 8 each)");
+    let out = (c3.bytes_read - c2.bytes_read) as usize;
+    assert!(out >= spec.vocab_size * 4 + kv_row, "the logits and the new KV row come back ({out} bytes)");
+    assert!(out < spec.vocab_size * 4 + kv_row + 64 * spec.hidden_size * 4, "only the step's own values come back ({out} bytes)");
+}
+
+/// A snapshot moves between the host and graph backends: taken on one, restored on the other,
+/// the next logits are those of a fresh session there within the f32 tolerance.
+#[test]
+fn snapshots_move_between_host_and_graph() {
+    if backend().is_none() {
+        return;
+    }
+    let dir = tiny("gemma3");
+    let (g, h) = (open_graph(&dir).unwrap(), open_with(&dir, BackendKind::Host, 1));
+    let tokens: Vec<u32> = golden(&dir).tokens.into_iter().take(9).collect();
+    for (from, to, what) in [(&g, &h, "graph -> host"), (&h, &g, "host -> graph")] {
+        let mut a = Session::new(from.clone(), 0).unwrap();
+        a.step_batch(&tokens[..8], Want::None).unwrap();
+        let mut b = Session::new(to.clone(), 0).unwrap();
+        b.restore(&a.snapshot()).unwrap();
+        let mut fresh = Session::new(to.clone(), 0).unwrap();
+        fresh.step_batch(&tokens[..8], Want::None).unwrap();
+        let d = max_abs_diff(&b.step(tokens[8]).unwrap(), &fresh.step(tokens[8]).unwrap());
+        eprintln!("{what}: max diff {d:e}");
+        assert!(d <= TOL_F32, "{what}: {d}");
+    }
+}
+
+/// Greedy decoding of real models at exact: the same 24 tokens as the host backend.
+#[test]
+fn real_models_continue_as_the_host_does() {
+    if backend().is_none() {
+        return;
+    }
+    for path in [smollm2(), gemma3_270m()].into_iter().flatten() {
+        let graph = open_graph(&path).unwrap();
+        let host = Arc::new(Model::open(&path, &packlm::engine::OpenOptions::new(BackendKind::Host, 0, packlm::backend::Precision::Exact)).unwrap());
+        let prompt = graph.vocab().encode("The capital of France is", true, false).unwrap();
+        let greedy = |m: &Arc<Model>| {
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            let mut next = packlm::sample::argmax(&s.step_batch(&prompt, Want::Last).unwrap());
+            let mut out = vec![next];
+            for _ in 1..24 {
+                next = packlm::sample::argmax(&s.step(next).unwrap());
+                out.push(next);
+            }
+            out
+        };
+        let (a, b) = (greedy(&graph), greedy(&host));
+        eprintln!("{}: graph {a:?}", path.display());
+        assert_eq!(a, b, "{}: graph vs host greedy tokens", path.display());
+    }
+}
