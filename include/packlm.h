@@ -121,6 +121,17 @@
 #define PACKLM_BACKEND_ACCELERATOR 2
 
 /**
+ * The graph backend: the model's passes as static-shape ONNX graphs, compiled and run by ONNX
+ * Runtime on an execution provider (`packlm_open_options.provider`: an NPU through OpenVINO,
+ * VitisAI, QNN or CoreML, a GPU through CUDA or DirectML, or the CPU). ONNX Runtime's library
+ * is loaded at run time (`packlm_open_options.onnxruntime_library`, else the environment
+ * variable PACKLM_ONNXRUNTIME, else the system's search path); where it cannot be loaded, or
+ * lacks the provider, the open fails with PACKLM_ERR_BACKEND_UNAVAILABLE saying why. Computes
+ * exact (f32 graphs).
+ */
+#define PACKLM_BACKEND_NPU 3
+
+/**
  * `packlm_open_options.precision`: the pack's default, PACKLM_PRECISION_FAST when its weights
  * are block-quantized (8 bits or fewer per weight, e.g. a Q4_1 GGUF), PACKLM_PRECISION_EXACT
  * for float packs (f32, f16, bf16), where rounding activations would lose what the weights keep.
@@ -316,7 +327,8 @@ typedef struct {
    */
   size_t size;
   /**
-   * PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU.
+   * PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU,
+   * PACKLM_BACKEND_NPU.
    */
   uint32_t backend;
   /**
@@ -352,6 +364,24 @@ typedef struct {
    * default.
    */
   uint32_t precision;
+  /**
+   * PACKLM_BACKEND_NPU: the execution provider, by name: "cpu" (NULL: the default),
+   * "openvino", "vitisai", "qnn", "coreml", "cuda" or "dml". One that ONNX Runtime was not
+   * built with gives PACKLM_ERR_BACKEND_UNAVAILABLE naming it and what there is. Ignored by
+   * the other backends. A caller whose `size` ends before this field gets the default.
+   */
+  const char *provider;
+  /**
+   * PACKLM_BACKEND_NPU: the provider's options as "key=value" pairs separated by ';' (NULL:
+   * none), passed to ONNX Runtime as they are.
+   */
+  const char *provider_options;
+  /**
+   * PACKLM_BACKEND_NPU: the path of ONNX Runtime's shared library (libonnxruntime.so.*,
+   * libonnxruntime.*.dylib, onnxruntime.dll); NULL: PACKLM_ONNXRUNTIME, then the system's
+   * search path.
+   */
+  const char *onnxruntime_library;
 } packlm_open_options;
 
 /**

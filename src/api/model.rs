@@ -104,6 +104,14 @@ pub struct OpenOptions {
     pub threads: usize,
     /// None = the pack's default.
     pub precision: Option<Precision>,
+    /// [`Backend::Npu`]: the execution provider by name (`cpu`, `openvino`, `vitisai`, `qnn`,
+    /// `coreml`, `cuda`, `dml`); None = `cpu`.
+    pub provider: Option<String>,
+    /// [`Backend::Npu`]: the provider's options, `key=value` pairs separated by `;`.
+    pub provider_options: String,
+    /// [`Backend::Npu`]: ONNX Runtime's library; None = `PACKLM_ONNXRUNTIME`, then the system's
+    /// library search path.
+    pub onnxruntime: Option<String>,
 }
 
 impl OpenOptions {
@@ -122,8 +130,24 @@ impl OpenOptions {
         self.precision = Some(precision);
         self
     }
+    /// These options with the execution provider `name` and its `options` ([`Backend::Npu`]).
+    pub fn provider(mut self, name: &str, options: &str) -> Self {
+        self.provider = Some(name.to_string());
+        self.provider_options = options.to_string();
+        self
+    }
+    /// These options with ONNX Runtime's library at `path` ([`Backend::Npu`]).
+    pub fn onnxruntime(mut self, path: &str) -> Self {
+        self.onnxruntime = Some(path.to_string());
+        self
+    }
     fn engine(&self) -> engine::OpenOptions {
-        engine::OpenOptions { backend: self.backend.kind(), threads: self.threads, precision: self.precision.map(Precision::engine) }
+        engine::OpenOptions {
+            backend: self.backend.kind(),
+            threads: self.threads,
+            precision: self.precision.map(Precision::engine),
+            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone() },
+        }
     }
 }
 

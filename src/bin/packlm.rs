@@ -38,7 +38,8 @@
 //! prompt gives the tokens the template would; `--no-special` treats it as plain text. BOS is
 //! added by the pack's rule (never twice) either way.
 //!
-//! Common options: --threads N, --backend host|reference|gpu, --precision exact|fast (default: the
+//! Common options: --threads N, --backend host|reference|gpu|npu (npu: --ep NAME, --ep-options
+//! "K=V;..", --onnxruntime LIB), --precision exact|fast (default: the
 //! pack's, fast for block-quantized weights, exact for float ones; `info` prints the precision in
 //! use, exact on a backend without reduced-precision kernels). Errors print the status and
 //! message and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
@@ -102,7 +103,10 @@ const USAGE: &str = "usage:
       prints {\"model\", \"pooling\", \"normalized\", \"dim\", \"embeddings\", \"tokens\"}: embeddings[i] is text i's
       vector (dim values), or with --pooling none its list of token vectors, one per id of tokens[i];
       pooling and normalization default to the pack's
-options: --threads N  --backend host|reference|gpu  --precision exact|fast
+options: --threads N  --backend host|reference|gpu|npu  --precision exact|fast
+         --ep NAME (npu: ONNX Runtime's execution provider: cpu (default), openvino, vitisai, qnn, coreml,
+         cuda, dml)  --ep-options \"KEY=VALUE;..\"  --onnxruntime LIB (npu: ONNX Runtime's library;
+         default: $PACKLM_ONNXRUNTIME, then the system's search path)
          --lora PATH[:SCALE] (generate, logits, embed; repeatable; scale 1.0 by default): a LoRA adapter,
          a PEFT folder or an adapter GGUF, applied to the session
          --control-vector PATH[:SCALE] (generate, logits, embed; repeatable): a llama.cpp control-vector
@@ -163,7 +167,17 @@ fn open(pack: &str, args: &mut Args) -> Result<Model> {
         None => None,
         Some(v) => Some(v.parse::<Precision>().map_err(|e| Error::new(e.status, format!("--precision {v:?}: exact or fast")))?),
     };
-    Model::open_with(pack, &OpenOptions { backend, threads, precision })
+    let mut opts = OpenOptions { backend, threads, precision, ..OpenOptions::default() };
+    if let Some(ep) = args.value(&["--ep"])? {
+        opts.provider = Some(ep);
+    }
+    if let Some(o) = args.value(&["--ep-options"])? {
+        opts.provider_options = o;
+    }
+    if let Some(lib) = args.value(&["--onnxruntime"])? {
+        opts.onnxruntime = Some(lib);
+    }
+    Model::open_with(pack, &opts)
 }
 
 fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {

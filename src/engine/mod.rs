@@ -40,18 +40,20 @@ pub struct OpenOptions {
     pub threads: usize,
     /// The precision asked for; None = the pack's default (`Precision::default_for`).
     pub precision: Option<Precision>,
+    /// The graph backend's runtime and provider (`BackendKind::Npu` only).
+    pub graph: backend::graph::GraphOptions,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { backend: BackendKind::Host, threads: 0, precision: None }
+        OpenOptions { backend: BackendKind::Host, threads: 0, precision: None, graph: Default::default() }
     }
 }
 
 impl OpenOptions {
     /// `backend` with `threads`, at `precision`.
     pub fn new(backend: BackendKind, threads: usize, precision: Precision) -> OpenOptions {
-        OpenOptions { backend, threads, precision: Some(precision) }
+        OpenOptions { backend, threads, precision: Some(precision), graph: Default::default() }
     }
 }
 
@@ -154,7 +156,7 @@ impl Model {
         // weight types.
         let pack = Pack::open(path)?;
         let precision = opts.precision.unwrap_or_else(|| Precision::default_for(pack.tensors.values().any(|t| t.ty.is_quantized())));
-        let backend = backend::create(opts.backend, opts.threads, precision)?;
+        let backend = backend::create_with(opts.backend, opts.threads, precision, &opts.graph)?;
         let model = Model::open_reporting(path, pack, backend, &mut report)?;
         report(1.0)?;
         Ok(model)

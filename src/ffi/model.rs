@@ -28,6 +28,14 @@ pub const PACKLM_BACKEND_REFERENCE: u32 = 1;
 pub const PACKLM_BACKEND_GPU: u32 = 2;
 /// The earlier name of PACKLM_BACKEND_GPU (the accelerator seam): the same value.
 pub const PACKLM_BACKEND_ACCELERATOR: u32 = 2;
+/// The graph backend: the model's passes as static-shape ONNX graphs, compiled and run by ONNX
+/// Runtime on an execution provider (`packlm_open_options.provider`: an NPU through OpenVINO,
+/// VitisAI, QNN or CoreML, a GPU through CUDA or DirectML, or the CPU). ONNX Runtime's library
+/// is loaded at run time (`packlm_open_options.onnxruntime_library`, else the environment
+/// variable PACKLM_ONNXRUNTIME, else the system's search path); where it cannot be loaded, or
+/// lacks the provider, the open fails with PACKLM_ERR_BACKEND_UNAVAILABLE saying why. Computes
+/// exact (f32 graphs).
+pub const PACKLM_BACKEND_NPU: u32 = 3;
 
 /// `packlm_open_options.precision`: the pack's default, PACKLM_PRECISION_FAST when its weights
 /// are block-quantized (8 bits or fewer per weight, e.g. a Q4_1 GGUF), PACKLM_PRECISION_EXACT
@@ -55,7 +63,8 @@ pub type packlm_progress_fn = Option<extern "C" fn(fraction: f32, user_data: *mu
 pub struct packlm_open_options {
     /// sizeof(packlm_open_options) as the caller compiled it.
     pub size: usize,
-    /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU.
+    /// PACKLM_BACKEND_HOST (default), PACKLM_BACKEND_REFERENCE, PACKLM_BACKEND_GPU,
+    /// PACKLM_BACKEND_NPU.
     pub backend: u32,
     /// Worker threads of the host backend, the calling thread included; 0 = one per core. More
     /// than 256 is refused with PACKLM_ERR_LIMIT_EXCEEDED. The helper threads are one pool per
@@ -80,12 +89,24 @@ pub struct packlm_open_options {
     /// the same pack opened at the other. A caller whose `size` ends before this field gets the
     /// default.
     pub precision: u32,
+    /// PACKLM_BACKEND_NPU: the execution provider, by name: "cpu" (NULL: the default),
+    /// "openvino", "vitisai", "qnn", "coreml", "cuda" or "dml". One that ONNX Runtime was not
+    /// built with gives PACKLM_ERR_BACKEND_UNAVAILABLE naming it and what there is. Ignored by
+    /// the other backends. A caller whose `size` ends before this field gets the default.
+    pub provider: *const c_char,
+    /// PACKLM_BACKEND_NPU: the provider's options as "key=value" pairs separated by ';' (NULL:
+    /// none), passed to ONNX Runtime as they are.
+    pub provider_options: *const c_char,
+    /// PACKLM_BACKEND_NPU: the path of ONNX Runtime's shared library (libonnxruntime.so.*,
+    /// libonnxruntime.*.dylib, onnxruntime.dll); NULL: PACKLM_ONNXRUNTIME, then the system's
+    /// search path.
+    pub onnxruntime_library: *const c_char,
     // sizeof is now 48 on 64-bit targets, its last 4 bytes padding a caller may leave unset: a
     // field appended here must start past it, so a u32 needs a reserved u32 before it.
 }
 
 // SAFETY: repr(C), starts with the usize size, fields are integers, a nullable function
-// pointer and a raw pointer.
+// pointer and raw pointers (any bits are a valid raw pointer).
 unsafe impl AbiStruct for packlm_open_options {
     const NAME: &'static str = "packlm_open_options";
     const FIRST_SIZE: usize = std::mem::offset_of!(packlm_open_options, user_data) + std::mem::size_of::<*mut c_void>();
@@ -99,6 +120,9 @@ unsafe impl AbiStruct for packlm_open_options {
             progress: None,
             user_data: std::ptr::null_mut(),
             precision: PACKLM_PRECISION_DEFAULT,
+            provider: std::ptr::null(),
+            provider_options: std::ptr::null(),
+            onnxruntime_library: std::ptr::null(),
         }
     }
 }
@@ -142,9 +166,25 @@ unsafe fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions,
         PACKLM_BACKEND_HOST => Backend::Host,
         PACKLM_BACKEND_REFERENCE => Backend::Reference,
         PACKLM_BACKEND_GPU => Backend::Gpu,
-        other => return Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (gpu)"))),
+        PACKLM_BACKEND_NPU => Backend::Npu,
+        other => return Err(Error::invalid(format!("backend {other} is not one of 0 (host), 1 (reference), 2 (gpu), 3 (npu)"))),
     };
-    Ok((OpenOptions { backend, threads: o.threads as usize, precision: precision_from_code(o.precision)? }, o.progress, o.user_data))
+    let text = |p: *const c_char, what: &str| -> Result<Option<String>> {
+        // SAFETY: NULL or a NUL-terminated string, by the field's contract.
+        if p.is_null() { Ok(None) } else { unsafe { try_cstr(p, what) }.map(|s| Some(s.to_string())) }
+    };
+    Ok((
+        OpenOptions {
+            backend,
+            threads: o.threads as usize,
+            precision: precision_from_code(o.precision)?,
+            provider: text(o.provider, "options.provider")?,
+            provider_options: text(o.provider_options, "options.provider_options")?.unwrap_or_default(),
+            onnxruntime: text(o.onnxruntime_library, "options.onnxruntime_library")?,
+        },
+        o.progress,
+        o.user_data,
+    ))
 }
 
 /// `packlm_open_options.precision`: None for PACKLM_PRECISION_DEFAULT.

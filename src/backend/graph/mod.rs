@@ -67,7 +67,7 @@ pub fn kv_bucket(end: usize) -> usize {
 }
 
 /// How to make the graph backend (the open options of `PACKLM_BACKEND_NPU`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GraphOptions {
     /// ONNX Runtime's library; None: `PACKLM_ONNXRUNTIME`, then the system's search path.
     pub library: Option<String>,
