@@ -23,7 +23,7 @@ pub enum Backend {
     /// there is none or the crate was built without the `gpu` feature.
     Gpu,
     /// ONNX Runtime on an execution provider (the CPU, an NPU or a GPU; see
-    /// [`crate::api::ModelOptions`]'s provider), its library loaded at run time;
+    /// [`OpenOptions::provider`]), its library loaded at run time;
     /// [`Status::ErrBackendUnavailable`] where it cannot be loaded or lacks the provider.
     Npu,
 }
