@@ -52,11 +52,16 @@ llama-test: models llama
 demo: models build
 	./target/release/packlm generate $(MODEL) --chat --prompt "$(PROMPT)" -n 32
 
+# The npu backend's tests run on ONNX Runtime's CPU execution provider, its library taken from
+# the onnxruntime wheel (scripts/fetch_onnxruntime.sh, cached outside the repository) and
+# required: without it they fail, never skip.
+NPU_ENV = PACKLM_ONNXRUNTIME="$$(./scripts/fetch_onnxruntime.sh)" PACKLM_REQUIRE_ONNXRUNTIME=1
+
 # tests/llama/fetch.sh first: tests/constraint.rs reads llama.cpp's sample grammars from the
 # sdist it caches.
 rust-test: models
 	./tests/llama/fetch.sh >/dev/null
-	PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
+	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
 
 c-test: models build
 	PACKLM_REQUIRE_MODELS=1 ./tests/c/run.sh
