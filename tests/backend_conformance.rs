@@ -4,7 +4,9 @@
 //! adapter wgpu finds, in CI Mesa's llvmpipe Vulkan device, twice: with the device's own
 //! bindings and with weights split into 4 KiB chunks (4 KiB bindings at the model level). With
 //! no adapter the GPU is left out, saying so, unless PACKLM_REQUIRE_GPU is set (CI sets it):
-//! then it is a failure.
+//! then it is a failure. The npu backend (src/backend/graph, ONNX Runtime's CPU provider) runs
+//! it too, on the dense fixtures, when its library is at hand; `make test` requires it
+//! (PACKLM_REQUIRE_ONNXRUNTIME).
 //!
 //! - every op of the `Backend` trait against the reference backend on random inputs of odd
 //!   sizes (rows M = 1, 3, 8, 17; widths that are not multiples of any SIMD width), and matmul
@@ -53,6 +55,10 @@ const ROWS: [usize; 4] = [1, 3, 8, 17];
 /// and widths up to 512 the differences are a few f32 ulps of the sums.
 const GPU_ROW_TOL: f32 = 1e-5;
 
+/// The graph backend's row ops against the reference's: ONNX Runtime's f32 kernels (vector
+/// reductions for the norms' means, its own exp, tanh and sigmoid) against f64 sums and libm.
+const GRAPH_ROW_TOL: f32 = 1e-5;
+
 fn reference() -> Box<dyn Backend> {
     backend::create(BackendKind::Reference, 1, Precision::Exact).unwrap()
 }
@@ -88,6 +94,9 @@ fn backends() -> Vec<UnderTest> {
         }
     }
     all.extend(gpu_backends().into_iter().map(|(name, be)| UnderTest { name, be, row_tol: Some(GPU_ROW_TOL) }));
+    if let Some(be) = graph(1) {
+        all.push(UnderTest { name: "npu (ONNX Runtime, cpu provider)", be: Box::new(be), row_tol: Some(GRAPH_ROW_TOL) });
+    }
     all
 }
 
@@ -590,6 +599,9 @@ fn every_backend_keeps_the_model_level_invariants() {
     for (name, open_model) in model_openers() {
         model_invariants(name, open_model.as_ref());
     }
+    if graph(1).is_some() {
+        model_invariants_on("npu", &|p| Arc::new(Model::open_on(p, Box::new(graph(1).unwrap())).unwrap()), GRAPH_FIXTURES);
+    }
 }
 
 #[test]
@@ -621,6 +633,11 @@ fn snapshots_restore_across_backends() {
         let mut pairs = vec![(&host, &reference, "host -> reference"), (&reference, &host, "reference -> host"), (&host, &counting, "host -> counting")];
         let gpu = gpu_model_openers().into_iter().find(|(name, _)| *name == "gpu").map(|(_, open)| open(&dir));
         pairs.extend(gpu.iter().flat_map(|gpu| [(&host, gpu, "host -> gpu"), (gpu, &host, "gpu -> host")]));
+        let npu = graph(1).map(|be| Arc::new(Model::open_on(&dir, Box::new(be)).unwrap()));
+        pairs.extend(npu.iter().flat_map(|npu| [(&host, npu, "host -> npu"), (npu, &host, "npu -> host")]));
+        if let (Some(gpu), Some(npu)) = (&gpu, &npu) {
+            pairs.extend([(gpu, npu, "gpu -> npu"), (npu, gpu, "npu -> gpu")]);
+        }
         for (from, to, what) in pairs {
             let what = format!("{fixture}, {what}");
             let mut a = Session::new(from.clone(), 0).unwrap();

@@ -59,6 +59,7 @@ pub fn forward(
         };
         logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort, adapters)?);
     }
+    device_error(model)?;
     if !all_finite(&logits) {
         let vocab = model.spec.vocab_size;
         let bad = logits.iter().position(|x| !x.is_finite()).unwrap_or(0);
@@ -71,6 +72,16 @@ pub fn forward(
     }
     pass.done = true;
     Ok(logits)
+}
+
+/// A failure of the backend's deferred work during the pass (`Backend::take_error`): a graph
+/// its runtime rejected or a run that failed. The values it should have made are NaN, so this
+/// is checked before the logits are judged.
+pub(crate) fn device_error(model: &Model) -> Result<()> {
+    match model.backend.take_error() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// The failure of a pass over `tokens` (at the cache's positions) whose logit `column` of row

@@ -145,6 +145,10 @@ pub fn forward_many(model: &Model, items: &mut [Item], bufs: &mut PassBuffers) -
             pass.items[i].kv.advance(rows);
         }
     }
+    if let Err(e) = crate::engine::forward::device_error(model) {
+        pass.rollback();
+        return Err(e);
+    }
     for (i, l) in many.logits.iter().enumerate() {
         if all_finite(l) {
             continue;

@@ -166,6 +166,11 @@ impl Session {
                     }
                 };
                 if !finite {
+                    if let Err(e) = forward::device_error(&model) {
+                        self.kv.truncate(base);
+                        self.tokens.truncate(base);
+                        return Err(e);
+                    }
                     // A row judged must be finite, as the logits a step hands back are
                     // (forward::forward): the pass is run again to name the layer.
                     if unread.is_some() {

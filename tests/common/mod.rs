@@ -68,6 +68,25 @@ pub fn gpu() -> Option<packlm::backend::gpu::GpuBackend> {
     }
 }
 
+/// The graph backend (src/backend/graph) on ONNX Runtime's CPU execution provider with
+/// `threads` threads, or None with a note when its library cannot be loaded (PACKLM_ONNXRUNTIME
+/// names it) and PACKLM_REQUIRE_ONNXRUNTIME is unset; `make test` sets both, so a missing
+/// runtime fails there.
+pub fn graph(threads: usize) -> Option<packlm::backend::graph::GraphBackend> {
+    use packlm::backend::graph::{GraphBackend, GraphOptions};
+    match GraphBackend::new(&GraphOptions::default(), threads) {
+        Ok(be) => Some(be),
+        Err(e) if std::env::var_os("PACKLM_REQUIRE_ONNXRUNTIME").is_none() => {
+            eprintln!("note: graph backend tests skipped, ONNX Runtime unavailable and PACKLM_REQUIRE_ONNXRUNTIME unset: {e}");
+            None
+        }
+        Err(e) => panic!("PACKLM_REQUIRE_ONNXRUNTIME is set and the graph backend is unavailable: {e}"),
+    }
+}
+
+/// The fixtures the graph backend runs: every dense one (it refuses mixtures of experts).
+pub const GRAPH_FIXTURES: &[&str] = &["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"];
+
 /// The GPU's second instance in the tests: a device whose bindings hold 4 KiB, which splits
 /// every matrix of the tiny fixtures across buffers.
 pub const SMALL_BINDING: u64 = 4 << 10;
@@ -255,7 +274,12 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 /// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
 /// softcaps, qkv bias, mixtures of experts (a shared expert, MXFP4 experts) and attention sinks.
 pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
-    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"] {
+    model_invariants_on(name, open_model, &["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"]);
+}
+
+/// `model_invariants` on the given fixtures.
+pub fn model_invariants_on(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>, fixtures: &[&str]) {
+    for &fixture in fixtures {
         let m = open_model(&tiny(fixture));
         let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
         let what = |s: &str| format!("{name}, {fixture}: {s}");

@@ -122,6 +122,8 @@ struct Recorder {
     consts: Vec<Init>,
     const_names: HashMap<(Vec<u8>, Vec<i64>, u8), String>,
     inputs: Vec<(Io, Feed)>,
+    /// Position inputs by value: a pass's start is one input however many ops read it.
+    positions: HashMap<usize, String>,
     weights: Vec<usize>,
     live: Vec<Weak<Mutex<TData>>>,
     /// (plane, keys' value, values' value, rows)
@@ -185,6 +187,15 @@ impl Recorder {
         let name = self.name("in");
         self.inputs.push((Io { name: name.clone(), elem, dims }, feed));
         name
+    }
+    /// A position (an i64 scalar input, shape [1]), one input per value.
+    fn position(&mut self, p: usize) -> String {
+        if let Some(n) = self.positions.get(&p) {
+            return n.clone();
+        }
+        let n = self.input(Elem::I64, vec![1], Feed::I64(vec![p as i64]));
+        self.positions.insert(p, n.clone());
+        n
     }
     fn weight(&mut self, id: usize) -> String {
         if !self.weights.contains(&id) {
@@ -276,9 +287,11 @@ struct Inner {
     error: Mutex<Option<Error>>,
 }
 
+/// The recordings in progress (one per thread: passes of sessions on several threads record
+/// apart and run apart), the model's weights and the compiled graphs.
 #[derive(Default)]
 struct State {
-    rec: Recorder,
+    recs: HashMap<std::thread::ThreadId, Recorder>,
     weights: Vec<Source>,
     cache: HashMap<Vec<u8>, Arc<Compiled>>,
 }
@@ -327,7 +340,7 @@ impl GraphBackend {
 
     fn record<R>(&self, f: impl FnOnce(&mut Recorder) -> R) -> R {
         let mut st = lock(&self.inner.state);
-        f(&mut st.rec)
+        f(st.recs.entry(std::thread::current().id()).or_default())
     }
 }
 
@@ -336,12 +349,8 @@ impl Inner {
     /// KV row comes back to host memory. On failure the error is kept for `take_error` and
     /// the tensors hold NaN (nothing computed is ever passed off as a result).
     fn flush(&self) {
-        let mut st = lock(&self.state);
-        if st.rec.is_empty() {
-            return;
-        }
-        let rec = std::mem::take(&mut st.rec);
-        if let Err(e) = self.run(&mut st, rec) {
+        let Some(rec) = self.take_recording() else { return };
+        if let Err(e) = self.run(rec) {
             let mut err = lock(&self.error);
             if err.is_none() {
                 *err = Some(e);
@@ -349,7 +358,29 @@ impl Inner {
         }
     }
 
-    fn run(&self, st: &mut State, mut rec: Recorder) -> Result<()> {
+    /// This thread's recording, taken out, if it holds anything.
+    fn take_recording(&self) -> Option<Recorder> {
+        let mut st = lock(&self.state);
+        let rec = st.recs.remove(&std::thread::current().id())?;
+        (!rec.is_empty()).then_some(rec)
+    }
+
+    /// Drops this thread's recording unrun (a pass that failed): the tensors it would have
+    /// written keep their host values (stale, never read before they are written again) and
+    /// the rows it would have appended are not.
+    fn discard(&self) {
+        let Some(rec) = self.take_recording() else { return };
+        for w in &rec.live {
+            if let Some(t) = w.upgrade() {
+                lock(&t).sym = None;
+            }
+        }
+        for (plane, ..) in &rec.kv_out {
+            lock(plane).pending = None;
+        }
+    }
+
+    fn run(&self, mut rec: Recorder) -> Result<()> {
         // Outputs: each live tensor's value, then each pending KV append.
         let mut outputs: Vec<Io> = Vec::new();
         let mut tensors: Vec<(TRef, usize)> = Vec::new();
@@ -377,7 +408,7 @@ impl Inner {
             let vi = add_out(&mut outputs, v, rows * w);
             kvs.push((plane.clone(), ki, vi, *rows));
         }
-        let result = self.execute(st, &mut rec, &outputs, |i, data| {
+        let result = self.execute(&mut rec, &outputs, |i, data| {
             for (t, j) in &tensors {
                 if *j == i {
                     let mut d = lock(t);
@@ -416,11 +447,10 @@ impl Inner {
         result
     }
 
-    /// Compiles (once per graph) and runs the recording, calling `take(output index, values)`.
-    fn execute(&self, st: &mut State, rec: &mut Recorder, outputs: &[Io], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
-        if outputs.is_empty() {
-            return Ok(());
-        }
+    /// The compiled graph of a recording with these outputs: from the cache, or compiled now
+    /// (under the state lock: one compile of a shape, whichever thread asks first).
+    fn compiled(&self, rec: &Recorder, outputs: &[Io]) -> Result<Arc<Compiled>> {
+        let st = lock(&self.state);
         let mut inits = rec.consts.clone();
         let mut dims = Vec::new();
         for &id in &rec.weights {
@@ -433,10 +463,16 @@ impl Inner {
             dims.push(d);
         }
         let ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
+        drop(st);
         let bytes = onnx::model("packlm", &rec.nodes, &inits, &ios, outputs);
-        let compiled = match st.cache.get(&bytes) {
+        let mut st = lock(&self.state);
+        Ok(match st.cache.get(&bytes) {
             Some(c) => c.clone(),
             None => {
+                #[cfg(test)]
+                if tests::FAIL_COMPILE.with(|f| f.get()) {
+                    return Err(Error::new(Status::ErrBackendUnavailable, "the provider rejected the graph (injected by a test)"));
+                }
                 let externals: Vec<(String, Vec<f32>)> = rec.weights.iter().map(|&id| (weight_name(id), dequantize(&st.weights[id]))).collect();
                 let session = self.rt.session(&bytes, &self.provider, self.threads.load(Ordering::Relaxed), &externals, &dims)?;
                 self.compiles.fetch_add(1, Ordering::Relaxed);
@@ -445,8 +481,17 @@ impl Inner {
                 st.cache.insert(bytes, c.clone());
                 c
             }
-        };
-        // Inputs: host buffers wrapped, not copied; the KV planes stay locked while they run.
+        })
+    }
+
+    /// Compiles (once per graph) and runs the recording, calling `take(output index, values)`.
+    fn execute(&self, rec: &mut Recorder, outputs: &[Io], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
+        if outputs.is_empty() {
+            return Ok(());
+        }
+        let compiled = self.compiled(rec, outputs)?;
+        // Inputs: host buffers wrapped, not copied (a plane's buffer is resized only by
+        // `kv_append` of its own session, which is not running while this pass is).
         let names: Vec<CString> = rec.inputs.iter().map(|(io, _)| CString::new(io.name.as_str()).unwrap_or_default()).collect();
         let mut guards = Vec::new();
         let mut ptrs: Vec<(*mut c_void, usize)> = Vec::new();
@@ -541,11 +586,17 @@ impl KvStore for GraphKv {
     fn positions(&self) -> usize {
         self.positions
     }
+    /// The end of a pass that succeeded: what it recorded and left unread (a prefill's layers,
+    /// a verify's residual stream) runs now, so that nothing of it waits for another pass, a
+    /// snapshot or another thread.
     fn advance(&mut self, rows: usize) {
+        self.inner.flush();
         self.positions += rows;
     }
+    /// After a failed or aborted pass (the engine's rollback) the recording is dropped unrun;
+    /// between passes there is none.
     fn truncate(&mut self, n: usize) {
-        self.inner.flush();
+        self.inner.discard();
         for p in self.planes.iter().flatten() {
             let mut p = lock(p);
             if p.len > n {
@@ -701,10 +752,6 @@ impl Backend for GraphBackend {
     }
 
     fn embed(&self, table: &Weight, tokens: &[u32], scale: Option<f32>, out: &mut Tensor) {
-        // A new pass: what an earlier one left pending runs first.
-        if !lock(&self.inner.state).rec.kv_out.is_empty() {
-            self.inner.flush();
-        }
         let (id, hidden) = (table.get::<WId>().0, table.cols());
         self.record(|r| {
             let w = r.weight(id);
@@ -778,7 +825,7 @@ impl Backend for GraphBackend {
         let heads = width / head_dim;
         self.record(|r| {
             let xv = r.get(x, rows * width);
-            let s = r.input(Elem::I64, vec![1], Feed::I64(vec![start as i64]));
+            let s = r.position(start);
             let ar = r.range(rows);
             let pos = r.op("Add", &[&s, &ar]);
             let pos = r.node("Cast", &[&pos], vec![("to", Attr::Int(Elem::F32 as i64))]);
@@ -968,28 +1015,34 @@ impl Backend for GraphBackend {
         let (nh, nkv, hd) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
         let g = nh / nkv;
         self.record(|r| {
-            let Some((kn, vn)) = r.kv_out.iter().rev().find(|(p, ..)| Arc::ptr_eq(p, &pl)).map(|(_, k, v, _)| (k.clone(), v.clone())) else {
-                panic!("attention over a plane with no rows appended in this pass");
-            };
+            // The keys: the plane's `held` rows in host memory, then the rows this recording
+            // appends to it (the engine's pattern: held == start, the pass's own rows pending).
+            let pending = r.kv_out.iter().rev().find(|(p, ..)| Arc::ptr_eq(p, &pl)).map(|(_, k, v, n)| (k.clone(), v.clone(), *n));
             let (width, held) = {
                 let p = lock(&pl);
                 (p.width, p.len)
             };
-            assert_eq!(held, start, "attention at {start} over a plane holding {held} rows");
+            let end = held + pending.as_ref().map_or(0, |p| p.2);
+            assert!(end >= start + rows, "attention at {start}..{} over a plane of {end} positions", start + rows);
             // Every key at its own position: the plane's buffer (`cap` rows, zeros past the
-            // rows held) with the pass's new rows scattered in at start.. . A query's sums then
-            // run over the same keys at the same indices whatever pass it is in (the padding
-            // adds exact zeros), which is what keeps a row's bits independent of its pass.
-            let cap = kv_bucket(start + rows);
-            let s = r.input(Elem::I64, vec![1], Feed::I64(vec![start as i64]));
+            // rows held) with the pending rows scattered in at `held`. A query's sums then run
+            // over the same keys at the same indices whatever pass it is in (the padding adds
+            // exact zeros), which is what keeps a row's bits independent of its pass.
+            let cap = kv_bucket(end);
+            let s = r.position(start);
             let ar = r.range(rows);
             let qpos = r.op("Add", &[&s, &ar]);
-            let at = r.reshape(&qpos, &[rows as i64, 1]);
-            let (kn, vn) = (r.reshape(&kn, &[rows as i64, width as i64]), r.reshape(&vn, &[rows as i64, width as i64]));
-            let kp = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), true));
-            let vp = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), false));
-            let kall = r.op("ScatterND", &[&kp, &at, &kn]);
-            let vall = r.op("ScatterND", &[&vp, &at, &vn]);
+            let mut kall = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), true));
+            let mut vall = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), false));
+            if let Some((kn, vn, n)) = pending {
+                let h = r.position(held);
+                let arn = r.range(n);
+                let at = r.op("Add", &[&h, &arn]);
+                let at = r.reshape(&at, &[n as i64, 1]);
+                let (kn, vn) = (r.reshape(&kn, &[n as i64, width as i64]), r.reshape(&vn, &[n as i64, width as i64]));
+                kall = r.op("ScatterND", &[&kall, &at, &kn]);
+                vall = r.op("ScatterND", &[&vall, &at, &vn]);
+            }
             // q: [rows, nh*hd] -> [nkv, g*rows, hd]; k: [cap, nkv*hd] -> [nkv, hd, cap].
             let qv = r.get(q, rows * nh * hd);
             let q4 = r.reshape(&qv, &[rows as i64, nkv as i64, g as i64, hd as i64]);
@@ -1068,6 +1121,41 @@ impl Backend for GraphBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Model, Session, Want};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Makes this thread's next compiles fail, as a provider that rejects a graph.
+        pub(super) static FAIL_COMPILE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// A graph the provider rejects fails the pass with the provider's status and message (not
+    /// ErrNonFinite from the NaN it leaves), and the session is as it was: the next pass equals
+    /// a fresh session's, bit for bit. Needs ONNX Runtime (PACKLM_ONNXRUNTIME); skips, saying
+    /// so, without it unless PACKLM_REQUIRE_ONNXRUNTIME is set.
+    #[test]
+    fn a_rejected_graph_fails_the_pass_and_leaves_the_session() {
+        let be = match GraphBackend::new(&GraphOptions::default(), 1) {
+            Ok(b) => b,
+            Err(e) if std::env::var_os("PACKLM_REQUIRE_ONNXRUNTIME").is_none() => return eprintln!("skipped: {e}"),
+            Err(e) => panic!("{e}"),
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/llama");
+        let m = Arc::new(Model::open_on(&dir, Box::new(be)).unwrap());
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        s.step_batch(&[1, 2, 3], Want::Last).unwrap();
+        FAIL_COMPILE.with(|f| f.set(true));
+        // Four rows: a shape not compiled yet.
+        let e = s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap_err();
+        FAIL_COMPILE.with(|f| f.set(false));
+        assert_eq!(e.status, Status::ErrBackendUnavailable, "{e:?}");
+        assert!(e.message.contains("rejected the graph"), "{}", e.message);
+        assert_eq!(s.n_past(), 3);
+        let mut fresh = Session::new(m.clone(), 0).unwrap();
+        fresh.step_batch(&[1, 2, 3], Want::Last).unwrap();
+        let (a, b) = (s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap(), fresh.step_batch(&[4, 5, 6, 7], Want::Last).unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "after the failure vs fresh");
+    }
 
     #[test]
     fn kv_buckets_double_from_64() {
