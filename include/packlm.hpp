@@ -126,6 +126,53 @@ inline packlm_open_options open_options(Precision precision) {
     return o;
 }
 
+/** Where a model computes: packlm_open_options.backend. */
+enum class Backend : uint32_t {
+    Host = PACKLM_BACKEND_HOST,
+    Reference = PACKLM_BACKEND_REFERENCE,
+    /** wgpu (Vulkan, Metal or DX12); PACKLM_ERR_BACKEND_UNAVAILABLE, saying why, without an adapter. */
+    Gpu = PACKLM_BACKEND_GPU,
+    /** ONNX graphs run by ONNX Runtime on an execution provider (an NPU, a GPU or the CPU), its
+     *  library loaded at open; see NpuOptions. PACKLM_ERR_BACKEND_UNAVAILABLE, saying why, where
+     *  the library cannot be loaded or lacks the provider. */
+    Npu = PACKLM_BACKEND_NPU,
+};
+
+/** Default open options with `backend` and `precision` set. */
+inline packlm_open_options open_options(Backend backend, Precision precision = Precision::Default) {
+    packlm_open_options o = open_options(precision);
+    o.backend = static_cast<uint32_t>(backend);
+    return o;
+}
+
+/** Backend::Npu's options, owned here: packlm_open_options only points at text, and the Model
+ *  constructor that takes these points it at the strings for the open, which copies them. An
+ *  empty string leaves its field NULL, the default. */
+struct NpuOptions {
+    /** The execution provider: "cpu" (empty: the default), "openvino", "vitisai", "qnn",
+     *  "coreml", "cuda" or "dml"; one ONNX Runtime lacks gives PACKLM_ERR_BACKEND_UNAVAILABLE. */
+    std::string provider;
+    /** The provider's options as "key=value" pairs separated by ';'; empty: none. */
+    std::string provider_options;
+    /** ONNX Runtime's shared library (libonnxruntime.so.*); empty: the environment variable
+     *  PACKLM_ONNXRUNTIME, then the system's search path. */
+    std::string onnxruntime_library;
+};
+
+namespace detail {
+
+/** `options` on Backend::Npu pointing at `npu`'s strings (valid while `npu` is). */
+inline packlm_open_options with_npu(packlm_open_options options, const NpuOptions &npu) {
+    auto text = [](const std::string &s) { return s.empty() ? nullptr : s.c_str(); };
+    options.backend = PACKLM_BACKEND_NPU;
+    options.provider = text(npu.provider);
+    options.provider_options = text(npu.provider_options);
+    options.onnxruntime_library = text(npu.onnxruntime_library);
+    return options;
+}
+
+} // namespace detail
+
 /** How Session::embed pools a text's token vectors (PACKLM_POOLING_*: llama.cpp's numbers). */
 enum class Pooling : int32_t {
     /** The pack's own (sentence-transformers' modules.json, a GGUF's pooling_type; None when it declares none). */
@@ -161,6 +208,10 @@ public:
     explicit Model(const std::string &path) : Model(path, default_open_options()) {}
     /** Opens at `precision` (the other options at their defaults). */
     Model(const std::string &path, Precision precision) : Model(path, open_options(precision)) {}
+    /** Opens on Backend::Npu with `npu`'s provider, options and library; `options` gives the
+     *  other fields. */
+    Model(const std::string &path, const NpuOptions &npu, const packlm_open_options &options = default_open_options())
+        : Model(path, detail::with_npu(options, npu)) {}
     Model(const std::string &path, const packlm_open_options &options) {
         packlm_model *m = nullptr;
         detail::check(packlm_model_open(path.c_str(), &options, &m));

@@ -38,6 +38,7 @@ var headerConstants = map[string]uint64{
 	"PACKLM_BACKEND_REFERENCE":         uint64(BackendReference),
 	"PACKLM_BACKEND_GPU":               uint64(BackendGPU),
 	"PACKLM_BACKEND_ACCELERATOR":       uint64(BackendAccelerator),
+	"PACKLM_BACKEND_NPU":               uint64(BackendNPU),
 	"PACKLM_PRECISION_DEFAULT":         uint64(PrecisionDefault),
 	"PACKLM_PRECISION_EXACT":           uint64(PrecisionExact),
 	"PACKLM_PRECISION_FAST":            uint64(PrecisionFast),

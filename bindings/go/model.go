@@ -27,6 +27,11 @@ const (
 	BackendGPU       Backend = C.PACKLM_BACKEND_GPU
 	// BackendAccelerator is the earlier name of BackendGPU.
 	BackendAccelerator Backend = C.PACKLM_BACKEND_ACCELERATOR
+	// BackendNPU runs the model's passes as ONNX graphs on ONNX Runtime's execution provider
+	// (OpenOptions.Provider: an NPU, a GPU or the CPU), the runtime's library loaded when the
+	// model opens (OpenOptions.ONNXRuntimeLibrary); ErrBackendUnavailable, saying why, where it
+	// cannot be loaded or lacks the provider. Computes exact.
+	BackendNPU Backend = C.PACKLM_BACKEND_NPU
 )
 
 // Precision is what activations are computed in (PACKLM_PRECISION_*).
@@ -82,6 +87,17 @@ type OpenOptions struct {
 	// Precision asked for; PrecisionDefault (the zero value) is the pack's default. A code
 	// other than the three gives ErrUnsupportedPrecision.
 	Precision Precision
+	// Provider is BackendNPU's execution provider by name: "cpu" (the empty string: the
+	// default), "openvino", "vitisai", "qnn", "coreml", "cuda" or "dml". One that ONNX Runtime
+	// was not built with gives ErrBackendUnavailable naming it. The other backends ignore it.
+	Provider string
+	// ProviderOptions are the provider's options as "key=value" pairs separated by ';' (empty:
+	// none), passed to ONNX Runtime as they are.
+	ProviderOptions string
+	// ONNXRuntimeLibrary is the path of ONNX Runtime's shared library (libonnxruntime.so.*,
+	// libonnxruntime.*.dylib, onnxruntime.dll); empty: the environment variable
+	// PACKLM_ONNXRUNTIME, then the system's search path.
+	ONNXRuntimeLibrary string
 }
 
 // Info describes an open model.
@@ -117,6 +133,13 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 		o.backend = C.uint32_t(opts.Backend)
 		o.threads = C.uint32_t(opts.Threads)
 		o.precision = C.uint32_t(opts.Precision)
+		// packlm_model_open copies the strings: they are freed when it has returned.
+		o.provider = optionalCString(opts.Provider)
+		defer C.free(unsafe.Pointer(o.provider))
+		o.provider_options = optionalCString(opts.ProviderOptions)
+		defer C.free(unsafe.Pointer(o.provider_options))
+		o.onnxruntime_library = optionalCString(opts.ONNXRuntimeLibrary)
+		defer C.free(unsafe.Pointer(o.onnxruntime_library))
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
@@ -148,6 +171,14 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 	return m, nil
 }
 
+// optionalCString is s as a C string the caller frees, or NULL (the option's default) for "".
+func optionalCString(s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	return C.CString(s)
+}
+
 // Close frees the model. Sessions and detokenizers opened from it stay valid (they hold the
 // model themselves). Calling Close twice is harmless; calling it while another goroutine is in
 // a call of this Model is not (as with any Go value, closing races with use).
@@ -168,6 +199,20 @@ func (m *Model) handle(op string) (*C.packlm_model, error) {
 
 // Info returns the model's numbers.
 func (m *Model) Info() Info { return m.info }
+
+// InfoJSON is the model's description as JSON text (packlm_model_info_json): family, sizes,
+// special tokens, "backend" ("host", "reference", "gpu" or "npu") and "device", the precision
+// in use, one entry per layer.
+func (m *Model) InfoJSON() (string, error) {
+	ptr, err := m.handle("packlm_model_info_json")
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(m)
+	return textCall("packlm_model_info_json", func(buf *C.char, capacity C.size_t, n *C.size_t) C.packlm_status {
+		return C.packlm_model_info_json(ptr, buf, capacity, n)
+	})
+}
 
 // StopTokens are the ids that end a reply (EOS and the chat end-of-turn tokens).
 func (m *Model) StopTokens() ([]uint32, error) {

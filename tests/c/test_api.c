@@ -28,6 +28,114 @@ static const char *join(const char *dir, const char *name) {
     return path_buf;
 }
 
+/* The "tokens" array of `dir`/golden.json into `out`: their count, or 0 when it cannot be read. */
+static size_t golden_tokens(const char *dir, uint32_t *out, size_t cap) {
+    char path[4096], text[8192];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = 0;
+    const char *p = strstr(text, "\"tokens\"");
+    if (!p || !(p = strchr(p, '['))) return 0;
+    size_t n = 0;
+    for (p++; n < cap;) {
+        char *end = NULL;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (uint32_t)v;
+        for (p = end; *p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'; p++) {}
+        if (*p != ',') break;
+        p++;
+    }
+    return *p == ']' ? n : 0;
+}
+
+/* The npu backend on ONNX Runtime's CPU execution provider, its library named by
+ * PACKLM_ONNXRUNTIME (make c-test sets it, and PACKLM_REQUIRE_ONNXRUNTIME, so that a missing
+ * runtime fails there); skipped, saying why, only when neither is set. The options come from
+ * packlm_open_options_init: packlm_open_options_default fills ABI 1's fields only, and the
+ * provider fields are past them. */
+static void npu_backend(const char *tiny, const char *bad) {
+    packlm_model *model = NULL;
+    packlm_open_options o;
+    /* A library that cannot be loaded: unavailable, naming the path (the option in place of
+     * PACKLM_ONNXRUNTIME). Needs no ONNX Runtime. */
+    char missing[4096];
+    snprintf(missing, sizeof missing, "%s/libonnxruntime.so.1", bad);
+    EXPECT_STATUS(packlm_open_options_init(&o, sizeof o), PACKLM_OK);
+    o.backend = PACKLM_BACKEND_NPU;
+    o.onnxruntime_library = missing;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_ERR_BACKEND_UNAVAILABLE);
+    expect_error_mentions(missing);
+    CHECK(model == NULL, "out-parameter written on failure");
+
+    const char *lib = getenv("PACKLM_ONNXRUNTIME");
+    if ((!lib || !*lib) && !getenv("PACKLM_REQUIRE_ONNXRUNTIME")) {
+        fprintf(stderr, "note: npu part skipped: PACKLM_ONNXRUNTIME (ONNX Runtime's library) and PACKLM_REQUIRE_ONNXRUNTIME are unset\n");
+        return;
+    }
+    /* "qnn" is not in the CPU build: unavailable, naming it; the cpu provider takes no options. */
+    packlm_open_options_init(&o, sizeof o);
+    o.backend = PACKLM_BACKEND_NPU;
+    o.provider = "qnn";
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_ERR_BACKEND_UNAVAILABLE);
+    expect_error_mentions("\"qnn\"");
+    o.provider = NULL;
+    o.provider_options = "intra_op_num_threads=1";
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_ERR_INVALID_ARGUMENT);
+    expect_error_mentions("intra_op_num_threads=1");
+    CHECK(model == NULL, "out-parameter written on failure");
+
+    /* The golden tokens stepped on npu (cpu provider) and on host at exact: every row within
+     * 1e-4; the info JSON names the backend and the provider. */
+    uint32_t tokens[64];
+    const size_t n_tokens = golden_tokens(tiny, tokens, 64);
+    CHECK(n_tokens == 20, "golden.json: %zu tokens, want 20", n_tokens);
+    packlm_open_options_init(&o, sizeof o);
+    o.backend = PACKLM_BACKEND_NPU;
+    o.provider = "cpu";
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_OK);
+    if (!model) return;
+    packlm_model *host = NULL;
+    packlm_open_options_init(&o, sizeof o);
+    o.backend = PACKLM_BACKEND_HOST;
+    o.precision = PACKLM_PRECISION_EXACT;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &host), PACKLM_OK);
+    packlm_info info = {.size = sizeof info};
+    EXPECT_STATUS(packlm_model_info(model, &info), PACKLM_OK);
+    CHECK(info.n_vocab == 300 && info.precision == PACKLM_PRECISION_EXACT, "npu info: vocab %u precision %u", info.n_vocab, info.precision);
+    char json[8192];
+    size_t jn = 0;
+    EXPECT_STATUS(packlm_model_info_json(model, json, sizeof json, &jn), PACKLM_OK);
+    CHECK(strstr(json, "\"backend\":\"npu\"") && strstr(json, "\"device\":\"ONNX Runtime") && strstr(json, "cpu execution provider"),
+          "npu info JSON names the backend and provider: %.300s", json);
+    EXPECT_STATUS(packlm_model_info_json(host, json, sizeof json, &jn), PACKLM_OK);
+    CHECK(strstr(json, "\"backend\":\"host\"") != NULL, "host info JSON: %.200s", json);
+    packlm_session *ns = NULL, *hs = NULL;
+    EXPECT_STATUS(packlm_session_new(model, NULL, &ns), PACKLM_OK);
+    EXPECT_STATUS(packlm_session_new(host, NULL, &hs), PACKLM_OK);
+    float a[300], b[300], worst = 0;
+    size_t steps = 0;
+    for (size_t i = 0; ns && hs && i < n_tokens; i++) {
+        size_t na = 0, nb = 0;
+        EXPECT_STATUS(packlm_step_into(ns, tokens[i], a, 300, &na), PACKLM_OK);
+        EXPECT_STATUS(packlm_step_into(hs, tokens[i], b, 300, &nb), PACKLM_OK);
+        steps += na == 300 && nb == 300;
+        for (int j = 0; j < 300; j++) {
+            float d = fabsf(a[j] - b[j]);
+            if (!(d <= worst)) worst = d;
+        }
+    }
+    CHECK(steps == n_tokens && worst <= 1e-4f, "npu vs host: %zu of %zu steps, max |diff| %g", steps, n_tokens, worst);
+    fprintf(stderr, "note: npu vs host over %zu steps: max |diff| %g\n", steps, worst);
+    packlm_session_free(ns);
+    packlm_session_free(hs);
+    packlm_model_free(host);
+    packlm_model_free(model);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_api TINY_MODEL_DIR BAD_INPUT_DIR\n");
@@ -100,6 +208,7 @@ int main(int argc, char **argv) {
             }
         }
     }
+    npu_backend(tiny, bad);
     packlm_open_options_default(&opts);
     opts.threads = 2;
     int one = 1;

@@ -205,6 +205,59 @@ static void mixtures(const std::string &tiny) {
     }
 }
 
+// The npu backend on ONNX Runtime's CPU execution provider, its library named by
+// PACKLM_ONNXRUNTIME (make cpp-test sets it, and PACKLM_REQUIRE_ONNXRUNTIME, so that a missing
+// runtime fails there); skipped, saying why, only when neither is set. The library that cannot
+// be loaded needs no runtime and is always checked.
+static void npu_backend(const std::string &dir) {
+    packlm::NpuOptions no_lib;
+    no_lib.onnxruntime_library = dir + "/no-such-dir/libonnxruntime.so.1";
+    CHECK(expect_error(PACKLM_ERR_BACKEND_UNAVAILABLE, [&] { packlm::Model m(dir, no_lib); }).find(no_lib.onnxruntime_library) != std::string::npos);
+
+    const char *lib = std::getenv("PACKLM_ONNXRUNTIME");
+    if ((lib == nullptr || *lib == '\0') && std::getenv("PACKLM_REQUIRE_ONNXRUNTIME") == nullptr) {
+        std::fprintf(stderr, "note: npu part skipped: PACKLM_ONNXRUNTIME (ONNX Runtime's library) and PACKLM_REQUIRE_ONNXRUNTIME are unset\n");
+        return;
+    }
+    // "qnn" is not in the CPU build: unavailable, naming it; the cpu provider takes no options.
+    packlm::NpuOptions qnn;
+    qnn.provider = "qnn";
+    CHECK(expect_error(PACKLM_ERR_BACKEND_UNAVAILABLE, [&] { packlm::Model m(dir, qnn); }).find("\"qnn\"") != std::string::npos);
+    packlm::NpuOptions cpu_with_options;
+    cpu_with_options.provider_options = "intra_op_num_threads=1";
+    CHECK(expect_error(PACKLM_ERR_INVALID_ARGUMENT, [&] { packlm::Model m(dir, cpu_with_options); }).find("intra_op_num_threads=1") != std::string::npos);
+
+    // The golden tokens stepped on npu (cpu provider) and on host at exact: every row within
+    // 1e-4; the info JSON names the backend and the provider.
+    const std::vector<uint32_t> tokens = ids_of(json_numbers(read_file(dir + "/golden.json"), "tokens").at(0));
+    CHECK(tokens.size() == 20);
+    packlm::NpuOptions cpu;
+    cpu.provider = "cpu";
+    std::optional<packlm::Model> npu;
+    try {
+        npu.emplace(dir, cpu);
+    } catch (const packlm::Error &e) {
+        CHECK(!"open on the npu backend");
+        std::fprintf(stderr, "  %s\n", e.what());
+        return;
+    }
+    const packlm::Model host(dir, packlm::open_options(packlm::Backend::Host, packlm::Precision::Exact));
+    CHECK(npu->precision() == packlm::Precision::Exact);
+    const std::string info = npu->info_json();
+    CHECK(info.find("\"backend\":\"npu\"") != std::string::npos && info.find("cpu execution provider") != std::string::npos);
+    CHECK(host.info_json().find("\"backend\":\"host\"") != std::string::npos);
+    packlm::Session ns(*npu), hs(host);
+    double worst = 0;
+    size_t rows = 0;
+    for (uint32_t t : tokens) {
+        const std::vector<float> a = ns.step(t), b = hs.step(t);
+        rows += a.size() == 300 && b.size() == 300;
+        worst = std::fmax(worst, max_abs(a, b));
+    }
+    CHECK(rows == tokens.size() && worst <= 1e-4);
+    std::fprintf(stderr, "note: npu vs host over %zu steps: max |diff| %g\n", rows, worst);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         std::fprintf(stderr, "usage: %s TINY_PACK_DIR\n", argv[0]);
@@ -372,6 +425,7 @@ int main(int argc, char **argv) {
     embeddings_and_adapters(dir + "/..", model);
     mixtures(dir + "/..");
     control_vectors(dir + "/..", model);
+    npu_backend(dir);
 
     // Move-only owners: a moved-from handle frees nothing twice.
     packlm::Session moved = std::move(c);

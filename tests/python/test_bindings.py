@@ -500,5 +500,58 @@ for moe_pack in [os.path.join(tiny, "qwen3_moe"), os.path.join(tiny, "qwen3_moe"
     experts = json.loads(mm.info_json())["experts"]
     dense = [1] if folder.endswith("dense") else []
     check(experts["experts"] == 8 and experts["experts_per_token"] == 2 and experts["dense_layers"] == dense, f"{moe_pack}: info experts {experts}")
+
+# The npu backend on ONNX Runtime's CPU execution provider, its library named by PACKLM_ONNXRUNTIME
+# (make py-test sets it from scripts/fetch_onnxruntime.sh, with PACKLM_REQUIRE_ONNXRUNTIME, so a
+# missing runtime fails there). Skipped, saying why, only when neither is set.
+if not os.environ.get("PACKLM_ONNXRUNTIME") and "PACKLM_REQUIRE_ONNXRUNTIME" not in os.environ:
+    print("python: npu part skipped: PACKLM_ONNXRUNTIME (ONNX Runtime's library) and PACKLM_REQUIRE_ONNXRUNTIME are unset")
+else:
+    # The golden tokens stepped one by one on npu (cpu provider) and on host at exact: every row
+    # within 1e-4; the info JSON names the backend and the provider.
+    with open(os.path.join(tiny_dir, "golden.json")) as f:
+        npu_tokens = json.load(f)["tokens"]
+    check(len(npu_tokens) == 20, f"golden.json: {len(npu_tokens)} tokens")
+    try:
+        npu = packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, provider="cpu")
+    except packlm.PacklmError as e:
+        npu = None
+        check(False, f"open on the npu backend: {e}")
+    if npu is not None:
+        host = packlm.Model(tiny_dir, backend=packlm.BACKEND_HOST, precision="exact")
+        check(npu.precision == "exact", f"npu precision {npu.precision}")
+        info = json.loads(npu.info_json())
+        check(info["backend"] == "npu" and "ONNX Runtime" in info["device"] and "cpu" in info["device"],
+              f"npu info JSON: backend {info['backend']!r}, device {info['device']!r}")
+        check(json.loads(host.info_json())["backend"] == "host", "host info JSON backend")
+        ns, hs = npu.session(), host.session()
+        worst, rows = 0.0, 0
+        for tok in npu_tokens:
+            a, b = ns.step(tok), hs.step(tok)
+            rows += len(a) == len(b) == 300
+            worst = max([worst] + [abs(x - y) for x, y in zip(a, b)])
+        check(rows == len(npu_tokens) and worst <= 1e-4, f"npu vs host over {len(npu_tokens)} steps: {rows} full rows, max abs {worst}")
+        print(f"python: npu vs host over {len(npu_tokens)} steps: max abs {worst:g}")
+    # The provider and its options reach ONNX Runtime: "qnn" is not in the CPU build; the cpu
+    # provider takes no options.
+    try:
+        packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, provider="qnn")
+        check(False, "provider qnn gave a model")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_BACKEND_UNAVAILABLE and '"qnn"' in e.message, f"provider qnn: {e}")
+    try:
+        packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, provider_options="intra_op_num_threads=1")
+        check(False, "the cpu provider took options")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_INVALID_ARGUMENT and "intra_op_num_threads=1" in e.message, f"options for the cpu provider: {e}")
+# A library that cannot be loaded is unavailable and named (the option in place of
+# PACKLM_ONNXRUNTIME); this needs no ONNX Runtime.
+with tempfile.TemporaryDirectory() as tmp:
+    missing = os.path.join(tmp, "libonnxruntime.so.1")
+    try:
+        packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, onnxruntime_library=missing)
+        check(False, f"a missing ONNX Runtime library ({missing}) gave a model")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_BACKEND_UNAVAILABLE and missing in e.message, f"missing ONNX Runtime library: {e}")
 print(f"python: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

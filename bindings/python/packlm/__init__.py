@@ -94,6 +94,9 @@ WANT_LAST, WANT_ALL, WANT_NONE = 0, 1, 2
 VERIFY_GREEDY, VERIFY_SAMPLED = 0, 1
 BACKEND_HOST, BACKEND_REFERENCE, BACKEND_GPU = 0, 1, 2
 BACKEND_ACCELERATOR = BACKEND_GPU  # the earlier name
+# ONNX graphs on ONNX Runtime's execution provider (Model(provider=...)), its library loaded at
+# open (Model(onnxruntime_library=...)); ERR_BACKEND_UNAVAILABLE, saying why, where it cannot be.
+BACKEND_NPU = 3
 DEFAULT_MAX_TOKENIZE_BYTES = 1 << 20  # tokenize's limit until set_max_tokenize_bytes
 PRECISION_DEFAULT, PRECISION_EXACT, PRECISION_FAST = 0, 1, 2
 # Model(precision=...) by name; None is the pack's default (fast for block-quantized weights,
@@ -130,7 +133,8 @@ _PROGRESS_FN = C.CFUNCTYPE(C.c_bool, C.c_float, C.c_void_p)
 class _OpenOptions(C.Structure):
     _fields_ = [("size", C.c_size_t), ("backend", C.c_uint32), ("threads", C.c_uint32),
                 ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p),
-                ("precision", C.c_uint32)]
+                ("precision", C.c_uint32), ("provider", C.c_char_p), ("provider_options", C.c_char_p),
+                ("onnxruntime_library", C.c_char_p)]
 
 
 class _Info(C.Structure):
@@ -395,7 +399,14 @@ class Model(_Handle):
     8 bits per block for integer dot products against block-quantized weights) or None, the
     pack's default: fast for block-quantized weights, exact for float ones. Any other value
     raises PacklmError with ERR_UNSUPPORTED_PRECISION. `.precision` is the one in use ("exact"
-    or "fast"): a backend without reduced-precision kernels runs exact whatever is asked."""
+    or "fast"): a backend without reduced-precision kernels runs exact whatever is asked.
+
+    With backend=BACKEND_NPU: `provider` is ONNX Runtime's execution provider by name ("cpu",
+    the default for None, "openvino", "vitisai", "qnn", "coreml", "cuda" or "dml"; one the
+    runtime lacks raises ERR_BACKEND_UNAVAILABLE naming it), `provider_options` its options as
+    "key=value;key=value", and `onnxruntime_library` the path of ONNX Runtime's shared library
+    (None: the environment variable PACKLM_ONNXRUNTIME, then the system's search path). The
+    other backends ignore the three."""
 
     _free = _lib.packlm_model_free
     n_vocab: int
@@ -410,13 +421,19 @@ class Model(_Handle):
     stop_tokens: FrozenSet[int]
 
     def __init__(self, path: Union[str, bytes, os.PathLike[str]], backend: int = BACKEND_HOST, threads: int = 0,
-                 progress: Optional[Callable[[float], bool]] = None, precision: Optional[str] = None) -> None:
+                 progress: Optional[Callable[[float], bool]] = None, precision: Optional[str] = None, *,
+                 provider: Optional[str] = None, provider_options: Optional[str] = None,
+                 onnxruntime_library: Optional[Union[str, bytes, os.PathLike[str]]] = None) -> None:
         if not isinstance(precision, (str, type(None))) or precision not in _PRECISION_CODES:
             raise PacklmError(ERR_UNSUPPORTED_PRECISION, f"precision {precision!r} is not 'exact', 'fast' or None")
         opts = _OpenOptions()
         _check(_lib.packlm_open_options_init(C.byref(opts), C.sizeof(_OpenOptions)))
         opts.backend, opts.threads = backend, threads
         opts.precision = _PRECISION_CODES[precision]
+        # The structure keeps the bytes alive until the open, which copies them, has returned.
+        opts.provider = None if provider is None else provider.encode("utf-8")
+        opts.provider_options = None if provider_options is None else provider_options.encode("utf-8")
+        opts.onnxruntime_library = None if onnxruntime_library is None else os.fsencode(onnxruntime_library)
         if progress is not None:
             opts.progress = _PROGRESS_FN(lambda f, _ud: bool(progress(f)))
         self._ptr = C.c_void_p()

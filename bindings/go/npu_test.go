@@ -1,0 +1,140 @@
+package packlm
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The npu backend on ONNX Runtime's CPU execution provider. Its library is named by
+// PACKLM_ONNXRUNTIME (make go-test sets it from scripts/fetch_onnxruntime.sh, and sets
+// PACKLM_REQUIRE_ONNXRUNTIME, so a missing runtime fails there); these tests skip, saying why,
+// only when neither is set.
+func needONNXRuntime(t *testing.T) {
+	t.Helper()
+	_, required := os.LookupEnv("PACKLM_REQUIRE_ONNXRUNTIME")
+	if os.Getenv("PACKLM_ONNXRUNTIME") == "" && !required {
+		t.Skip("skipped: PACKLM_ONNXRUNTIME (ONNX Runtime's library) and PACKLM_REQUIRE_ONNXRUNTIME are unset; scripts/fetch_onnxruntime.sh prints a library's path")
+	}
+}
+
+// infoBackend is the "backend" and "device" of the model's info JSON.
+func infoBackend(t *testing.T, m *Model) (string, string) {
+	t.Helper()
+	text, err := m.InfoJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Backend string  `json:"backend"`
+		Device  *string `json:"device"`
+	}
+	if err := json.Unmarshal([]byte(text), &info); err != nil {
+		t.Fatalf("info JSON %q: %v", text, err)
+	}
+	device := ""
+	if info.Device != nil {
+		device = *info.Device
+	}
+	return info.Backend, device
+}
+
+// The golden tokens of the tiny llama stepped one by one on the npu backend (the cpu provider)
+// and on the host backend at exact: every row within 1e-4 (f32 on both sides); the info JSON
+// names the backend and ONNX Runtime's provider.
+func TestNPUStepsAsTheHostDoes(t *testing.T) {
+	needONNXRuntime(t)
+	dir := filepath.Join(tinyDir, "llama")
+	var golden struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &golden); err != nil {
+		t.Fatal(err)
+	}
+	if len(golden.Tokens) != 20 {
+		t.Fatalf("golden.json has %d tokens, want 20", len(golden.Tokens))
+	}
+	npu, err := Open(dir, &OpenOptions{Backend: BackendNPU, Provider: "cpu"})
+	if err != nil {
+		t.Fatalf("open on the npu backend: %v", err)
+	}
+	t.Cleanup(npu.Close)
+	host, err := Open(dir, &OpenOptions{Backend: BackendHost, Precision: PrecisionExact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Close)
+	if got := npu.Info().Precision; got != PrecisionExact {
+		t.Fatalf("npu precision %v, want exact", got)
+	}
+	if backend, device := infoBackend(t, npu); backend != "npu" || !strings.Contains(device, "ONNX Runtime") || !strings.Contains(device, "cpu") {
+		t.Fatalf("npu model's info JSON: backend %q, device %q", backend, device)
+	}
+	if backend, _ := infoBackend(t, host); backend != "host" {
+		t.Fatalf("host model's info JSON: backend %q", backend)
+	}
+	ns, hs := newSession(t, npu), newSession(t, host)
+	worst := 0.0
+	for i, tok := range golden.Tokens {
+		a, err := ns.Step(tok)
+		if err != nil {
+			t.Fatalf("npu step %d: %v", i, err)
+		}
+		b, err := hs.Step(tok)
+		if err != nil {
+			t.Fatalf("host step %d: %v", i, err)
+		}
+		if len(a) != 300 || len(b) != 300 {
+			t.Fatalf("step %d: %d and %d logits, want 300", i, len(a), len(b))
+		}
+		worst = math.Max(worst, maxAbs(a, b))
+	}
+	t.Logf("npu vs host over %d steps: max |diff| = %g", len(golden.Tokens), worst)
+	if !(worst <= 1e-4) {
+		t.Fatalf("npu vs host: max |logit diff| = %g > 1e-4", worst)
+	}
+}
+
+// The provider and its options reach ONNX Runtime: "qnn" (not in the CPU build) is unavailable
+// and named; options given to the cpu provider, which takes none, are refused.
+func TestNPUProviderOptions(t *testing.T) {
+	needONNXRuntime(t)
+	dir := filepath.Join(tinyDir, "llama")
+	m, err := Open(dir, &OpenOptions{Backend: BackendNPU, Provider: "qnn"})
+	if m != nil {
+		m.Close()
+		t.Fatal("provider qnn gave a model")
+	}
+	if e := wantStatus(t, err, ErrBackendUnavailable); !strings.Contains(e.Message(), `"qnn"`) {
+		t.Fatalf("message %q does not name the provider qnn", e.Message())
+	}
+	m, err = Open(dir, &OpenOptions{Backend: BackendNPU, ProviderOptions: "intra_op_num_threads=1"})
+	if m != nil {
+		m.Close()
+		t.Fatal("the cpu provider took options")
+	}
+	if e := wantStatus(t, err, ErrInvalidArgument); !strings.Contains(e.Message(), "intra_op_num_threads=1") {
+		t.Fatalf("message %q does not name the options given", e.Message())
+	}
+}
+
+// A library that cannot be loaded is unavailable, with its path in the message: the option
+// takes the place of PACKLM_ONNXRUNTIME. Needs no ONNX Runtime, so it never skips.
+func TestNPUWithoutALibrary(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	m, err := Open(filepath.Join(tinyDir, "llama"), &OpenOptions{Backend: BackendNPU, ONNXRuntimeLibrary: missing})
+	if m != nil {
+		m.Close()
+		t.Fatalf("a missing ONNX Runtime library (%s) gave a model", missing)
+	}
+	if e := wantStatus(t, err, ErrBackendUnavailable); !strings.Contains(e.Message(), missing) {
+		t.Fatalf("message %q does not name %s", e.Message(), missing)
+	}
+}
