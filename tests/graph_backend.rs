@@ -101,16 +101,10 @@ fn model_invariants_hold_on_the_graph_backend() {
     }
 }
 
-/// Bits that hold past the KV buckets and the pass size: 300 positions (buckets 64 to 512, the
-/// matrix products' K blocks) as one step_batch (parts of 128 rows) and as steps; and two
-/// threads as one.
-#[test]
-fn long_passes_and_threads_keep_the_bits() {
-    if backend().is_none() {
-        return;
-    }
-    // The gemma3 fixture (sliding and full layers) with a context of 512.
-    let dir = std::env::temp_dir().join(format!("packlm-graph-long-{}", std::process::id()));
+/// A copy of the gemma3 fixture (sliding and full layers) with a context of 512, in a folder
+/// of its own (`tag`); the caller removes it.
+fn long_context(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("packlm-graph-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(tiny("gemma3")).unwrap() {
         let p = e.unwrap().path();
@@ -119,6 +113,18 @@ fn long_passes_and_threads_keep_the_bits() {
     let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     cfg["max_position_embeddings"] = 512.into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    dir
+}
+
+/// Bits that hold past the KV buckets and the pass size: 300 positions (buckets 64 to 512, the
+/// matrix products' K blocks) as one step_batch (parts of 128 rows) and as steps; and two
+/// threads as one.
+#[test]
+fn long_passes_and_threads_keep_the_bits() {
+    if backend().is_none() {
+        return;
+    }
+    let dir = long_context("long");
     let m = open_graph(&dir).unwrap();
     let v = m.spec().vocab_size as u32;
     let tokens: Vec<u32> = (0..300u32).map(|i| (i * 7 + 3) % v).collect();
@@ -223,4 +229,63 @@ fn real_models_continue_as_the_host_does() {
         eprintln!("{}: graph {a:?}", path.display());
         assert_eq!(a, b, "{}: graph vs host greedy tokens", path.display());
     }
+}
+
+/// Sets a session's abort flag when the pass's second part begins (its second embedding).
+struct AbortAtSecondPart {
+    flag: std::sync::Mutex<Option<Arc<std::sync::atomic::AtomicBool>>>,
+    embeds: std::sync::atomic::AtomicUsize,
+}
+
+impl packlm::backend::watched::Watch for AbortAtSecondPart {
+    fn matrix(&self, _w: &packlm::pack::tensor::WeightTensor) -> usize {
+        0
+    }
+    fn around(&self, call: packlm::backend::watched::Call, run: &mut dyn FnMut()) {
+        if call == packlm::backend::watched::Call::Op("embed") && self.embeds.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            if let Some(f) = self.flag.lock().unwrap().as_ref() {
+                f.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        run()
+    }
+}
+
+/// An abort between the parts of a long prefill (the first part of 128 rows ran, the second
+/// was being recorded) fails it with ErrAborted and leaves the session as it was: the same
+/// snapshot, and the same next logits as a session that never saw the prefill, bit for bit.
+#[test]
+fn an_abort_between_parts_leaves_the_session_as_it_was() {
+    let Some(be) = backend() else { return };
+    let watch = Arc::new(AbortAtSecondPart { flag: std::sync::Mutex::new(None), embeds: 0.into() });
+    struct Shared(Arc<AbortAtSecondPart>);
+    impl packlm::backend::watched::Watch for Shared {
+        fn matrix(&self, w: &packlm::pack::tensor::WeightTensor) -> usize {
+            self.0.matrix(w)
+        }
+        fn around(&self, call: packlm::backend::watched::Call, run: &mut dyn FnMut()) {
+            self.0.around(call, run)
+        }
+    }
+    let watched = packlm::backend::watched::Watched { inner: Box::new(be), watcher: Shared(watch.clone()) };
+    let dir = long_context("abort");
+    let m = Arc::new(Model::open_on(&dir, Box::new(watched)).unwrap());
+    let v = m.spec().vocab_size as u32;
+    let mut s = Session::new(m.clone(), 0).unwrap();
+    let first = s.step_batch(&[1, 2, 3], Want::Last).unwrap();
+    let before = s.snapshot();
+    let runs = m.backend().counters().unwrap().submissions;
+    *watch.flag.lock().unwrap() = Some(s.abort_flag().clone());
+    watch.embeds.store(0, std::sync::atomic::Ordering::SeqCst);
+    let long: Vec<u32> = (0..200u32).map(|i| (i * 5 + 1) % v).collect();
+    let e = s.step_batch(&long, Want::Last).unwrap_err();
+    assert_eq!(e.status, packlm::error::Status::ErrAborted, "{e:?}");
+    assert_eq!(m.backend().counters().unwrap().submissions - runs, 1, "the first part ran, the second did not");
+    s.abort_flag().store(false, std::sync::atomic::Ordering::SeqCst);
+    *watch.flag.lock().unwrap() = None;
+    assert!(s.snapshot() == before, "the session changed");
+    let mut fresh = Session::new(m.clone(), 0).unwrap();
+    assert_bits_equal(&fresh.step_batch(&[1, 2, 3], Want::Last).unwrap(), &first, "fresh prefill");
+    assert_bits_equal(&s.step(9).unwrap(), &fresh.step(9).unwrap(), "after the abort vs fresh");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
