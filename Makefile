@@ -9,7 +9,7 @@ CARGO ?= cargo
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
-.PHONY: api-check llama llama-test demo test models build install header-check c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test readme-test
+.PHONY: api-check llama llama-test demo test models build install header-check onnx-export-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test rust-test fuzz-smoke aarch64-test readme-test
 
 models:
 	./scripts/fetch_models.sh
@@ -63,6 +63,11 @@ NPU_ENV = PACKLM_ONNXRUNTIME="$$(./scripts/fetch_onnxruntime.sh)" PACKLM_REQUIRE
 rust-test: models
 	./tests/llama/fetch.sh >/dev/null
 	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 $(CARGO) test --release
+
+# `packlm export-onnx` on the tiny llama fixture, its graphs run by ONNX Runtime's Python API in a
+# fresh venv: HF's golden logits and packlm's own (tests/onnx_export).
+onnx-export-test: build
+	$(NPU_ENV) ./tests/onnx_export/run.sh
 
 c-test: models build
 	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 ./tests/c/run.sh
@@ -134,4 +139,4 @@ fuzz-smoke:
 aarch64-test:
 	./scripts/aarch64_tests.sh
 
-test: header-check api-check rust-test llama-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test readme-test fuzz-smoke aarch64-test
+test: header-check api-check rust-test llama-test onnx-export-test c-test c-valgrind cpp-test py-test go-test swift-test hosts-test go-swift-hosts install-test readme-test fuzz-smoke aarch64-test

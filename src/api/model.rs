@@ -112,6 +112,10 @@ pub struct OpenOptions {
     /// [`Backend::Npu`]: ONNX Runtime's library; None = `PACKLM_ONNXRUNTIME`, then the system's
     /// library search path.
     pub onnxruntime: Option<String>,
+    /// [`Backend::Npu`]: a folder each graph is written into as it is compiled (ONNX files, their
+    /// weights in one `weights.bin` beside them, `graphs.json` saying what each input and output
+    /// is), for inspection or a vendor's own compiler; None = nothing written.
+    pub export_onnx: Option<std::path::PathBuf>,
 }
 
 impl OpenOptions {
@@ -136,6 +140,11 @@ impl OpenOptions {
         self.provider_options = options.to_string();
         self
     }
+    /// These options with each compiled graph written to `dir` ([`Backend::Npu`]).
+    pub fn export_onnx(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.export_onnx = Some(dir.into());
+        self
+    }
     /// These options with ONNX Runtime's library at `path` ([`Backend::Npu`]).
     pub fn onnxruntime(mut self, path: &str) -> Self {
         self.onnxruntime = Some(path.to_string());
@@ -146,7 +155,7 @@ impl OpenOptions {
             backend: self.backend.kind(),
             threads: self.threads,
             precision: self.precision.map(Precision::engine),
-            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone() },
+            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone(), export: self.export_onnx.clone() },
         }
     }
 }

@@ -3,6 +3,7 @@
 //!   packlm info PACK --json
 //!   packlm tokenize PACK --text STR [--no-special]
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
+//!   packlm export-onnx PACK DIR [--tokens 1,2,3] [--ep NAME] [--ep-options "K=V;.."] [--onnxruntime LIB]
 //!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K] [--json-schema FILE | --grammar FILE | --regex RE]
 //!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special]
@@ -95,6 +96,10 @@ const USAGE: &str = "usage:
   packlm info PACK --json
   packlm tokenize PACK --text STR [--no-special]
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
+  packlm export-onnx PACK DIR [--tokens 1,2,3] [--ep NAME] [--ep-options \"K=V;..\"] [--onnxruntime LIB]
+      runs a prefill of the tokens and one decode step on the npu backend and writes each graph it
+      compiles to DIR as ONNX (graphN_rowsM_kvK.onnx, the weights in weights.bin beside them, what
+      each input and output is in graphs.json), with the logits computed (logits.f32, export.json)
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special] [-n N]
@@ -201,6 +206,7 @@ fn run(cmd: &str, pack: &str, args: &mut Args) -> Result<()> {
         "logits" => logits(pack, args),
         "generate" => cmd_generate(pack, args),
         "embed" => cmd_embed(pack, args),
+        "export-onnx" => export_onnx(pack, args),
         other => Err(Error::invalid(format!("unknown command {other:?}\n{USAGE}"))),
     }
 }
@@ -303,6 +309,43 @@ fn logits(pack: &str, args: &mut Args) -> Result<()> {
     let logits = s.step_batch(&ids, if all { Want::All } else { Want::Last })?;
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(&out, bytes).map_err(|e| Error::io(Path::new(&out), e))
+}
+
+/// `export-onnx PACK DIR`: the model on the npu backend with every graph written to DIR as it
+/// is compiled, then the passes whose graphs are written: a prefill of the tokens (every row's
+/// logits wanted) and one decode step (the prefill's greedy token). Beside the graphs: their
+/// prefill and step logits as computed (`logits.f32`, rows x vocab then the step's row), and
+/// `export.json` naming the tokens. Prints what was written.
+fn export_onnx(pack: &str, args: &mut Args) -> Result<()> {
+    let dir = args.rest.first().filter(|a| !a.starts_with("--")).cloned().ok_or_else(|| Error::invalid("export-onnx PACK DIR: DIR is required"))?;
+    args.rest.remove(0);
+    let tokens = args.value(&["--tokens"])?;
+    let mut opts = OpenOptions { threads: args.parsed(&["--threads"], 0usize)?, ..OpenOptions::default() }.backend(Backend::Npu).export_onnx(&dir);
+    opts.provider = args.value(&["--ep"])?;
+    opts.provider_options = args.value(&["--ep-options"])?.unwrap_or_default();
+    opts.onnxruntime = args.value(&["--onnxruntime"])?;
+    args.done()?;
+    let m = Model::open_with(pack, &opts)?;
+    let ids: Vec<u32> = match tokens {
+        Some(t) => t.split(',').map(|t| t.trim().parse().map_err(|_| Error::invalid(format!("--tokens: {t:?} is not a token id")))).collect::<Result<_>>()?,
+        None => m.tokenize("The capital of France is", true, false)?,
+    };
+    if ids.is_empty() {
+        return Err(Error::invalid("export-onnx: no tokens to run"));
+    }
+    let mut s = Session::new(&m, 0)?;
+    let mut logits = s.step_batch(&ids, Want::All)?;
+    let vocab = m.info().n_vocab;
+    let last = &logits[(ids.len() - 1) * vocab..];
+    // The greedy token (the first of the largest).
+    let next = (0..vocab).fold(0, |b, i| if last[i] > last[b] { i } else { b }) as u32;
+    logits.extend(s.step(next)?);
+    let path = Path::new(&dir).join("logits.f32");
+    std::fs::write(&path, logits.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).map_err(|e| Error::io(&path, e))?;
+    let about = serde_json::json!({"tokens": ids, "step_token": next, "vocab": vocab, "logits": "logits.f32", "graphs": "graphs.json"});
+    let path = Path::new(&dir).join("export.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&about).unwrap_or_default() + "\n").map_err(|e| Error::io(&path, e))?;
+    print_line(&serde_json::to_string(&about).unwrap_or_default())
 }
 
 /// The options `generate` and `generate --parallel` share.

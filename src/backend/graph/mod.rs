@@ -75,6 +75,10 @@ pub struct GraphOptions {
     pub provider: Option<String>,
     /// The provider's options, "key=value" pairs separated by ';'.
     pub provider_options: String,
+    /// A folder to write each graph into as it is compiled (`packlm export-onnx`): `NAME.onnx`
+    /// files whose weights are in one `weights.bin` beside them (ONNX external data), and
+    /// `graphs.json` saying what each input and output is.
+    pub export: Option<std::path::PathBuf>,
 }
 
 /// A tensor's values: on the host, or (`sym`) the first `n` elements are the graph value
@@ -124,10 +128,12 @@ struct Recorder {
     inputs: Vec<(Io, Feed)>,
     /// Position inputs by value: a pass's start is one input however many ops read it.
     positions: HashMap<usize, String>,
+    /// What each input is ("token ids", "position", "keys of layer 3", "activation").
+    roles: Vec<String>,
     weights: Vec<usize>,
     live: Vec<Weak<Mutex<TData>>>,
-    /// (plane, keys' value, values' value, rows)
-    kv_out: Vec<(PlaneRef, String, String, usize)>,
+    /// (plane, keys' value, values' value, rows, layer)
+    kv_out: Vec<(PlaneRef, String, String, usize, usize)>,
     next: usize,
 }
 
@@ -184,8 +190,13 @@ impl Recorder {
         self.node("Concat", parts, vec![("axis", Attr::Int(axis))])
     }
     fn input(&mut self, elem: Elem, dims: Vec<i64>, feed: Feed) -> String {
+        self.input_as("activation", elem, dims, feed)
+    }
+    /// An input, with what it is for an exported graph's reader (`role`).
+    fn input_as(&mut self, role: &str, elem: Elem, dims: Vec<i64>, feed: Feed) -> String {
         let name = self.name("in");
         self.inputs.push((Io { name: name.clone(), elem, dims }, feed));
+        self.roles.push(role.to_string());
         name
     }
     /// A position (an i64 scalar input, shape [1]), one input per value.
@@ -193,7 +204,7 @@ impl Recorder {
         if let Some(n) = self.positions.get(&p) {
             return n.clone();
         }
-        let n = self.input(Elem::I64, vec![1], Feed::I64(vec![p as i64]));
+        let n = self.input_as("position", Elem::I64, vec![1], Feed::I64(vec![p as i64]));
         self.positions.insert(p, n.clone());
         n
     }
@@ -285,6 +296,8 @@ struct Inner {
     kv_bytes_read: AtomicU64,
     /// The first failure of a graph run or compile since the engine last asked (`take_error`).
     error: Mutex<Option<Error>>,
+    /// Where each graph is written as it is compiled (`GraphOptions::export`).
+    export: Mutex<Option<Export>>,
 }
 
 /// The recordings in progress (one per thread: passes of sessions on several threads record
@@ -324,6 +337,10 @@ impl GraphBackend {
                 bytes_out: AtomicU64::new(0),
                 kv_bytes_read: AtomicU64::new(0),
                 error: Mutex::new(None),
+                export: Mutex::new(match &opts.export {
+                    Some(dir) => Some(Export::new(dir)?),
+                    None => None,
+                }),
             }),
         })
     }
@@ -349,8 +366,13 @@ impl Inner {
     /// KV row comes back to host memory. On failure the error is kept for `take_error` and
     /// the tensors hold NaN (nothing computed is ever passed off as a result).
     fn flush(&self) {
+        self.flush_reading(None)
+    }
+
+    /// `flush`, for a read of `read` (its output is the one an exported graph calls "read").
+    fn flush_reading(&self, read: Option<&TRef>) {
         let Some(rec) = self.take_recording() else { return };
-        if let Err(e) = self.run(rec) {
+        if let Err(e) = self.run(rec, read) {
             let mut err = lock(&self.error);
             if err.is_none() {
                 *err = Some(e);
@@ -380,15 +402,22 @@ impl Inner {
         }
     }
 
-    fn run(&self, mut rec: Recorder) -> Result<()> {
+    fn run(&self, mut rec: Recorder, read: Option<&TRef>) -> Result<()> {
         // Outputs: each live tensor's value, then each pending KV append.
         let mut outputs: Vec<Io> = Vec::new();
         let mut tensors: Vec<(TRef, usize)> = Vec::new();
-        let add_out = |outputs: &mut Vec<Io>, name: &str, n: usize| -> usize {
+        let mut roles: Vec<String> = Vec::new();
+        let mut add_out = |outputs: &mut Vec<Io>, name: &str, n: usize, role: String| -> usize {
             if let Some(i) = outputs.iter().position(|o| o.name == name) {
+                // One value, two uses (a layer's new keys still in the tensor that made them):
+                // the manifest names the more telling one.
+                if roles[i] == "activation" {
+                    roles[i] = role;
+                }
                 return i;
             }
             outputs.push(Io { name: name.to_string(), elem: Elem::F32, dims: vec![n as i64] });
+            roles.push(role);
             outputs.len() - 1
         };
         let mut nan_on_failure: Vec<TRef> = Vec::new();
@@ -396,19 +425,20 @@ impl Inner {
             let Some(t) = w.upgrade() else { continue };
             let sym = lock(&t).sym.clone();
             if let Some((name, n)) = sym {
-                let i = add_out(&mut outputs, &name, n);
+                let role = if read.is_some_and(|r| Arc::ptr_eq(r, &t)) { "read" } else { "activation" };
+                let i = add_out(&mut outputs, &name, n, role.to_string());
                 tensors.push((t.clone(), i));
                 nan_on_failure.push(t);
             }
         }
         let mut kvs = Vec::new();
-        for (plane, k, v, rows) in &rec.kv_out {
+        for (plane, k, v, rows, layer) in &rec.kv_out {
             let w = lock(plane).width;
-            let ki = add_out(&mut outputs, k, rows * w);
-            let vi = add_out(&mut outputs, v, rows * w);
+            let ki = add_out(&mut outputs, k, rows * w, format!("new keys of layer {layer}"));
+            let vi = add_out(&mut outputs, v, rows * w, format!("new values of layer {layer}"));
             kvs.push((plane.clone(), ki, vi, *rows));
         }
-        let result = self.execute(&mut rec, &outputs, |i, data| {
+        let result = self.execute(&mut rec, &outputs, &roles, |i, data| {
             for (t, j) in &tensors {
                 if *j == i {
                     let mut d = lock(t);
@@ -449,7 +479,7 @@ impl Inner {
 
     /// The compiled graph of a recording with these outputs: from the cache, or compiled now
     /// (under the state lock: one compile of a shape, whichever thread asks first).
-    fn compiled(&self, rec: &Recorder, outputs: &[Io]) -> Result<Arc<Compiled>> {
+    fn compiled(&self, rec: &Recorder, outputs: &[Io], roles: &[String]) -> Result<Arc<Compiled>> {
         let st = lock(&self.state);
         let mut inits = rec.consts.clone();
         let mut dims = Vec::new();
@@ -478,6 +508,9 @@ impl Inner {
                 self.compiles.fetch_add(1, Ordering::Relaxed);
                 let output_names = outputs.iter().map(|o| CString::new(o.name.as_str()).unwrap_or_default()).collect();
                 let c = Arc::new(Compiled { session, output_names });
+                if let Some(ex) = lock(&self.export).as_mut() {
+                    ex.write(rec, outputs, roles, &st.weights)?;
+                }
                 st.cache.insert(bytes, c.clone());
                 c
             }
@@ -485,11 +518,11 @@ impl Inner {
     }
 
     /// Compiles (once per graph) and runs the recording, calling `take(output index, values)`.
-    fn execute(&self, rec: &mut Recorder, outputs: &[Io], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
+    fn execute(&self, rec: &mut Recorder, outputs: &[Io], roles: &[String], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
         if outputs.is_empty() {
             return Ok(());
         }
-        let compiled = self.compiled(rec, outputs)?;
+        let compiled = self.compiled(rec, outputs, roles)?;
         // Inputs: host buffers wrapped, not copied (a plane's buffer is resized only by
         // `kv_append` of its own session, which is not running while this pass is).
         let names: Vec<CString> = rec.inputs.iter().map(|(io, _)| CString::new(io.name.as_str()).unwrap_or_default()).collect();
@@ -536,6 +569,67 @@ impl Inner {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
         r
+    }
+}
+
+/// The graphs written so far by `GraphOptions::export`.
+struct Export {
+    dir: std::path::PathBuf,
+    weights: std::fs::File,
+    /// Weight id -> (offset, length) in weights.bin.
+    written: HashMap<usize, (usize, usize)>,
+    end: usize,
+    manifest: Vec<serde_json::Value>,
+}
+
+impl Export {
+    fn new(dir: &std::path::Path) -> Result<Export> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join("weights.bin");
+        let weights = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(Export { dir: dir.to_path_buf(), weights, written: HashMap::new(), end: 0, manifest: Vec::new() })
+    }
+
+    /// Writes one compiled graph: its weights not yet in weights.bin appended, the model file
+    /// named by its order and shape, and the manifest rewritten.
+    fn write(&mut self, rec: &Recorder, outputs: &[Io], roles: &[String], weights: &[Source]) -> Result<()> {
+        use std::io::Write;
+        let mut inits = rec.consts.clone();
+        for &id in &rec.weights {
+            let (offset, length) = match self.written.get(&id) {
+                Some(&w) => w,
+                None => {
+                    let bytes: Vec<u8> = dequantize(&weights[id]).iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let path = self.dir.join("weights.bin");
+                    self.weights.write_all(&bytes).map_err(|e| Error::io(&path, e))?;
+                    let w = (self.end, bytes.len());
+                    self.end += bytes.len();
+                    self.written.insert(id, w);
+                    w
+                }
+            };
+            let dims = match &weights[id] {
+                Source::Matrix(w) => vec![w.rows() as i64, w.cols() as i64],
+                Source::Vector(v) => vec![v.len() as i64],
+            };
+            inits.push(Init { name: weight_name(id), elem: Elem::F32, dims, data: Data::External { location: "weights.bin".into(), offset, length } });
+        }
+        let ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
+        let rows = rec.inputs.iter().zip(&rec.roles).find(|(_, r)| *r == "token ids").map_or(0, |((io, _), _)| io.dims[0]);
+        let kv = rec.inputs.iter().zip(&rec.roles).find(|(_, r)| r.starts_with("keys of")).map_or(0, |((io, _), _)| io.dims[0]);
+        let name = format!("graph{}_rows{rows}_kv{kv}.onnx", self.manifest.len());
+        let path = self.dir.join(&name);
+        std::fs::write(&path, onnx::model("packlm", &rec.nodes, &inits, &ios, outputs)).map_err(|e| Error::io(&path, e))?;
+        let io_json = |ios: &[Io], roles: &[String]| -> Vec<serde_json::Value> {
+            ios.iter()
+                .zip(roles)
+                .map(|(io, role)| serde_json::json!({"name": io.name, "type": if io.elem == Elem::I64 { "int64" } else { "float32" }, "shape": io.dims, "is": role}))
+                .collect()
+        };
+        self.manifest.push(serde_json::json!({"file": name, "rows": rows, "kv_rows": kv, "inputs": io_json(&ios, &rec.roles), "outputs": io_json(outputs, roles)}));
+        let path = self.dir.join("graphs.json");
+        let text = serde_json::to_string_pretty(&serde_json::json!({"graphs": self.manifest})).unwrap_or_default();
+        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))
     }
 }
 
@@ -720,7 +814,7 @@ impl Backend for GraphBackend {
     }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
         if lock(t.get::<TRef>()).sym.is_some() {
-            self.inner.flush();
+            self.inner.flush_reading(Some(t.get::<TRef>()));
         }
         out.copy_from_slice(&lock(t.get::<TRef>()).host[start..start + out.len()]);
     }
@@ -755,7 +849,7 @@ impl Backend for GraphBackend {
         let (id, hidden) = (table.get::<WId>().0, table.cols());
         self.record(|r| {
             let w = r.weight(id);
-            let ids = r.input(Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
+            let ids = r.input_as("token ids", Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
             let mut y = r.node("Gather", &[&w, &ids], vec![("axis", Attr::Int(0))]);
             if let Some(s) = scale {
                 let s = r.scalar(s);
@@ -977,7 +1071,7 @@ impl Backend for GraphBackend {
             let n = tokens.len() * width;
             let cv = r.get(c, n);
             let w = r.weight(id);
-            let ids = r.input(Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
+            let ids = r.input_as("token ids", Elem::I64, vec![tokens.len() as i64], Feed::I64(tokens.iter().map(|&t| t as i64).collect()));
             let t = r.node("Gather", &[&w, &ids], vec![("axis", Attr::Int(0))]);
             let t = r.flat(&t);
             let ts = r.scalar(table_scale);
@@ -1006,7 +1100,7 @@ impl Backend for GraphBackend {
         self.record(|r| {
             let kn = r.get(k, rows * width);
             let vn = r.get(v, rows * width);
-            r.kv_out.push((plane, kn, vn, rows));
+            r.kv_out.push((plane, kn, vn, rows, layer));
         });
     }
     fn attention(&self, kv: &dyn KvStore, plane: usize, shape: &AttentionShape, sinks: Option<&[f32]>, q: &Tensor, rows: usize, start: usize, out: &mut Tensor) {
@@ -1017,7 +1111,7 @@ impl Backend for GraphBackend {
         self.record(|r| {
             // The keys: the plane's `held` rows in host memory, then the rows this recording
             // appends to it (the engine's pattern: held == start, the pass's own rows pending).
-            let pending = r.kv_out.iter().rev().find(|(p, ..)| Arc::ptr_eq(p, &pl)).map(|(_, k, v, n)| (k.clone(), v.clone(), *n));
+            let pending = r.kv_out.iter().rev().find(|(p, ..)| Arc::ptr_eq(p, &pl)).map(|(_, k, v, n, _)| (k.clone(), v.clone(), *n));
             let (width, held) = {
                 let p = lock(&pl);
                 (p.width, p.len)
@@ -1032,8 +1126,8 @@ impl Backend for GraphBackend {
             let s = r.position(start);
             let ar = r.range(rows);
             let qpos = r.op("Add", &[&s, &ar]);
-            let mut kall = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), true));
-            let mut vall = r.input(Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), false));
+            let mut kall = r.input_as(&format!("keys of layer {plane}"), Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), true));
+            let mut vall = r.input_as(&format!("values of layer {plane}"), Elem::F32, vec![cap as i64, width as i64], Feed::Kv(pl.clone(), false));
             if let Some((kn, vn, n)) = pending {
                 let h = r.position(held);
                 let arn = r.range(n);
