@@ -100,9 +100,10 @@ go-test: models build
 	PACKLM_REQUIRE_MODELS=1 ./bindings/go/run_tests.sh
 
 # Swift 6 inside a Debian 13 root (scripts/swift_root.sh builds it once, outside the repository;
-# needs root). PACKLM_SKIP_HOSTS=swift opts out (and says so).
+# needs root). PACKLM_SKIP_HOSTS=swift opts out (and says so). The npu backend's tests there
+# need ONNX Runtime (NPU_ENV), which run_tests.sh copies into what the root sees.
 swift-test: models build
-	PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
+	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
 
 go-swift-hosts: models build
 	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/go_swift.sh
