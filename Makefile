@@ -42,9 +42,10 @@ llama: build
 
 # The facade's unit tests, then llama-cpp-python 0.3.36 (its Python sources, no llama.cpp
 # build) against libllama.so (tests/llama/run.sh), then llama.cpp's own examples built and
-# linked against the facade folder (tests/llama/examples.sh).
+# linked against the facade folder (tests/llama/examples.sh). The unit tests put a model on the
+# npu backend (PACKLM_LLAMA_NPU, llama/tests/npu.rs), ONNX Runtime required (NPU_ENV).
 llama-test: models llama
-	$(CARGO) test --release -p llama
+	$(NPU_ENV) $(CARGO) test --release -p llama
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/run.sh
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/examples.sh
 	PACKLM_REQUIRE_MODELS=1 ./tests/llama/splits.sh
@@ -107,9 +108,10 @@ go-test: models build
 	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 ./bindings/go/run_tests.sh
 
 # Swift 6 inside a Debian 13 root (scripts/swift_root.sh builds it once, outside the repository;
-# needs root). PACKLM_SKIP_HOSTS=swift opts out (and says so).
+# needs root). PACKLM_SKIP_HOSTS=swift opts out (and says so). The npu backend's tests there
+# need ONNX Runtime (NPU_ENV), which run_tests.sh copies into what the root sees.
 swift-test: models build
-	PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
+	$(NPU_ENV) PACKLM_REQUIRE_MODELS=1 ./bindings/swift/run_tests.sh
 
 go-swift-hosts: models build
 	PACKLM_REQUIRE_MODELS=1 ./tests/hosts/go_swift.sh

@@ -26,8 +26,9 @@ pub struct Engine {
     fim: [Option<u32>; 6],
     /// The padding token (`find_pad`).
     pad: Option<u32>,
-    /// The backend it runs on (`Model::info_json`'s "backend": host or gpu) and the device,
-    /// for a device backend ("device": "name (api, driver, device type)").
+    /// The backend it runs on (`Model::info_json`'s "backend": host, gpu or npu) and the
+    /// device, for a device backend ("device": the GPU's "name (api, driver, device type)", the
+    /// npu backend's "ONNX Runtime version, provider execution provider").
     backend: String,
     device: Option<String>,
     /// The worker-thread cap last set on the model (`set_threads`), 0 before any: packlm's
@@ -104,7 +105,18 @@ impl Engine {
     /// `progress` is packlm's open progress (0 first, then after the pack's files are read
     /// and after each layer's weights are prepared, 1 last).
     pub fn open(path: &Path, backend: Backend, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
-        let model = Model::open_with_progress(path, &OpenOptions::default().backend(backend), progress)?;
+        Engine::open_with(path, &OpenOptions::default().backend(backend), progress)
+    }
+
+    /// `open` on packlm's npu backend with the execution provider `provider` (packlm's names:
+    /// cpu, openvino, vitisai, qnn, coreml, cuda, dml) and no provider options; ONNX Runtime's
+    /// library is the one PACKLM_ONNXRUNTIME names, else the system's search path finds.
+    pub fn open_npu(path: &Path, provider: &str, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
+        Engine::open_with(path, &OpenOptions::default().backend(Backend::Npu).provider(provider, ""), progress)
+    }
+
+    fn open_with(path: &Path, options: &OpenOptions, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
+        let model = Model::open_with_progress(path, options, progress)?;
         let info = model.info();
         let fim = find_fim(&model, info.n_vocab);
         let pad = find_pad(path, &model, info.n_vocab);
@@ -114,11 +126,12 @@ impl Engine {
         Ok(Engine { info, model, fim, pad, backend, device, threads: Mutex::new(0) })
     }
 
-    /// The backend the model runs on: "host" or "gpu" (packlm's names).
+    /// The backend the model runs on: "host", "gpu" or "npu" (packlm's names).
     pub fn backend(&self) -> &str {
         &self.backend
     }
-    /// The device of a GPU model: "name (api, driver, device type)" (packlm's `info_json`).
+    /// The device of a GPU model, "name (api, driver, device type)", or of an npu model,
+    /// "ONNX Runtime version, provider execution provider" (packlm's `info_json`).
     pub fn device(&self) -> Option<&str> {
         self.device.as_deref()
     }

@@ -183,7 +183,8 @@ pub extern "C" fn llama_model_default_params() -> ModelParams {
 /// Opens a GGUF file (or a packlm pack folder). NULL, with the reason logged, on any failure.
 /// `kv_overrides` and tensor overrides change the model and are refused. `n_gpu_layers` puts
 /// the whole model on packlm's GPU backend or on the host (`offload`: 0 is the host, any other
-/// value the GPU when there is one); the other placement and memory fields (split mode, main
+/// value the GPU when there is one, or packlm's npu backend when PACKLM_LLAMA_NPU names an
+/// execution provider); the other placement and memory fields (split mode, main
 /// GPU, mmap, mlock) are ignored: packlm maps the weights, and runs a model on one device.
 /// The progress callback is called as the load goes (`Progress`); false cancels it (NULL).
 #[no_mangle]

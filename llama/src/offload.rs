@@ -8,6 +8,16 @@
 //! GPU the model runs on the host with an info log line saying why; when the GPU backend does
 //! not take this model (a bidirectional model, a binding too large for the device), on the
 //! host with a warning naming why.
+//!
+//! An NPU has no place in llama.cpp's device list, so it is chosen by the environment: with
+//! `PACKLM_LLAMA_NPU` set to an execution provider's name (packlm's names: `openvino`,
+//! `vitisai`, `qnn`, `coreml`, `cuda`, `dml`, or `cpu`), a load whose `n_gpu_layers` is not 0
+//! runs on packlm's npu backend (ONNX Runtime, its library from `PACKLM_ONNXRUNTIME`, else the
+//! system's search path) with that provider, before any GPU, and an info line names the
+//! runtime and provider. When the npu backend is unavailable (no ONNX Runtime, or one without
+//! that provider) or does not take the model, the model runs on the host with a warning naming
+//! why; the GPU is not tried, so that the place asked for is either the one used or named in
+//! the warning. 0 layers and a vocabulary-only load stay on the host.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -19,6 +29,11 @@ use crate::log::{self, Level};
 /// CPU-type device too (for tests on machines whose only Vulkan device is llvmpipe, and for
 /// whoever wants that device). Unset or empty: llama.cpp's rule. Read at each load.
 pub const GPU_ENV: &str = "PACKLM_LLAMA_GPU";
+
+/// The environment variable that puts a model on packlm's npu backend: its value is the
+/// execution provider's name, passed to packlm as it is. Unset or empty: the GPU rule. Read at
+/// each load.
+pub const NPU_ENV: &str = "PACKLM_LLAMA_NPU";
 
 /// What this process has learned of its GPU (`packlm::gpu_device`, asked at the first load
 /// that could use one): packlm opens one adapter per process and keeps it, so the answer holds
@@ -65,6 +80,9 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool, progress:
     let host = |progress: &mut dyn FnMut(f32) -> bool| Engine::open(path, Backend::Host, progress);
     if n_gpu_layers == 0 || vocab_only {
         return host(progress);
+    }
+    if let Some(provider) = std::env::var(NPU_ENV).ok().filter(|v| !v.is_empty()) {
+        return open_npu(f, path, n_gpu_layers, &provider, progress);
     }
     let any = counts_cpu_devices(f);
     let head = format!("{f}: n_gpu_layers {n_gpu_layers}");
@@ -126,6 +144,36 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool, progress:
         Err(e) => {
             log::log(Level::Warn, &format!("{head}: the GPU backend does not run {}: {}; the model runs on the host", path.display(), e.message));
             host(progress)
+        }
+    }
+}
+
+/// `open` on packlm's npu backend with `provider` (`NPU_ENV`'s value), else on the host with a
+/// warning naming why.
+fn open_npu(f: &str, path: &Path, n_gpu_layers: i32, provider: &str, progress: &mut dyn FnMut(f32) -> bool) -> adapter::Result<Engine> {
+    let head = format!("{f}: n_gpu_layers {n_gpu_layers}, {NPU_ENV}={provider}");
+    // As on the GPU: an open that fails before packlm's second progress report failed reading
+    // the pack or making the backend.
+    let mut read = false;
+    let opened = Engine::open_npu(path, provider, |p| {
+        read |= p > 0.0;
+        progress(p)
+    });
+    match opened {
+        Err(e) if adapter::is_aborted(&e) => Err(e),
+        Ok(e) => {
+            log::log(Level::Info, &format!("{head}: the model runs on packlm's npu backend ({})", e.device().unwrap_or_default()));
+            Ok(e)
+        }
+        Err(e) if !read && adapter::is_backend_unavailable(&e) => {
+            log::log(Level::Warn, &format!("{head}: the npu backend is unavailable ({}); the model runs on the host", e.message));
+            Engine::open(path, Backend::Host, progress)
+        }
+        // The pack could not be read: the host would refuse it the same way.
+        Err(e) if !read => Err(e),
+        Err(e) => {
+            log::log(Level::Warn, &format!("{head}: the npu backend does not run {}: {}; the model runs on the host", path.display(), e.message));
+            Engine::open(path, Backend::Host, progress)
         }
     }
 }

@@ -14,7 +14,7 @@ use common::{bits, floats, is_child, logged, tiny};
 use llama::abi::ModelParams;
 use llama::context::{llama_free, llama_get_logits};
 use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
-use llama::offload::GPU_ENV;
+use llama::offload::{GPU_ENV, NPU_ENV};
 use packlm::{Backend, Model, OpenOptions, Want};
 
 /// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
@@ -90,9 +90,10 @@ fn zero_layers_run_on_the_host() {
 
 #[test]
 fn default_layers_count_gpus_as_llama_cpp_does() {
-    common::in_child_with("child_default_layers", &[(GPU_ENV, None)]);
+    // PACKLM_LLAMA_NPU, which goes before the GPU, unset (llama/tests/npu.rs tests it).
+    common::in_child_with("child_default_layers", &[(GPU_ENV, None), (NPU_ENV, None)]);
     // Another value than "any" is llama.cpp's rule too, with a warning.
-    common::in_child_with("child_default_layers", &[(GPU_ENV, Some("yes"))]);
+    common::in_child_with("child_default_layers", &[(GPU_ENV, Some("yes")), (NPU_ENV, None)]);
 }
 
 #[test]
@@ -130,7 +131,7 @@ fn child_default_layers() {
 
 #[test]
 fn any_counts_a_cpu_type_device() {
-    common::in_child_with("child_any_device", &[(GPU_ENV, Some("any"))]);
+    common::in_child_with("child_any_device", &[(GPU_ENV, Some("any")), (NPU_ENV, None)]);
 }
 
 #[test]

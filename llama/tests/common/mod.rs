@@ -44,19 +44,20 @@ pub fn decode(c: *mut LlamaContext, tokens: &[Token]) -> i32 {
     unsafe { llama::context::llama_decode(c, llama::context::llama_batch_get_one(t.as_mut_ptr(), t.len() as i32)) }
 }
 
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Every line logged, with its level (`ggml_log_level`: 2 info, 3 warn, 4 error).
+static LINES: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
 
 type Hook = fn(&str);
 static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
 
-unsafe extern "C" fn keep(_level: i32, text: *const c_char, _user: *mut c_void) {
+unsafe extern "C" fn keep(level: i32, text: *const c_char, _user: *mut c_void) {
     let line = CStr::from_ptr(text).to_string_lossy().into_owned();
     let hook = *HOOK.lock().unwrap();
     if let Some(h) = hook {
         h(&line);
     }
-    LINES.lock().unwrap().push(line);
+    LINES.lock().unwrap().push((level, line));
 }
 
 /// Sends the library's log lines to this test process's list (once per process).
@@ -66,7 +67,13 @@ pub fn capture_log() {
 
 /// Whether a line logged so far contains every one of `parts`.
 pub fn logged(parts: &[&str]) -> bool {
-    LINES.lock().unwrap().iter().any(|l| parts.iter().all(|p| l.contains(p)))
+    LINES.lock().unwrap().iter().any(|(_, l)| parts.iter().all(|p| l.contains(p)))
+}
+
+/// Whether a line logged so far at `level` (2 info, 3 warn, 4 error) contains every one of
+/// `parts`.
+pub fn logged_at(level: i32, parts: &[&str]) -> bool {
+    LINES.lock().unwrap().iter().any(|(v, l)| *v == level && parts.iter().all(|p| l.contains(p)))
 }
 
 /// A function every log line is passed to, on the thread that logs it (None: none).

@@ -12,6 +12,9 @@ public enum Backend: UInt32, Sendable {
     case reference = 1
     /// The GPU through wgpu (PACKLM_BACKEND_GPU).
     case accelerator = 2
+    /// ONNX Runtime on an execution provider (PACKLM_BACKEND_NPU): an NPU, a GPU or the CPU,
+    /// chosen by `Model`'s `provider`; ONNX Runtime's library is loaded at run time.
+    case npu = 3
     /// The same backend by its newer name.
     public static var gpu: Backend { .accelerator }
 }
@@ -85,14 +88,33 @@ public final class Model: @unchecked Sendable {
     public let info: ModelInfo
 
     /// Opens a pack. `threads` 0 means one worker per core; `precision` `.default` is the pack's.
-    public init(path: String, backend: Backend = .host, threads: UInt32 = 0, precision: Precision = .default) throws {
+    /// For `.npu`: `provider` is the execution provider by name (`cpu`, `openvino`, `vitisai`,
+    /// `qnn`, `coreml`, `cuda`, `dml`; nil: `cpu`), `providerOptions` its `key=value` pairs
+    /// separated by `;` (nil: none), `onnxRuntimeLibrary` the path of ONNX Runtime's shared
+    /// library (nil: the environment variable PACKLM_ONNXRUNTIME, then the system's search
+    /// path). A provider the runtime lacks, or a runtime that cannot be loaded, throws
+    /// `.backendUnavailable` saying which. The other backends ignore the three.
+    public init(path: String, backend: Backend = .host, threads: UInt32 = 0, precision: Precision = .default,
+                provider: String? = nil, providerOptions: String? = nil, onnxRuntimeLibrary: String? = nil) throws {
         var options = packlm_open_options()
         try check("packlm_open_options_init", packlm_open_options_init(&options, MemoryLayout<packlm_open_options>.size))
         options.backend = backend.rawValue
         options.threads = threads
         options.precision = precision.rawValue
         var out: OpaquePointer?
-        try check("packlm_model_open", packlm_model_open(path, &options, &out))
+        // The strings are C copies that live until packlm_model_open returns, which copies
+        // what it keeps.
+        let status = withOptionalCString(provider) { provider in
+            withOptionalCString(providerOptions) { providerOptions in
+                withOptionalCString(onnxRuntimeLibrary) { library in
+                    options.provider = provider
+                    options.provider_options = providerOptions
+                    options.onnxruntime_library = library
+                    return packlm_model_open(path, &options, &out)
+                }
+            }
+        }
+        try check("packlm_model_open", status)
         guard let model = out else {
             throw PackLMError(operation: "packlm_model_open", status: .nullArgument, message: "no model returned")
         }
@@ -196,4 +218,11 @@ public final class Model: @unchecked Sendable {
             }
         }
     }
+}
+
+/// Runs `body` with `text` as a NUL-terminated C string (NULL for nil), valid during the call
+/// only.
+func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) throws -> R) rethrows -> R {
+    guard let text = text else { return try body(nil) }
+    return try text.withCString { try body($0) }
 }

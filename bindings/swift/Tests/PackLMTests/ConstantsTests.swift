@@ -35,6 +35,7 @@ final class ConstantsTests: XCTestCase {
         "PACKLM_BACKEND_REFERENCE": UInt64(Backend.reference.rawValue),
         "PACKLM_BACKEND_GPU": UInt64(Backend.gpu.rawValue),
         "PACKLM_BACKEND_ACCELERATOR": UInt64(Backend.accelerator.rawValue),
+        "PACKLM_BACKEND_NPU": UInt64(Backend.npu.rawValue),
         "PACKLM_PRECISION_DEFAULT": UInt64(Precision.default.rawValue),
         "PACKLM_PRECISION_EXACT": UInt64(Precision.exact.rawValue),
         "PACKLM_PRECISION_FAST": UInt64(Precision.fast.rawValue),

@@ -1,0 +1,139 @@
+//! The npu backend through the llama.cpp API (llama/src/offload.rs): with PACKLM_LLAMA_NPU
+//! naming an execution provider and `n_gpu_layers` not 0, a model loads on packlm's npu backend
+//! (ONNX Runtime, its library from PACKLM_ONNXRUNTIME) ahead of any GPU; with a provider the
+//! runtime lacks (qnn: the CPU build of ONNX Runtime has only its CPU provider), on the host
+//! with a warning naming it. The tests skip, saying so, only when neither PACKLM_ONNXRUNTIME nor
+//! PACKLM_REQUIRE_ONNXRUNTIME is set (make llama-test sets both). The variable is read at each
+//! load, so each setting runs in a child process with it set.
+
+mod common;
+
+use std::ffi::CString;
+
+use common::{bits, floats, is_child, logged, logged_at, tiny};
+use llama::abi::ModelParams;
+use llama::context::{llama_free, llama_get_logits};
+use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
+use llama::offload::NPU_ENV;
+use packlm::{Backend, Model, OpenOptions, Want};
+
+/// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
+const TOKENS: [i32; 6] = [0, 5, 6, 7, 250, 3];
+
+/// `ggml_log_level`s.
+const INFO: i32 = 2;
+const WARN: i32 = 3;
+
+/// Whether to skip: neither ONNX Runtime's library is named nor the runtime required.
+fn skip() -> bool {
+    let named = std::env::var_os("PACKLM_ONNXRUNTIME").is_some_and(|v| !v.is_empty());
+    if !named && std::env::var_os("PACKLM_REQUIRE_ONNXRUNTIME").is_none() {
+        eprintln!("skipped: neither PACKLM_ONNXRUNTIME (ONNX Runtime's library) nor PACKLM_REQUIRE_ONNXRUNTIME is set");
+        return true;
+    }
+    false
+}
+
+fn load(params: ModelParams) -> *mut LlamaModel {
+    let path = CString::new(tiny("llama").to_str().unwrap()).unwrap();
+    let m = unsafe { llama_model_load_from_file(path.as_ptr(), params) };
+    assert!(!m.is_null(), "the fixture opens");
+    m
+}
+
+fn backend(m: *mut LlamaModel) -> String {
+    unsafe { (*m).engine.backend().to_string() }
+}
+
+/// The fixture's logits of every row of `TOKENS` through `llama_decode` on model `m`.
+fn decode_all(m: *mut LlamaModel) -> Vec<f32> {
+    let c = common::context(m);
+    let entries: Vec<_> = TOKENS.iter().enumerate().map(|(i, &t)| (t, i as i32, 0, true)).collect();
+    unsafe {
+        assert_eq!(common::decode_entries(c, &entries), 0);
+        let v = floats(llama_get_logits(c), TOKENS.len() * 300, "logits");
+        llama_free(c);
+        v
+    }
+}
+
+/// packlm's logits of every row of `TOKENS` on `model`.
+fn packlm_all(model: &Model) -> Vec<f32> {
+    let tokens: Vec<u32> = TOKENS.iter().map(|&t| t as u32).collect();
+    model.session().unwrap().step_batch(&tokens, Want::All).unwrap()
+}
+
+#[test]
+fn a_provider_puts_the_model_on_the_npu_backend() {
+    if skip() {
+        return;
+    }
+    common::in_child_with("child_cpu_provider", &[(NPU_ENV, Some("cpu"))]);
+}
+
+#[test]
+fn child_cpu_provider() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    // llama.cpp's default (-1, all layers) and a count of layers: the npu backend, whatever
+    // GPU the process has.
+    let m = load(llama_model_default_params());
+    let counted = load(ModelParams { n_gpu_layers: 99, ..llama_model_default_params() });
+    assert_eq!((backend(m).as_str(), backend(counted).as_str()), ("npu", "npu"));
+    let device = unsafe { (*m).engine.device().unwrap_or_default().to_string() };
+    assert!(device.starts_with("ONNX Runtime ") && device.ends_with(", cpu execution provider"), "{device}");
+    assert!(logged_at(INFO, &[&format!("llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=cpu: the model runs on packlm's npu backend ({device})")]));
+    assert!(logged_at(INFO, &["llama_model_load_from_file: n_gpu_layers 99, PACKLM_LLAMA_NPU=cpu: the model runs on packlm's npu backend"]));
+    // packlm's own npu backend's bits, and the host's within 1e-4.
+    let got = decode_all(m);
+    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
+    assert_eq!(bits(&got), bits(&packlm_all(&npu)));
+    assert_eq!(bits(&decode_all(counted)), bits(&got));
+    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
+    let d = common::max_abs_diff(&got, &host);
+    eprintln!("max |npu - host| over {} rows: {d:e}", TOKENS.len());
+    assert!(d <= 1e-4, "npu vs host: {d}");
+    // 0 layers is the host, the variable set or not, and says nothing of the npu.
+    let h = load(common::host_params());
+    assert_eq!(backend(h), "host");
+    assert!(!logged(&["n_gpu_layers 0"]));
+    assert_eq!(bits(&decode_all(h)), bits(&host));
+    unsafe {
+        llama_model_free(h);
+        llama_model_free(counted);
+        llama_model_free(m);
+    }
+}
+
+#[test]
+fn an_absent_provider_falls_back_to_the_host() {
+    if skip() {
+        return;
+    }
+    common::in_child_with("child_absent_provider", &[(NPU_ENV, Some("qnn"))]);
+}
+
+#[test]
+fn child_absent_provider() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "host");
+    // The warning gives packlm's reason, which names the provider (quoted) and what the runtime
+    // has.
+    assert!(logged_at(
+        WARN,
+        &[
+            "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=qnn: the npu backend is unavailable (",
+            "execution provider \"qnn\"",
+            "; the model runs on the host"
+        ]
+    ));
+    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
+    assert_eq!(bits(&decode_all(m)), bits(&host));
+    unsafe { llama_model_free(m) };
+}
