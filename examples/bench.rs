@@ -250,7 +250,7 @@ fn main() {
             let be = be.with_precision(precision.unwrap_or(Precision::Fast));
             Model::open_on(Path::new(pack), Box::new(packlm::backend::cpu::CpuBackend::new(be)))
         }),
-        None => Model::open(Path::new(pack), &OpenOptions { backend, threads, precision }),
+        None => Model::open(Path::new(pack), &OpenOptions { backend, threads, precision, ..Default::default() }),
     };
     let m = match opened {
         Ok(m) => Arc::new(m),

@@ -30,7 +30,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1, precision }) {
+    let m = match Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads: 1, precision, ..Default::default() }) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("instructions: {e}");

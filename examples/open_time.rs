@@ -69,7 +69,7 @@ fn main() {
         return;
     }
     let t = Instant::now();
-    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision })
+    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision, ..Default::default() })
         .unwrap_or_else(|e| fail(format!("{pack}: {e}")));
     let open_s = t.elapsed().as_secs_f64();
     let rss_open = peak_rss_mib();

@@ -33,7 +33,7 @@ fn main() {
     if ids.len() < 2 {
         fail(format!("{ids_path}: need at least 2 ids"));
     }
-    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision })
+    let m = Model::open(Path::new(pack), &OpenOptions { backend: BackendKind::Host, threads, precision, ..Default::default() })
         .unwrap_or_else(|e| fail(e.to_string()));
     let m = Arc::new(m);
     let mut s = Session::new(m.clone(), 0).unwrap_or_else(|e| fail(e.to_string()));

@@ -19,7 +19,7 @@ use packlm::pack::chat::Message;
 use packlm::sample::argmax;
 
 fn open_at(p: &Path, backend: BackendKind, threads: usize, precision: Option<Precision>) -> Arc<Model> {
-    Arc::new(Model::open(p, &OpenOptions { backend, threads, precision }).unwrap())
+    Arc::new(Model::open(p, &OpenOptions { backend, threads, precision, ..Default::default() }).unwrap())
 }
 
 /// The host backend at `fast` with the kernels of `isa` forced.

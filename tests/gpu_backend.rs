@@ -276,7 +276,7 @@ fn the_gpu_runs_exact_whatever_is_asked() {
         return;
     }
     for asked in [None, Some(Precision::Fast), Some(Precision::Exact)] {
-        let m = Model::open(&tiny("llama"), &packlm::engine::OpenOptions { backend: BackendKind::Accelerator, threads: 0, precision: asked }).unwrap();
+        let m = Model::open(&tiny("llama"), &packlm::engine::OpenOptions { backend: BackendKind::Accelerator, threads: 0, precision: asked, ..Default::default() }).unwrap();
         assert_eq!(m.backend().name(), "gpu");
         assert_eq!(m.backend().precision(), Precision::Exact, "asked {asked:?}");
         assert!(m.backend().device().is_some_and(|d| !d.is_empty()));

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use packlm::backend::graph::{GraphBackend, GraphOptions};
-use packlm::backend::{Backend, BackendKind};
+use packlm::backend::BackendKind;
 use packlm::engine::{Model, Session, Want};
 
 /// A graph backend on the CPU provider, or None (with a note) when ONNX Runtime is not at hand

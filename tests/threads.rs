@@ -45,6 +45,6 @@ fn one_pool_per_process_and_a_thread_cap_per_model() {
     assert_eq!(e.status, Status::ErrLimitExceeded, "{e:?}");
     assert!(e.message.contains(&(MAX_THREADS + 1).to_string()), "{}", e.message);
     assert_eq!(target.backend().threads(), 3);
-    let e = Model::open(&target_dir, &OpenOptions { backend: BackendKind::Host, threads: MAX_THREADS + 1, precision: None }).err().unwrap();
+    let e = Model::open(&target_dir, &OpenOptions { backend: BackendKind::Host, threads: MAX_THREADS + 1, precision: None, ..Default::default() }).err().unwrap();
     assert_eq!(e.status, Status::ErrLimitExceeded, "{e:?}");
 }
