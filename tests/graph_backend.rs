@@ -31,9 +31,10 @@ fn open_graph(path: &std::path::Path) -> Option<Arc<Model>> {
     Some(Arc::new(Model::open_on(path, Box::new(be)).unwrap_or_else(|e| panic!("open {}: {e}", path.display()))))
 }
 
-/// Every dense family's tiny golden fixture within 1e-4 of HF (f32 on both sides).
+/// Every family's tiny golden fixture within 1e-4 of HF (f32 on both sides), mixtures of
+/// experts included (routed in the graph, every expert over every row).
 #[test]
-fn golden_fixtures_of_every_dense_family_match_hf() {
+fn golden_fixtures_of_every_family_match_hf() {
     if backend().is_none() {
         return;
     }
@@ -44,14 +45,7 @@ fn golden_fixtures_of_every_dense_family_match_hf() {
             continue;
         }
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let m = match Model::open_on(&dir, Box::new(backend().unwrap())) {
-            Ok(m) => Arc::new(m),
-            Err(e) if e.message.contains("mixtures of experts") => {
-                eprintln!("{name}: refused, as it should be: {e}");
-                continue;
-            }
-            Err(e) => panic!("{name}: {e}"),
-        };
+        let m = Arc::new(Model::open_on(&dir, Box::new(backend().unwrap())).unwrap_or_else(|e| panic!("{name}: {e}")));
         let g = golden(&dir);
         let got = all_rows(&m, &g.tokens);
         let d = max_abs_diff(&got, &g.logits);
@@ -63,12 +57,12 @@ fn golden_fixtures_of_every_dense_family_match_hf() {
         assert!(d <= TOL_F32, "{name} stepped: max |packlm - HF| = {d} > {TOL_F32}");
         checked += 1;
     }
-    assert!(checked >= 15, "only {checked} fixtures checked");
+    assert!(checked >= 20, "only {checked} fixtures checked");
 }
 
 /// The dense fixtures the invariants run on: shared planes and per-layer inputs (gemma4),
 /// sliding windows and softcaps (gemma2), q/k norms (qwen3), qkv bias (qwen2).
-const INVARIANT_FIXTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide"];
+const INVARIANT_FIXTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"];
 
 /// step_batch == steps, truncate == fresh, restore == fresh, on the graph backend.
 #[test]

@@ -439,6 +439,40 @@ pub trait Backend: Send + Sync {
     }
     /// Row i of `out` (`width` wide) = row `rows[i]` of `x`.
     fn gather_rows(&self, x: &Tensor, rows: &[usize], width: usize, out: &mut Tensor);
+    /// Whether a mixture of experts routes on this backend (`route`, `add_rows_weighted`) with
+    /// every expert over every row, instead of reading the router's logits back to pick each
+    /// expert's rows: a backend whose passes are static graphs cannot follow shapes that depend
+    /// on values (engine/moe.rs `moe_block_dense`).
+    fn routes_where_the_logits_are(&self) -> bool {
+        false
+    }
+    /// Each of `rows` rows of router logits (`moe.n_experts` wide) -> the row's weight for every
+    /// expert, in place: `engine::moe::route`'s weights where it chooses, zero elsewhere. The
+    /// provided form reads the logits back and routes on the host.
+    fn route(&self, logits: &mut Tensor, moe: &crate::semantics::MoeSpec, rows: usize) {
+        let n = moe.n_experts;
+        let mut p = self.read(logits, rows * n);
+        let mut dense = vec![0.0f32; rows * n];
+        for (r, row) in p.chunks_exact_mut(n).enumerate() {
+            crate::engine::moe::route(row, moe, |e, w| dense[r * n + e] = w);
+        }
+        self.upload(&dense, logits);
+    }
+    /// Row r of `out` (`width` wide) += `weights[r * n + column]` x row r of `y`, for r < rows;
+    /// the product and the sum each rounded to f32, as `add_rows_scaled`. The provided form
+    /// reads both back and writes `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_rows_weighted(&self, out: &mut Tensor, y: &Tensor, weights: &Tensor, column: usize, n: usize, rows: usize, width: usize) {
+        let w: Vec<f32> = self.read(weights, rows * n).chunks_exact(n).map(|r| r[column]).collect();
+        let all: Vec<usize> = (0..rows).collect();
+        self.add_rows_scaled(out, y, &all, &w, width);
+    }
+    /// `x[i] = 1 / (1 + e^-x[i])` for `i < len` (a shared expert's gate). The provided form
+    /// computes it on the host (`engine::moe::sigmoid`).
+    fn sigmoid(&self, x: &mut Tensor, len: usize) {
+        let v: Vec<f32> = self.read(x, len).into_iter().map(crate::engine::moe::sigmoid).collect();
+        self.upload(&v, x);
+    }
     /// Row `rows[j]` of `out` += `weights[j]` x row j of `y` (rows `width` wide), for each j in
     /// order: a mixture of experts adds each expert's output rows, scaled by the router's weight,
     /// into the rows routed to it. The product and the sum are each rounded to f32 (no fused

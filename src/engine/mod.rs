@@ -7,7 +7,7 @@ pub mod control;
 pub mod embed;
 pub mod draft;
 pub mod forward;
-mod moe;
+pub mod moe;
 pub mod prefix_cache;
 mod session;
 mod shared_pass;

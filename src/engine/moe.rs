@@ -1,7 +1,9 @@
 //! A mixture of experts in place of a layer's MLP (`LayerSpec::moe`): the router's logits come
 //! back to the host, each row picks its experts there (`route`, the same code under every
 //! backend), and each expert then runs once over all the rows of the pass routed to it, their
-//! outputs scaled by the rows' weights and added into the rows in expert order.
+//! outputs scaled by the rows' weights and added into the rows in expert order. A backend whose
+//! passes are static graphs routes where the logits are instead and runs every expert over
+//! every row (`moe_block_dense`).
 //!
 //! Sources: transformers 5 `models/qwen3_moe/modeling_qwen3_moe.py` (`Qwen3MoeTopKRouter`,
 //! `Qwen3MoeExperts.forward`) and `models/mixtral/modeling_mixtral.py` (the same router with the
@@ -79,6 +81,9 @@ impl MoeScratch {
 /// `out` (m, hidden) = the mixture over `h` (m, hidden), the layer's normed input.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &MoeWeights, h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
+    if be.routes_where_the_logits_are() {
+        return moe_block_dense(be, moe, act, w, h, m, hidden, out, t);
+    }
     let n = moe.n_experts;
     be.matmul(w.router, h, m, &mut t.logits);
     if let Some(b) = w.router_bias {
@@ -110,11 +115,44 @@ pub(super) fn moe_block(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &Mo
         be.matmul(gate, h, m, &mut t.logits);
         be.read_into(&t.logits, 0, &mut t.shared_weights[..m]);
         for g in &mut t.shared_weights[..m] {
-            *g = 1.0 / (1.0 + crate::backend::exp::expf(-*g));
+            *g = sigmoid(*g);
         }
         gated_mlp(be, mlp, act, width, h, m, [&mut t.gate, &mut t.up, &mut t.y]);
         be.add_rows_scaled(out, &t.y, &t.all_rows[..m], &t.shared_weights[..m], hidden);
     }
+}
+
+/// `moe_block` for a backend whose passes are static graphs (`Backend::routes_where_the_logits_are`):
+/// the routing stays on the backend (`Backend::route`: each row's weights over all experts, zero
+/// where not chosen), and every expert runs over every row, its output times the row's weight
+/// added in expert order (`Backend::add_rows_weighted`). The sums are the sparse path's, in the
+/// same order: an expert a row did not choose adds its output times a zero weight, which leaves
+/// the sum as it was (for finite outputs). E / k times the experts' arithmetic, and no shape that
+/// depends on the routing.
+#[allow(clippy::too_many_arguments)]
+fn moe_block_dense(be: &dyn Backend, moe: &MoeSpec, act: Activation, w: &MoeWeights, h: &Tensor, m: usize, hidden: usize, out: &mut Tensor, t: &mut MoeScratch) {
+    let n = moe.n_experts;
+    be.matmul(w.router, h, m, &mut t.logits);
+    if let Some(b) = w.router_bias {
+        be.add_bias(&mut t.logits, b, m);
+    }
+    be.route(&mut t.logits, moe, m);
+    be.upload(&t.zeros[..m * hidden], out);
+    for (e, expert) in w.experts.iter().enumerate() {
+        gated_mlp(be, expert, act, moe.width, h, m, [&mut t.gate, &mut t.up, &mut t.y]);
+        be.add_rows_weighted(out, &t.y, &t.logits, e, n, m, hidden);
+    }
+    if let (Some((mlp, gate)), Some(width)) = (w.shared, moe.shared_width) {
+        be.matmul(gate, h, m, &mut t.logits);
+        be.sigmoid(&mut t.logits, m);
+        gated_mlp(be, mlp, act, width, h, m, [&mut t.gate, &mut t.up, &mut t.y]);
+        be.add_rows_weighted(out, &t.y, &t.logits, 0, 1, m, hidden);
+    }
+}
+
+/// A row's sigmoid as the sparse path computes a shared expert's weight.
+pub fn sigmoid(g: f32) -> f32 {
+    1.0 / (1.0 + crate::backend::exp::expf(-g))
 }
 
 /// `y = down(act(gate(x)) * up(x))` over `rows` rows of `x`, each projection followed by its

@@ -84,9 +84,6 @@ pub fn graph(threads: usize) -> Option<packlm::backend::graph::GraphBackend> {
     }
 }
 
-/// The fixtures the graph backend runs: every dense one (it refuses mixtures of experts).
-pub const GRAPH_FIXTURES: &[&str] = &["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide"];
-
 /// The GPU's second instance in the tests: a device whose bindings hold 4 KiB, which splits
 /// every matrix of the tiny fixtures across buffers.
 pub const SMALL_BINDING: u64 = 4 << 10;
@@ -274,12 +271,7 @@ pub fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 /// restore == fresh, on tiny models covering shared planes, per-layer inputs, sliding windows,
 /// softcaps, qkv bias, mixtures of experts (a shared expert, MXFP4 experts) and attention sinks.
 pub fn model_invariants(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>) {
-    model_invariants_on(name, open_model, &["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"]);
-}
-
-/// `model_invariants` on the given fixtures.
-pub fn model_invariants_on(name: &str, open_model: &dyn Fn(&std::path::Path) -> Arc<Model>, fixtures: &[&str]) {
-    for &fixture in fixtures {
+    for fixture in ["llama", "qwen2", "gemma2", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"] {
         let m = open_model(&tiny(fixture));
         let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
         let what = |s: &str| format!("{name}, {fixture}: {s}");

@@ -34,8 +34,10 @@
 //!   backend. The bits are ONNX Runtime's kernels', not the host backend's: the two agree
 //!   within the f32 tolerance.
 //!
-//! Mixtures of experts are refused at open: their rows are routed by the router's values, and a
-//! graph whose shapes follow a pass's values is compiled anew for nearly every pass.
+//! Mixtures of experts route in the graph and run every expert over every row, each row's
+//! output weighted by its routing (zero for the experts it did not choose): a graph whose shapes
+//! followed the routing would be compiled anew for nearly every pass (engine/moe.rs
+//! `moe_block_dense`).
 
 pub mod onnx;
 pub mod ort;
@@ -49,7 +51,7 @@ use onnx::{Attr, Data, Elem, Init, Io, Node};
 use ort::{Provider, Runtime, Session};
 
 use crate::backend::{AttentionShape, Backend, DeviceCounters, KvStore, Tensor, Vector, Weight};
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, Result};
 use crate::pack::tensor::WeightTensor;
 use crate::semantics::rope::RopeSpec;
 use crate::semantics::{Activation, KvSource, LayerSpec, ModelSpec};
@@ -149,6 +151,12 @@ impl Recorder {
         let out = self.name("t");
         self.nodes.push(Node { op, inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![out.clone()], attrs });
         out
+    }
+    /// A node with two outputs (TopK's values and indices).
+    fn node2(&mut self, op: &'static str, inputs: &[&str], attrs: Vec<(&'static str, Attr)>) -> (String, String) {
+        let (a, b) = (self.name("t"), self.name("t"));
+        self.nodes.push(Node { op, inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![a.clone(), b.clone()], attrs });
+        (a, b)
     }
     fn op(&mut self, op: &'static str, inputs: &[&str]) -> String {
         self.node(op, inputs, Vec::new())
@@ -501,7 +509,7 @@ impl Inner {
             None => {
                 #[cfg(test)]
                 if tests::FAIL_COMPILE.with(|f| f.get()) {
-                    return Err(Error::new(Status::ErrBackendUnavailable, "the provider rejected the graph (injected by a test)"));
+                    return Err(Error::new(crate::error::Status::ErrBackendUnavailable, "the provider rejected the graph (injected by a test)"));
                 }
                 let externals: Vec<(String, Vec<f32>)> = rec.weights.iter().map(|&id| (weight_name(id), dequantize(&st.weights[id]))).collect();
                 let session = self.rt.session(&bytes, &self.provider, self.threads.load(Ordering::Relaxed), &externals, &dims)?;
@@ -783,14 +791,67 @@ impl Backend for GraphBackend {
             ..DeviceCounters::default()
         })
     }
-    fn accepts(&self, spec: &ModelSpec) -> Result<()> {
-        if spec.layers.iter().any(|l| l.moe.is_some()) {
-            return Err(Error::new(
-                Status::ErrUnsupported,
-                "the npu backend does not run mixtures of experts: their rows are routed by the router's values, and a static graph would be compiled anew for nearly every pass",
-            ));
-        }
-        Ok(())
+    /// Mixtures of experts run every expert over every row, weighted by the routing computed in
+    /// the graph (engine/moe.rs `moe_block_dense`): a graph whose shapes followed the routing
+    /// would be compiled anew for nearly every pass.
+    fn routes_where_the_logits_are(&self) -> bool {
+        true
+    }
+    /// Softmax and TopK in the graph (ties to the lower index, as `engine::moe::route`), the
+    /// chosen weights scattered into zeros.
+    fn route(&self, logits: &mut Tensor, moe: &crate::semantics::MoeSpec, rows: usize) {
+        use crate::semantics::{Routing, MAX_EXPERTS_PER_TOKEN};
+        let n = moe.n_experts;
+        let k = moe.top_k.min(n).min(MAX_EXPERTS_PER_TOKEN);
+        self.record(|r| {
+            let l = r.get(logits, rows * n);
+            let l = r.reshape(&l, &[rows as i64, n as i64]);
+            let kk = r.i64s(&[k as i64]);
+            let topk = |r: &mut Recorder, x: &str| r.node2("TopK", &[x, &kk], vec![("axis", Attr::Int(-1)), ("largest", Attr::Int(1)), ("sorted", Attr::Int(1))]);
+            let (w, idx) = match moe.routing {
+                Routing::SoftmaxTopK { renormalize } => {
+                    let p = r.node("Softmax", &[&l], vec![("axis", Attr::Int(-1))]);
+                    let (v, idx) = topk(r, &p);
+                    if renormalize {
+                        let axis = r.i64s(&[-1]);
+                        let s = r.node("ReduceSum", &[&v, &axis], vec![("keepdims", Attr::Int(1))]);
+                        (r.op("Div", &[&v, &s]), idx)
+                    } else {
+                        (v, idx)
+                    }
+                }
+                Routing::TopKSoftmax => {
+                    let (v, idx) = topk(r, &l);
+                    (r.node("Softmax", &[&v], vec![("axis", Attr::Int(-1))]), idx)
+                }
+            };
+            let zeros = r.f32s(&vec![0.0; rows * n], &[rows as i64, n as i64]);
+            let dense = r.node("ScatterElements", &[&zeros, &idx, &w], vec![("axis", Attr::Int(1))]);
+            let dense = r.flat(&dense);
+            r.set(logits, dense, rows * n);
+        });
+    }
+    fn add_rows_weighted(&self, out: &mut Tensor, y: &Tensor, weights: &Tensor, column: usize, n: usize, rows: usize, width: usize) {
+        self.record(|r| {
+            let w = r.get(weights, rows * n);
+            let w = r.reshape(&w, &[rows as i64, n as i64]);
+            let w = r.slice(&w, 1, column, column + 1);
+            let yv = r.get(y, rows * width);
+            let yv = r.reshape(&yv, &[rows as i64, width as i64]);
+            let p = r.op("Mul", &[&w, &yv]);
+            let o = r.get(out, rows * width);
+            let o = r.reshape(&o, &[rows as i64, width as i64]);
+            let s = r.op("Add", &[&o, &p]);
+            let s = r.flat(&s);
+            r.set(out, s, rows * width);
+        });
+    }
+    fn sigmoid(&self, x: &mut Tensor, len: usize) {
+        self.record(|r| {
+            let v = r.get(x, len);
+            let y = r.op("Sigmoid", &[&v]);
+            r.set(x, y, len);
+        });
     }
     fn max_pass_rows(&self, _spec: &ModelSpec) -> usize {
         PASS_ROWS
@@ -1242,7 +1303,7 @@ mod tests {
         // Four rows: a shape not compiled yet.
         let e = s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap_err();
         FAIL_COMPILE.with(|f| f.set(false));
-        assert_eq!(e.status, Status::ErrBackendUnavailable, "{e:?}");
+        assert_eq!(e.status, crate::error::Status::ErrBackendUnavailable, "{e:?}");
         assert!(e.message.contains("rejected the graph"), "{}", e.message);
         assert_eq!(s.n_past(), 3);
         let mut fresh = Session::new(m.clone(), 0).unwrap();
