@@ -445,7 +445,7 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
     let mut rng = Rng(17);
     // GQA 6 heads over 2 KV heads of 11; a layer sharing layer 0's plane.
     let layers = [layer_like(&base, 6, 2, 11, KvSource::Own), layer_like(&base, 6, 2, 11, KvSource::SharedWith { owner: 0 })];
-    let (qw, kvw) = (6 * 11, 2 * 11);
+    let kvw = 2 * 11;
     let shapes = [
         AttentionShape {
             n_heads: 6,
@@ -468,12 +468,16 @@ fn attention_equals_the_reference_and_batched_equals_sequential() {
     ];
     // Per-head sink logits (gpt-oss) from -3 to 3, on both shapes.
     let sinks: Vec<f32> = (0..6).map(|h| h as f32 * 1.2 - 3.0).collect();
-    let cases = [(&shapes[0], None), (&shapes[1], None), (&shapes[0], Some(&sinks[..])), (&shapes[1], Some(&sinks[..]))];
+    // Multi-head attention (as many KV heads as query heads, on a plane as wide): one query
+    // row per KV head in a step.
+    let mha = AttentionShape { n_heads: 2, n_kv_heads: 2, head_dim: 11, scale: 0.3, softcap: None, window: None, causal: true };
+    let cases = [(&shapes[0], None), (&shapes[1], None), (&shapes[0], Some(&sinks[..])), (&shapes[1], Some(&sinks[..])), (&mha, None)];
     let backends = backends();
     // Starts beyond one tile of 64 keys too, so that the running max and sum carry over tiles.
     for start in [4, 70] {
         for m in ROWS {
             for &(shape, sinks) in &cases {
+                let qw = shape.n_heads * shape.head_dim;
                 let (k, v, q) = (rng.vec((start + m) * kvw), rng.vec((start + m) * kvw), rng.vec(m * qw));
                 // The plane holds `start` earlier positions, then this pass's m rows.
                 let run = |be: &dyn Backend| {

@@ -199,6 +199,27 @@ fn snapshots_move_between_host_and_graph() {
     }
 }
 
+/// The weights as initializers compiled into each graph, as the device providers take them
+/// (on the cpu provider they are inputs read in place): the same goldens, and the same bits as
+/// the inputs' path (one product, two ways of handing ONNX Runtime the weights).
+#[test]
+fn weights_as_initializers_give_the_same_bits() {
+    if backend().is_none() {
+        return;
+    }
+    for fixture in ["llama", "gemma3", "qwen3_moe"] {
+        let dir = tiny(fixture);
+        let opts = GraphOptions { initializers: true, ..GraphOptions::default() };
+        let init = Arc::new(Model::open_on(&dir, Box::new(GraphBackend::new(&opts, 1).unwrap())).unwrap());
+        let inputs = open_graph(&dir).unwrap();
+        let g = golden(&dir);
+        let a = all_rows(&init, &g.tokens);
+        assert!(max_abs_diff(&a, &g.logits) <= TOL_F32, "{fixture}: initializers vs HF");
+        assert_bits_equal(&a, &all_rows(&inputs, &g.tokens), &format!("{fixture}: initializers vs inputs"));
+        assert_bits_equal(&a, &stepped(&init, &g.tokens), &format!("{fixture}: initializers, batched vs stepped"));
+    }
+}
+
 /// Greedy decoding of real models at exact: the same 24 tokens as the host backend.
 #[test]
 fn real_models_continue_as_the_host_does() {

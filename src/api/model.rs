@@ -155,7 +155,7 @@ impl OpenOptions {
             backend: self.backend.kind(),
             threads: self.threads,
             precision: self.precision.map(Precision::engine),
-            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone(), export: self.export_onnx.clone() },
+            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone(), export: self.export_onnx.clone(), initializers: false },
         }
     }
 }

@@ -81,6 +81,9 @@ pub struct GraphOptions {
     /// files whose weights are in one `weights.bin` beside them (ONNX external data), and
     /// `graphs.json` saying what each input and output is.
     pub export: Option<std::path::PathBuf>,
+    /// Weights as initializers compiled into each graph even on the cpu provider, as the device
+    /// providers take them (the tests run that path on the CPU this way).
+    pub initializers: bool,
 }
 
 /// A tensor's values: on the host, or (`sym`) the first `n` elements are the graph value
@@ -261,6 +264,28 @@ impl Recorder {
         }
     }
 
+    /// A matrix product (`Gemm` with B transposed when `gemm`, else `MatMul`) of `a`, whose
+    /// shape is `a_dims` (its rows the second-to-last), and `b`. One row is computed as the first
+    /// of two (a zero row beside it): ONNX Runtime's CPU kernels take another path for a single
+    /// row, whose sums differ in their last bits from the same row's in any larger product, and
+    /// a row's bits must not depend on its pass.
+    fn product(&mut self, a: &str, a_dims: &[i64], b: &str, gemm: bool) -> String {
+        let axis = a_dims.len() - 2;
+        let one = a_dims[axis] == 1;
+        let a = if one {
+            let zeros = self.f32s(&vec![0.0; a_dims.iter().product::<i64>() as usize], a_dims);
+            self.concat(&[a, &zeros], axis as i64)
+        } else {
+            a.to_string()
+        };
+        let y = if gemm { self.node("Gemm", &[&a, b], vec![("transB", Attr::Int(1))]) } else { self.op("MatMul", &[&a, b]) };
+        if one {
+            self.slice(&y, axis as i64, 0, 1)
+        } else {
+            y
+        }
+    }
+
     /// `x` reshaped to `[rows, width]`, RMS-normalized per row (`eps`), times `w` if given.
     fn rms(&mut self, x: &str, w: Option<&str>, eps: f32, rows: usize, width: usize) -> String {
         let x = self.reshape(x, &[rows as i64, width as i64]);
@@ -306,6 +331,12 @@ struct Inner {
     error: Mutex<Option<Error>>,
     /// Where each graph is written as it is compiled (`GraphOptions::export`).
     export: Mutex<Option<Export>>,
+    /// The weights are graph inputs, fed from one f32 copy the model keeps, rather than
+    /// initializers each compiled graph holds its own copy of: on the CPU provider, where an
+    /// input is read in place (a model's graphs then share one copy instead of one each; the
+    /// arithmetic is the same). Device providers take initializers, which they place on the
+    /// device once.
+    weights_as_inputs: bool,
 }
 
 /// The recordings in progress (one per thread: passes of sessions on several threads record
@@ -313,6 +344,8 @@ struct Inner {
 #[derive(Default)]
 struct State {
     recs: HashMap<std::thread::ThreadId, Recorder>,
+    /// The f32 values of each weight a graph has read, where weights are inputs.
+    dense: HashMap<usize, Arc<Vec<f32>>>,
     weights: Vec<Source>,
     cache: HashMap<Vec<u8>, Arc<Compiled>>,
 }
@@ -332,6 +365,7 @@ impl GraphBackend {
     pub fn new(opts: &GraphOptions, threads: usize) -> Result<GraphBackend> {
         let rt = Runtime::load(opts.library.as_deref())?;
         let provider = Provider::new(&rt, opts.provider.as_deref().unwrap_or("cpu"), &opts.provider_options)?;
+        let weights_as_inputs = provider.name == "cpu" && !opts.initializers;
         let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
         Ok(GraphBackend {
             inner: Arc::new(Inner {
@@ -345,6 +379,7 @@ impl GraphBackend {
                 bytes_out: AtomicU64::new(0),
                 kv_bytes_read: AtomicU64::new(0),
                 error: Mutex::new(None),
+                weights_as_inputs,
                 export: Mutex::new(match &opts.export {
                     Some(dir) => Some(Export::new(dir)?),
                     None => None,
@@ -490,17 +525,18 @@ impl Inner {
     fn compiled(&self, rec: &Recorder, outputs: &[Io], roles: &[String]) -> Result<Arc<Compiled>> {
         let st = lock(&self.state);
         let mut inits = rec.consts.clone();
+        let mut ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
         let mut dims = Vec::new();
         for &id in &rec.weights {
-            let d = match &st.weights[id] {
-                Source::Matrix(w) => vec![w.rows() as i64, w.cols() as i64],
-                Source::Vector(v) => vec![v.len() as i64],
-            };
+            let d = weight_dims(&st.weights[id]);
+            if self.weights_as_inputs {
+                ios.push(Io { name: weight_name(id), elem: Elem::F32, dims: d });
+                continue;
+            }
             let length = d.iter().product::<i64>() as usize * 4;
             inits.push(Init { name: weight_name(id), elem: Elem::F32, dims: d.clone(), data: Data::External { location: weight_name(id), offset: 0, length } });
             dims.push(d);
         }
-        let ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
         drop(st);
         let bytes = onnx::model("packlm", &rec.nodes, &inits, &ios, outputs);
         let mut st = lock(&self.state);
@@ -511,7 +547,8 @@ impl Inner {
                 if tests::FAIL_COMPILE.with(|f| f.get()) {
                     return Err(Error::new(crate::error::Status::ErrBackendUnavailable, "the provider rejected the graph (injected by a test)"));
                 }
-                let externals: Vec<(String, Vec<f32>)> = rec.weights.iter().map(|&id| (weight_name(id), dequantize(&st.weights[id]))).collect();
+                let externals: Vec<(String, Vec<f32>)> =
+                    if self.weights_as_inputs { Vec::new() } else { rec.weights.iter().map(|&id| (weight_name(id), dequantize(&st.weights[id]))).collect() };
                 let session = self.rt.session(&bytes, &self.provider, self.threads.load(Ordering::Relaxed), &externals, &dims)?;
                 self.compiles.fetch_add(1, Ordering::Relaxed);
                 let output_names = outputs.iter().map(|o| CString::new(o.name.as_str()).unwrap_or_default()).collect();
@@ -533,7 +570,23 @@ impl Inner {
         let compiled = self.compiled(rec, outputs, roles)?;
         // Inputs: host buffers wrapped, not copied (a plane's buffer is resized only by
         // `kv_append` of its own session, which is not running while this pass is).
-        let names: Vec<CString> = rec.inputs.iter().map(|(io, _)| CString::new(io.name.as_str()).unwrap_or_default()).collect();
+        let mut names: Vec<CString> = rec.inputs.iter().map(|(io, _)| CString::new(io.name.as_str()).unwrap_or_default()).collect();
+        // The weights, where they are inputs: the model's one f32 copy of each, made at its
+        // first use and shared by every graph.
+        let dense: Vec<(usize, Arc<Vec<f32>>, Vec<i64>)> = if self.weights_as_inputs {
+            let mut st = lock(&self.state);
+            let st = &mut *st;
+            rec.weights
+                .iter()
+                .map(|&id| {
+                    let d = weight_dims(&st.weights[id]);
+                    let v = st.dense.entry(id).or_insert_with(|| Arc::new(dequantize(&st.weights[id]))).clone();
+                    (id, v, d)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut guards = Vec::new();
         let mut ptrs: Vec<(*mut c_void, usize)> = Vec::new();
         let mut bytes_in = 0u64;
@@ -557,12 +610,17 @@ impl Inner {
                 }
             }
         }
-        let mut values = Vec::with_capacity(ptrs.len());
+        let mut values = Vec::with_capacity(ptrs.len() + dense.len());
         for ((io, _), &(p, b)) in rec.inputs.iter().zip(&ptrs) {
             // SAFETY: the feeds (owned by `rec`) and the planes' buffers (not resized while a
             // graph runs: only `kv_append` grows them, under the state lock this holds) outlive
             // the values, dropped at the end of this call.
             values.push(unsafe { self.rt.tensor(p, b, &io.dims, io.elem as i32) }?);
+        }
+        for (id, v, d) in &dense {
+            names.push(CString::new(weight_name(*id)).unwrap_or_default());
+            // SAFETY: `dense` holds the buffer (an Arc) past the run; ONNX Runtime only reads it.
+            values.push(unsafe { self.rt.tensor(v.as_ptr() as *mut c_void, v.len() * 4, d, Elem::F32 as i32) }?);
         }
         let inputs: Vec<(&std::ffi::CStr, ort::Value)> = names.iter().map(|n| n.as_c_str()).zip(values).collect();
         let out_names: Vec<(&std::ffi::CStr, usize)> =
@@ -638,6 +696,14 @@ impl Export {
         let path = self.dir.join("graphs.json");
         let text = serde_json::to_string_pretty(&serde_json::json!({"graphs": self.manifest})).unwrap_or_default();
         std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))
+    }
+}
+
+/// A weight's shape in a graph.
+fn weight_dims(s: &Source) -> Vec<i64> {
+    match s {
+        Source::Matrix(w) => vec![w.rows() as i64, w.cols() as i64],
+        Source::Vector(v) => vec![v.len() as i64],
     }
 }
 
@@ -950,7 +1016,7 @@ impl Backend for GraphBackend {
             let xv = r.get(x, rows * n_in);
             let x2 = r.reshape(&xv, &[rows as i64, n_in as i64]);
             let wv = r.weight(id);
-            let y = r.node("Gemm", &[&x2, &wv], vec![("transB", Attr::Int(1))]);
+            let y = r.product(&x2, &[rows as i64, n_in as i64], &wv, true);
             let y = r.flat(&y);
             r.set(out, y, rows * n_out);
         });
@@ -1207,7 +1273,7 @@ impl Backend for GraphBackend {
             let kt = r.node("Transpose", &[&k3], vec![("perm", Attr::Ints(vec![1, 2, 0]))]);
             let v3 = r.reshape(&vall, &[cap as i64, nkv as i64, hd as i64]);
             let vt = r.node("Transpose", &[&v3], vec![("perm", Attr::Ints(vec![1, 0, 2]))]);
-            let sc = r.op("MatMul", &[&q3, &kt]);
+            let sc = r.product(&q3, &[nkv as i64, (g * rows) as i64, hd as i64], &kt, false);
             let k = r.scalar(shape.scale);
             let mut sc = r.op("Mul", &[&sc, &k]);
             if let Some(cap) = shape.softcap {
@@ -1257,14 +1323,14 @@ impl Backend for GraphBackend {
             let d = r.op("Sub", &[&sc, &mx]);
             let e = r.op("Exp", &[&d]);
             let ones = r.f32s(&vec![1.0; cap], &[cap as i64, 1]);
-            let mut sum = r.op("MatMul", &[&e, &ones]);
+            let mut sum = r.product(&e, &[nkv as i64, (g * rows) as i64, cap as i64], &ones, false);
             if let Some(sk) = &sink {
                 let ds = r.op("Sub", &[sk, &mx]);
                 let es = r.op("Exp", &[&ds]);
                 sum = r.op("Add", &[&sum, &es]);
             }
             let probs = r.op("Div", &[&e, &sum]);
-            let o = r.op("MatMul", &[&probs, &vt]);
+            let o = r.product(&probs, &[nkv as i64, (g * rows) as i64, cap as i64], &vt, false);
             let o = r.reshape(&o, &[nkv as i64, g as i64, rows as i64, hd as i64]);
             let o = r.node("Transpose", &[&o], vec![("perm", Attr::Ints(vec![2, 0, 1, 3]))]);
             let o = r.flat(&o);
