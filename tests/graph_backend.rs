@@ -60,41 +60,6 @@ fn golden_fixtures_of_every_family_match_hf() {
     assert!(checked >= 20, "only {checked} fixtures checked");
 }
 
-/// The dense fixtures the invariants run on: shared planes and per-layer inputs (gemma4),
-/// sliding windows and softcaps (gemma2), q/k norms (qwen3), qkv bias (qwen2).
-const INVARIANT_FIXTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "gemma4_wide", "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gpt_oss_mxfp4"];
-
-/// step_batch == steps, truncate == fresh, restore == fresh, on the graph backend.
-#[test]
-fn model_invariants_hold_on_the_graph_backend() {
-    if backend().is_none() {
-        return;
-    }
-    for fixture in INVARIANT_FIXTURES {
-        let m = open_graph(&tiny(fixture)).unwrap();
-        let tokens: Vec<u32> = golden(&tiny(fixture)).tokens.into_iter().take(12).collect();
-        let what = |s: &str| format!("graph, {fixture}: {s}");
-        let batched = all_rows(&m, &tokens);
-        let st = stepped(&m, &tokens);
-        eprintln!("{fixture}: batched vs stepped max diff {:e}", max_abs_diff(&batched, &st));
-        assert_bits_equal(&batched, &st, &what("batched vs sequential"));
-        let mut s = Session::new(m.clone(), 0).unwrap();
-        s.step_batch(&tokens, Want::None).unwrap();
-        let snap7 = {
-            let mut t = Session::new(m.clone(), 0).unwrap();
-            t.step_batch(&tokens[..7], Want::None).unwrap();
-            t.snapshot()
-        };
-        s.truncate(7).unwrap();
-        assert!(s.snapshot() == snap7, "{}", what("truncate gives a fresh session's snapshot"));
-        let v = m.spec().vocab_size;
-        assert_bits_equal(&s.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("truncate vs fresh"));
-        let mut r = Session::new(m.clone(), 0).unwrap();
-        r.restore(&snap7).unwrap();
-        assert_bits_equal(&r.step(tokens[7]).unwrap(), &batched[7 * v..8 * v], &what("restore vs fresh"));
-    }
-}
-
 /// A copy of the gemma3 fixture (sliding and full layers) with a context of 512, in a folder
 /// of its own (`tag`); the caller removes it.
 fn long_context(tag: &str) -> std::path::PathBuf {

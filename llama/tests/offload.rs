@@ -10,15 +10,13 @@ mod common;
 
 use std::ffi::CString;
 
-use common::{bits, floats, is_child, logged, tiny};
+use common::{bits, decode_all, is_child, logged, packlm_all, tiny};
 use llama::abi::ModelParams;
-use llama::context::{llama_free, llama_get_logits};
 use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
 use llama::offload::{GPU_ENV, NPU_ENV};
-use packlm::{Backend, Model, OpenOptions, Want};
+use packlm::{Backend, Model, OpenOptions};
 
 /// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
-const TOKENS: [i32; 6] = [0, 5, 6, 7, 250, 3];
 
 fn load(name: &str, params: ModelParams) -> *mut LlamaModel {
     let path = CString::new(tiny(name).to_str().unwrap()).unwrap();
@@ -54,23 +52,6 @@ fn packlm_gpu() -> Option<(Model, bool)> {
     }
 }
 
-/// The fixture's logits of every row of `TOKENS` through `llama_decode` on model `m`.
-fn decode_all(m: *mut LlamaModel) -> Vec<f32> {
-    let c = common::context(m);
-    let entries: Vec<_> = TOKENS.iter().enumerate().map(|(i, &t)| (t, i as i32, 0, true)).collect();
-    unsafe {
-        assert_eq!(common::decode_entries(c, &entries), 0);
-        let v = floats(llama_get_logits(c), TOKENS.len() * 300, "logits");
-        llama_free(c);
-        v
-    }
-}
-
-/// packlm's logits of every row of `TOKENS` on `model`.
-fn packlm_all(model: &Model) -> Vec<f32> {
-    let tokens: Vec<u32> = TOKENS.iter().map(|&t| t as u32).collect();
-    model.session().unwrap().step_batch(&tokens, Want::All).unwrap()
-}
 
 #[test]
 fn zero_layers_run_on_the_host() {

@@ -179,3 +179,24 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "lengths");
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// The tokens the offload tests decode (the tiny llama fixture's ids).
+pub const TOKENS: [i32; 6] = [0, 5, 6, 7, 250, 3];
+
+/// The fixture's logits of every row of `TOKENS` through `llama_decode` on model `m`.
+pub fn decode_all(m: *mut LlamaModel) -> Vec<f32> {
+    let c = context(m);
+    let entries: Vec<_> = TOKENS.iter().enumerate().map(|(i, &t)| (t, i as i32, 0, true)).collect();
+    unsafe {
+        assert_eq!(decode_entries(c, &entries), 0);
+        let v = floats(llama::context::llama_get_logits(c), TOKENS.len() * 300, "logits");
+        llama::context::llama_free(c);
+        v
+    }
+}
+
+/// packlm's logits of every row of `TOKENS` on `model`.
+pub fn packlm_all(model: &packlm::Model) -> Vec<f32> {
+    let tokens: Vec<u32> = TOKENS.iter().map(|&t| t as u32).collect();
+    model.session().unwrap().step_batch(&tokens, packlm::Want::All).unwrap()
+}
