@@ -286,6 +286,14 @@ impl Recorder {
         }
     }
 
+    /// `tanh(x / cap) * cap`, as the host computes it.
+    fn softcap(&mut self, x: &str, cap: f32) -> String {
+        let c = self.scalar(cap);
+        let d = self.op("Div", &[x, &c]);
+        let t = self.op("Tanh", &[&d]);
+        self.op("Mul", &[&t, &c])
+    }
+
     /// `x` reshaped to `[rows, width]`, RMS-normalized per row (`eps`), times `w` if given.
     fn rms(&mut self, x: &str, w: Option<&str>, eps: f32, rows: usize, width: usize) -> String {
         let x = self.reshape(x, &[rows as i64, width as i64]);
@@ -1137,10 +1145,7 @@ impl Backend for GraphBackend {
     fn softcap(&self, x: &mut Tensor, cap: f32, len: usize) {
         self.record(|r| {
             let a = r.get(x, len);
-            let c = r.scalar(cap);
-            let d = r.op("Div", &[&a, &c]);
-            let t = r.op("Tanh", &[&d]);
-            let y = r.op("Mul", &[&t, &c]);
+            let y = r.softcap(&a, cap);
             r.set(x, y, len);
         });
     }
@@ -1277,10 +1282,7 @@ impl Backend for GraphBackend {
             let k = r.scalar(shape.scale);
             let mut sc = r.op("Mul", &[&sc, &k]);
             if let Some(cap) = shape.softcap {
-                let c = r.scalar(cap);
-                let d = r.op("Div", &[&sc, &c]);
-                let t = r.op("Tanh", &[&d]);
-                sc = r.op("Mul", &[&t, &c]);
+                sc = r.softcap(&sc, cap);
             }
             // Visible keys: held or new (below start + rows), and by the causal and window rules.
             let kpos = r.range(cap);
