@@ -269,3 +269,26 @@ fn an_abort_between_parts_leaves_the_session_as_it_was() {
     assert_bits_equal(&s.step(9).unwrap(), &fresh.step(9).unwrap(), "after the abort vs fresh");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Sessions of one model on two threads at once: each records and runs its own graphs, and
+/// each gets the bits it gets alone.
+#[test]
+fn sessions_on_two_threads_get_their_own_bits() {
+    let Some(be) = backend() else { return };
+    let m = Arc::new(Model::open_on(&tiny("llama"), Box::new(be)).unwrap());
+    let run = |m: Arc<Model>, first: u32| {
+        let mut s = Session::new(m, 0).unwrap();
+        let mut out = s.step_batch(&[first, 7, 9, 11], Want::Last).unwrap();
+        for t in 0..12u32 {
+            out.extend(s.step((first + t * 13) % 300).unwrap());
+        }
+        out
+    };
+    let alone: Vec<Vec<f32>> = [3, 5].iter().map(|&f| run(m.clone(), f)).collect();
+    for _ in 0..3 {
+        let handles: Vec<_> = [3u32, 5].iter().map(|&f| { let m = m.clone(); std::thread::spawn(move || run(m, f)) }).collect();
+        for (h, want) in handles.into_iter().zip(&alone) {
+            assert_bits_equal(&h.join().unwrap(), want, "a session on its own thread vs alone");
+        }
+    }
+}
