@@ -112,8 +112,8 @@ fn graphs_compile_once_per_shape_and_a_step_moves_no_kv() {
     let counters = || m.backend().counters().unwrap();
     let run = || {
         let mut s = Session::new(m.clone(), 0).unwrap();
-        s.step_batch(&tokens[..6], Want::Last).unwrap();
-        for &t in &tokens[6..] {
+        s.step_batch(&tokens[..8], Want::Last).unwrap();
+        for &t in &tokens[8..] {
             s.step(t).unwrap();
         }
         s
@@ -121,11 +121,11 @@ fn graphs_compile_once_per_shape_and_a_step_moves_no_kv() {
     let c0 = counters();
     run();
     let c1 = counters();
-    assert_eq!(c1.graphs_compiled - c0.graphs_compiled, 2, "a prefill of 6 rows and a decode step (KV bucket 64)");
+    assert_eq!(c1.graphs_compiled - c0.graphs_compiled, 2, "a prefill of 8 rows and a decode step (KV bucket 64)");
     let mut s = run();
     let c2 = counters();
     assert_eq!(c2.graphs_compiled, c1.graphs_compiled, "the same shapes again compile nothing");
-    assert_eq!(c2.submissions - c1.submissions, 5, "one run per pass");
+    assert_eq!(c2.submissions - c1.submissions, 3, "one run per pass");
     // One decode step at a KV of 10 positions: the bytes in are its token and positions (no KV).
     let spec = m.spec();
     s.step(tokens[0]).unwrap();
@@ -139,6 +139,29 @@ fn graphs_compile_once_per_shape_and_a_step_moves_no_kv() {
     let out = (c3.bytes_read - c2.bytes_read) as usize;
     assert!(out >= spec.vocab_size * 4 + kv_row, "the logits and the new KV row come back ({out} bytes)");
     assert!(out < spec.vocab_size * 4 + kv_row + 64 * spec.hidden_size * 4, "only the step's own values come back ({out} bytes)");
+}
+
+/// Prefills of every length from 1 to 40 compile eleven graphs: parts of 1, 2, 4, .., 32 rows (a
+/// pass runs as parts of powers of two), each as the last part (with the logits) or an earlier
+/// one (without), but a part of one row, always last. Each prefill's logits are the bits of the
+/// same tokens stepped.
+#[test]
+fn prefills_of_any_length_share_eleven_graphs() {
+    let Some(be) = backend() else { return };
+    let m = Arc::new(Model::open_on(&tiny("llama"), Box::new(be)).unwrap());
+    let tokens: Vec<u32> = (0..40u32).map(|i| (i * 11 + 2) % 300).collect();
+    let c0 = m.backend().counters().unwrap().graphs_compiled;
+    let mut lasts = Vec::new();
+    for n in 1..=tokens.len() {
+        let mut s = Session::new(m.clone(), 0).unwrap();
+        lasts.push(s.step_batch(&tokens[..n], Want::Last).unwrap());
+    }
+    assert_eq!(m.backend().counters().unwrap().graphs_compiled - c0, 11, "40 prefill lengths");
+    let st = stepped(&m, &tokens);
+    let v = m.spec().vocab_size;
+    for (n, last) in lasts.iter().enumerate() {
+        assert_bits_equal(last, &st[n * v..(n + 1) * v], &format!("a prefill of {} rows vs steps", n + 1));
+    }
 }
 
 /// A snapshot moves between the host and graph backends: taken on one, restored on the other,

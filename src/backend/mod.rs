@@ -298,6 +298,12 @@ pub trait Backend: Send + Sync {
     fn max_pass_rows(&self, _spec: &ModelSpec) -> usize {
         usize::MAX
     }
+    /// The rows of the next part of a pass with `rows` rows left (at most `max_pass_rows`):
+    /// `rows` itself but where a backend compiles a graph per pass shape, which takes fewer so
+    /// that a few shapes serve every length (the bits of a row do not depend on its pass).
+    fn part_rows(&self, rows: usize) -> usize {
+        rows
+    }
     /// Most positions a session may hold on this backend (sessions are capped to it).
     fn max_positions(&self, _spec: &ModelSpec) -> usize {
         usize::MAX

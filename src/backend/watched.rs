@@ -79,6 +79,24 @@ impl<W: Watch> Backend for Watched<W> {
     fn max_positions(&self, spec: &ModelSpec) -> usize {
         self.inner.max_positions(spec)
     }
+    fn part_rows(&self, rows: usize) -> usize {
+        self.inner.part_rows(rows)
+    }
+    fn take_error(&self) -> Option<crate::error::Error> {
+        self.inner.take_error()
+    }
+    fn routes_where_the_logits_are(&self) -> bool {
+        self.inner.routes_where_the_logits_are()
+    }
+    fn route(&self, logits: &mut Tensor, moe: &crate::semantics::MoeSpec, rows: usize) {
+        self.watch(Call::Op("route"), || self.inner.route(logits, moe, rows))
+    }
+    fn add_rows_weighted(&self, out: &mut Tensor, y: &Tensor, weights: &Tensor, column: usize, n: usize, rows: usize, width: usize) {
+        self.watch(Call::Op("add_rows_weighted"), || self.inner.add_rows_weighted(out, y, weights, column, n, rows, width))
+    }
+    fn sigmoid(&self, x: &mut Tensor, len: usize) {
+        self.watch(Call::Op("sigmoid"), || self.inner.sigmoid(x, len))
+    }
     fn rows_for_one(&self) -> usize {
         self.inner.rows_for_one()
     }

@@ -50,11 +50,14 @@ pub fn forward(
     let cap = model.backend.max_pass_rows(&model.spec).max(1);
     let mut pass = Rollback { start: kv.positions(), kv, done: false };
     let mut logits = Vec::new();
-    let n_parts = tokens.len().div_ceil(cap);
-    for (i, part) in tokens.chunks(cap).enumerate() {
+    let mut at = 0;
+    while at < tokens.len() {
+        let n = model.backend.part_rows((tokens.len() - at).min(cap)).clamp(1, cap);
+        let part = &tokens[at..(at + n).min(tokens.len())];
+        at += part.len();
         let part_want = match want {
             Want::All => Want::All,
-            Want::Last if i + 1 == n_parts => Want::Last,
+            Want::Last if at == tokens.len() => Want::Last,
             _ => Want::None,
         };
         logits.extend(forward_part(model, &mut *pass.kv, bufs, part, part_want, abort, adapters)?);

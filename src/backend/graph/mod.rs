@@ -13,16 +13,18 @@
 //! small constants and the names of the weights it reads; never the values of its inputs), and
 //! is compiled once per model and kept: a decode step's graph is the same at every position
 //! (the position is an input), so a session compiles one per pass shape: decode (1 row), a
-//! verify of k drafts (k + 1 rows), prefill parts (`max_pass_rows` rows, the last part as
-//! long as it is), each times the KV length bucket below.
+//! verify of k drafts (k + 1 rows), a prefill's parts (powers of two up to `PASS_ROWS` rows,
+//! `part_rows`, each with or without its logits), each times the KV length bucket below.
 //!
-//! - **Weights** are initializers held outside the graph bytes (ONNX external data), handed
-//!   to ONNX Runtime when a graph is compiled, dequantized to f32 from whatever type the pack
-//!   stores (`MatMulNBits` is not used: its activations are not f32, and this backend keeps
-//!   `exact`'s arithmetic, f32 end to end). The sessions of one model share the weights ONNX
-//!   Runtime repacks (a prepacked-weights container).
+//! - **Weights** are f32, dequantized from whatever type the pack stores. On the cpu provider
+//!   they are graph inputs read in place from one copy the model keeps; on a device provider,
+//!   initializers held outside the graph bytes (ONNX external data), handed to ONNX Runtime
+//!   when a graph is compiled (`weights_as_inputs`); the sessions of one model share the
+//!   weights ONNX Runtime repacks (a prepacked-weights container). `MatMulNBits` is not used:
+//!   ONNX Runtime 1.32's sums for a product of 9 rows and of the same rows one at a time
+//!   differ in their last bits, which would break step_batch == steps (BENCHMARKS.md).
 //! - **KV**: each layer's keys and values live in host memory ([`GraphKv`]), fed to a graph as
-//!   a fixed-capacity input of `kv_bucket(start + rows)` rows (the powers of two from 64; rows
+//!   a fixed-capacity input of `kv_bucket(positions held + rows)` rows (the powers of two from 64; rows
 //!   past the positions held are zeros and masked out); the pass's new rows are scattered in at
 //!   their positions inside the graph and are outputs, appended after the run. On the CPU
 //!   provider the inputs are the host buffers themselves, not copies.
@@ -929,6 +931,15 @@ impl Backend for GraphBackend {
     }
     fn max_pass_rows(&self, _spec: &ModelSpec) -> usize {
         PASS_ROWS
+    }
+    /// The largest power of two in `rows`: a prefill of any length runs as parts of 128, 64,
+    /// .., 1 rows, so at most eight pass shapes (per KV bucket) are ever compiled for it.
+    fn part_rows(&self, rows: usize) -> usize {
+        if rows == 0 {
+            0
+        } else {
+            1 << rows.ilog2()
+        }
     }
     fn take_error(&self) -> Option<Error> {
         lock(&self.inner.error).take()
