@@ -1,7 +1,8 @@
-"""The graphs `packlm export-onnx` wrote, run by ONNX Runtime's own Python API: the prefill
-graph's logits against HF transformers' golden logits of the same tokens (an independent
-source, within 1e-4) and against what packlm computed (within 1e-5), and the decode graph fed
-with the prefill graph's own new keys and values against packlm's step.
+"""The graphs `packlm export-onnx` wrote, run by ONNX Runtime's own Python API as the engine
+runs them (a prefill in parts of powers of two, each part's new keys and values kept for the
+next): the prefill's logits against HF transformers' golden logits of the same tokens (an
+independent source, within 1e-4) and against what packlm computed (within 1e-5), and the
+decode graph's against packlm's step.
 
 usage: check.py EXPORT_DIR GOLDEN_DIR
 """
@@ -23,9 +24,19 @@ golden = json.loads((golden_dir / "golden.json").read_text())
 assert golden["tokens"] == tokens, "export the fixture's golden tokens"
 hf = np.fromfile(golden_dir / "golden.f32", dtype=np.float32)
 
-prefill = next(g for g in graphs if g["rows"] == n)
-step = next(g for g in graphs if g["rows"] == 1)
-assert prefill is not step
+
+def bucket(end):
+    """The KV rows a graph reads for a pass ending at `end` (src/backend/graph: powers of two from 64)."""
+    b = 64
+    while b < end:
+        b *= 2
+    return b
+
+
+def graph_for(rows, end):
+    hits = [g for g in graphs if g["rows"] == rows and g["kv_rows"] == bucket(end)]
+    assert hits, f"no graph of {rows} rows over {bucket(end)} KV rows in {[g['file'] for g in graphs]}"
+    return hits[0]
 
 
 def run(g, feeds_by_role):
@@ -33,12 +44,11 @@ def run(g, feeds_by_role):
     feeds = {}
     for i in g["inputs"]:
         role, shape = i["is"], i["shape"]
-        if role in feeds_by_role:
-            v = feeds_by_role[role]
-        elif role.startswith("keys of") or role.startswith("values of"):
-            v = np.zeros(shape, dtype=np.float32)
-        else:
+        if role not in feeds_by_role:
             sys.exit(f"FAIL: {g['file']}: input {i['name']} is {role!r}, which this check cannot feed")
+        v = feeds_by_role[role]
+        if role.startswith("keys of") or role.startswith("values of"):
+            v = v[: shape[0]]
         feeds[i["name"]] = np.asarray(v, dtype=np.int64 if i["type"] == "int64" else np.float32).reshape(shape)
     names = [o["name"] for o in g["outputs"]]
     return dict(zip([o["is"] + "#" + o["name"] for o in g["outputs"]], sess.run(names, feeds)))
@@ -50,28 +60,43 @@ def by_role(results, role):
     return hits[0]
 
 
-# Prefill: every row's logits.
-res = run(prefill, {"token ids": tokens, "position": [0]})
-logits = by_role(res, "read").reshape(-1)
+# The KV planes as the host keeps them: every layer's keys and values, zeros past those held.
+kv = {}
+for g in graphs:
+    for i in g["inputs"]:
+        if i["is"].startswith("keys of") or i["is"].startswith("values of"):
+            width = i["shape"][1]
+            kv.setdefault(i["is"], np.zeros((bucket(n + 1), width), dtype=np.float32))
+
+
+def step(tokens_part, start):
+    g = graph_for(len(tokens_part), start + len(tokens_part))
+    res = run(g, {"token ids": tokens_part, "position": [start], **kv})
+    for role, plane in kv.items():
+        new = by_role(res, "new " + role)
+        plane[start : start + len(tokens_part)] = new.reshape(len(tokens_part), -1)
+    return g, by_role(res, "read").reshape(-1)
+
+
+# Prefill: the parts the engine runs (powers of two, largest first, up to 128 rows), each
+# with every row's logits.
+logits, at, files = [], 0, []
+while at < n:
+    part = 1 << min(n - at, 128).bit_length() - 1
+    g, l = step(tokens[at : at + part], at)
+    logits.append(l)
+    files.append(g["file"])
+    at += part
+logits = np.concatenate(logits)
 d_hf = float(np.abs(logits - hf).max())
 d_packlm = float(np.abs(logits - computed[: n * vocab]).max())
-print(f"prefill graph ({prefill['file']}): max |onnxruntime - HF| = {d_hf:.3e}, max |onnxruntime - packlm| = {d_packlm:.3e}")
+print(f"prefill graphs ({', '.join(files)}): max |onnxruntime - HF| = {d_hf:.3e}, max |onnxruntime - packlm| = {d_packlm:.3e}")
 assert d_hf <= 1e-4, d_hf
 assert d_packlm <= 1e-5, d_packlm
 
-# Decode: the KV inputs hold the prefill graph's new rows at positions 0..n.
-feeds = {"token ids": [step_token], "position": [n]}
-for i in step["inputs"]:
-    role = i["is"]
-    if role.startswith("keys of") or role.startswith("values of"):
-        layer = role.split()[-1]
-        new = by_role(res, ("new keys of layer " if role.startswith("keys") else "new values of layer ") + layer)
-        buf = np.zeros(i["shape"], dtype=np.float32)
-        buf[:n] = new.reshape(n, -1)
-        feeds[role] = buf
-res = run(step, feeds)
-logits = by_role(res, "read").reshape(-1)
-d = float(np.abs(logits - computed[n * vocab:]).max())
-print(f"decode graph ({step['file']}): max |onnxruntime - packlm| = {d:.3e}")
+# Decode: the KV inputs hold the prefill graphs' own new rows at positions 0..n.
+g, logits = step([step_token], n)
+d = float(np.abs(logits - computed[n * vocab :]).max())
+print(f"decode graph ({g['file']}): max |onnxruntime - packlm| = {d:.3e}")
 assert d <= 1e-5, d
 print("ok")
