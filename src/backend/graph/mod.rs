@@ -41,16 +41,23 @@
 //! followed the routing would be compiled anew for nearly every pass (engine/moe.rs
 //! `moe_block_dense`).
 
+mod export;
+mod kv;
 pub mod onnx;
 pub mod ort;
+mod recorder;
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
-use onnx::{Attr, Data, Elem, Init, Io, Node};
+use onnx::{Attr, Data, Elem, Init, Io};
+use export::Export;
+pub use kv::GraphKv;
+use kv::{graph_kv, grow, new_plane, PlaneRef};
 use ort::{Provider, Runtime, Session};
+use recorder::{weight_name, Recorder};
 
 use crate::backend::{AttentionShape, Backend, DeviceCounters, KvStore, Tensor, Vector, Weight};
 use crate::error::{Error, Result};
@@ -97,18 +104,6 @@ struct TData {
 
 type TRef = Arc<Mutex<TData>>;
 
-/// A layer's keys and values in host memory: `len` rows of `width`, the buffers at least
-/// `kv_bucket(len)` rows long (zeros past `len`), and the rows a recorded pass will append.
-struct Plane {
-    width: usize,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    len: usize,
-    pending: Option<usize>,
-}
-
-type PlaneRef = Arc<Mutex<Plane>>;
-
 /// What feeds a graph input when the graph runs.
 enum Feed {
     F32(Vec<f32>),
@@ -125,198 +120,6 @@ enum Source {
 
 /// A weight's handle inner: its index in `Inner::weights`.
 struct WId(usize);
-
-/// The graph being recorded.
-#[derive(Default)]
-struct Recorder {
-    nodes: Vec<Node>,
-    consts: Vec<Init>,
-    const_names: HashMap<(Vec<u8>, Vec<i64>, u8), String>,
-    inputs: Vec<(Io, Feed)>,
-    /// Position inputs by value: a pass's start is one input however many ops read it.
-    positions: HashMap<usize, String>,
-    /// What each input is ("token ids", "position", "keys of layer 3", "activation").
-    roles: Vec<String>,
-    weights: Vec<usize>,
-    live: Vec<Weak<Mutex<TData>>>,
-    /// (plane, keys' value, values' value, rows, layer)
-    kv_out: Vec<(PlaneRef, String, String, usize, usize)>,
-    next: usize,
-}
-
-impl Recorder {
-    fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.live.is_empty() && self.kv_out.is_empty()
-    }
-    fn name(&mut self, prefix: &str) -> String {
-        self.next += 1;
-        format!("{prefix}{}", self.next)
-    }
-    fn node(&mut self, op: &'static str, inputs: &[&str], attrs: Vec<(&'static str, Attr)>) -> String {
-        let out = self.name("t");
-        self.nodes.push(Node { op, inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![out.clone()], attrs });
-        out
-    }
-    /// A node with two outputs (TopK's values and indices).
-    fn node2(&mut self, op: &'static str, inputs: &[&str], attrs: Vec<(&'static str, Attr)>) -> (String, String) {
-        let (a, b) = (self.name("t"), self.name("t"));
-        self.nodes.push(Node { op, inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![a.clone(), b.clone()], attrs });
-        (a, b)
-    }
-    fn op(&mut self, op: &'static str, inputs: &[&str]) -> String {
-        self.node(op, inputs, Vec::new())
-    }
-    fn constant(&mut self, elem: Elem, bytes: Vec<u8>, dims: Vec<i64>) -> String {
-        let key = (bytes, dims, elem as u8);
-        if let Some(n) = self.const_names.get(&key) {
-            return n.clone();
-        }
-        let name = self.name("c");
-        self.consts.push(Init { name: name.clone(), elem, dims: key.1.clone(), data: Data::Inline(key.0.clone()) });
-        self.const_names.insert(key, name.clone());
-        name
-    }
-    fn f32s(&mut self, v: &[f32], dims: &[i64]) -> String {
-        self.constant(Elem::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect(), dims.to_vec())
-    }
-    fn scalar(&mut self, v: f32) -> String {
-        self.f32s(&[v], &[])
-    }
-    fn i64s(&mut self, v: &[i64]) -> String {
-        self.constant(Elem::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect(), vec![v.len() as i64])
-    }
-    fn range(&mut self, n: usize) -> String {
-        self.i64s(&(0..n as i64).collect::<Vec<_>>())
-    }
-    fn reshape(&mut self, x: &str, dims: &[i64]) -> String {
-        let d = self.i64s(dims);
-        self.op("Reshape", &[x, &d])
-    }
-    fn flat(&mut self, x: &str) -> String {
-        self.reshape(x, &[-1])
-    }
-    fn slice(&mut self, x: &str, axis: i64, from: usize, to: usize) -> String {
-        let (s, e, a) = (self.i64s(&[from as i64]), self.i64s(&[to as i64]), self.i64s(&[axis]));
-        self.op("Slice", &[x, &s, &e, &a])
-    }
-    fn concat(&mut self, parts: &[&str], axis: i64) -> String {
-        self.node("Concat", parts, vec![("axis", Attr::Int(axis))])
-    }
-    fn input(&mut self, elem: Elem, dims: Vec<i64>, feed: Feed) -> String {
-        self.input_as("activation", elem, dims, feed)
-    }
-    /// An input, with what it is for an exported graph's reader (`role`).
-    fn input_as(&mut self, role: &str, elem: Elem, dims: Vec<i64>, feed: Feed) -> String {
-        let name = self.name("in");
-        self.inputs.push((Io { name: name.clone(), elem, dims }, feed));
-        self.roles.push(role.to_string());
-        name
-    }
-    /// A position (an i64 scalar input, shape [1]), one input per value.
-    fn position(&mut self, p: usize) -> String {
-        if let Some(n) = self.positions.get(&p) {
-            return n.clone();
-        }
-        let n = self.input_as("position", Elem::I64, vec![1], Feed::I64(vec![p as i64]));
-        self.positions.insert(p, n.clone());
-        n
-    }
-    fn weight(&mut self, id: usize) -> String {
-        if !self.weights.contains(&id) {
-            self.weights.push(id);
-        }
-        weight_name(id)
-    }
-
-    /// The graph value of the first `n` elements of `t` (flat): its recorded value, or its host
-    /// values as an input.
-    fn get(&mut self, t: &Tensor, n: usize) -> String {
-        let t = t.get::<TRef>();
-        let d = t.lock().unwrap_or_else(|e| e.into_inner());
-        match &d.sym {
-            Some((name, m)) if *m == n => name.clone(),
-            Some((name, m)) if *m > n => {
-                let name = name.clone();
-                drop(d);
-                self.slice(&name, 0, 0, n)
-            }
-            Some((name, m)) => {
-                // Values past what the graph wrote: the host's (stale by the engine's rule that
-                // an op writes its rows before any op reads them, but kept exact all the same).
-                let (name, m) = (name.clone(), *m);
-                let tail = d.host[m..n].to_vec();
-                drop(d);
-                let tail = self.input(Elem::F32, vec![(n - m) as i64], Feed::F32(tail));
-                self.concat(&[&name, &tail], 0)
-            }
-            None => {
-                let v = d.host[..n].to_vec();
-                drop(d);
-                self.input(Elem::F32, vec![n as i64], Feed::F32(v))
-            }
-        }
-    }
-
-    /// The first `n` elements of `t` are now the value `name` (flat).
-    fn set(&mut self, t: &mut Tensor, name: String, n: usize) {
-        let r = t.get::<TRef>();
-        r.lock().unwrap_or_else(|e| e.into_inner()).sym = Some((name, n));
-        if !self.live.iter().any(|w| w.as_ptr() == Arc::as_ptr(r)) {
-            self.live.push(Arc::downgrade(r));
-        }
-    }
-
-    /// A matrix product (`Gemm` with B transposed when `gemm`, else `MatMul`) of `a`, whose
-    /// shape is `a_dims` (its rows the second-to-last), and `b`. One row is computed as the first
-    /// of two (a zero row beside it): ONNX Runtime's CPU kernels take another path for a single
-    /// row, whose sums differ in their last bits from the same row's in any larger product, and
-    /// a row's bits must not depend on its pass.
-    fn product(&mut self, a: &str, a_dims: &[i64], b: &str, gemm: bool) -> String {
-        let axis = a_dims.len() - 2;
-        let one = a_dims[axis] == 1;
-        let a = if one {
-            let zeros = self.f32s(&vec![0.0; a_dims.iter().product::<i64>() as usize], a_dims);
-            self.concat(&[a, &zeros], axis as i64)
-        } else {
-            a.to_string()
-        };
-        let y = if gemm { self.node("Gemm", &[&a, b], vec![("transB", Attr::Int(1))]) } else { self.op("MatMul", &[&a, b]) };
-        if one {
-            self.slice(&y, axis as i64, 0, 1)
-        } else {
-            y
-        }
-    }
-
-    /// `tanh(x / cap) * cap`, as the host computes it.
-    fn softcap(&mut self, x: &str, cap: f32) -> String {
-        let c = self.scalar(cap);
-        let d = self.op("Div", &[x, &c]);
-        let t = self.op("Tanh", &[&d]);
-        self.op("Mul", &[&t, &c])
-    }
-
-    /// `x` reshaped to `[rows, width]`, RMS-normalized per row (`eps`), times `w` if given.
-    fn rms(&mut self, x: &str, w: Option<&str>, eps: f32, rows: usize, width: usize) -> String {
-        let x = self.reshape(x, &[rows as i64, width as i64]);
-        let sq = self.op("Mul", &[&x, &x]);
-        let mean = self.node("ReduceMean", &[&sq], vec![("axes", Attr::Ints(vec![-1])), ("keepdims", Attr::Int(1))]);
-        let e = self.scalar(eps);
-        let m = self.op("Add", &[&mean, &e]);
-        let s = self.op("Sqrt", &[&m]);
-        let inv = self.op("Reciprocal", &[&s]);
-        let y = self.op("Mul", &[&x, &inv]);
-        let y = match w {
-            Some(w) => self.op("Mul", &[w, &y]),
-            None => y,
-        };
-        self.flat(&y)
-    }
-}
-
-fn weight_name(id: usize) -> String {
-    format!("w{id}")
-}
 
 /// A compiled graph and what its run feeds and takes.
 struct Compiled {
@@ -648,67 +451,6 @@ impl Inner {
     }
 }
 
-/// The graphs written so far by `GraphOptions::export`.
-struct Export {
-    dir: std::path::PathBuf,
-    weights: std::fs::File,
-    /// Weight id -> (offset, length) in weights.bin.
-    written: HashMap<usize, (usize, usize)>,
-    end: usize,
-    manifest: Vec<serde_json::Value>,
-}
-
-impl Export {
-    fn new(dir: &std::path::Path) -> Result<Export> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let path = dir.join("weights.bin");
-        let weights = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
-        Ok(Export { dir: dir.to_path_buf(), weights, written: HashMap::new(), end: 0, manifest: Vec::new() })
-    }
-
-    /// Writes one compiled graph: its weights not yet in weights.bin appended, the model file
-    /// named by its order and shape, and the manifest rewritten.
-    fn write(&mut self, rec: &Recorder, outputs: &[Io], roles: &[String], weights: &[Source]) -> Result<()> {
-        use std::io::Write;
-        let mut inits = rec.consts.clone();
-        for &id in &rec.weights {
-            let (offset, length) = match self.written.get(&id) {
-                Some(&w) => w,
-                None => {
-                    let bytes: Vec<u8> = dequantize(&weights[id]).iter().flat_map(|v| v.to_le_bytes()).collect();
-                    let path = self.dir.join("weights.bin");
-                    self.weights.write_all(&bytes).map_err(|e| Error::io(&path, e))?;
-                    let w = (self.end, bytes.len());
-                    self.end += bytes.len();
-                    self.written.insert(id, w);
-                    w
-                }
-            };
-            let dims = match &weights[id] {
-                Source::Matrix(w) => vec![w.rows() as i64, w.cols() as i64],
-                Source::Vector(v) => vec![v.len() as i64],
-            };
-            inits.push(Init { name: weight_name(id), elem: Elem::F32, dims, data: Data::External { location: "weights.bin".into(), offset, length } });
-        }
-        let ios: Vec<Io> = rec.inputs.iter().map(|(io, _)| io.clone()).collect();
-        let rows = rec.inputs.iter().zip(&rec.roles).find(|(_, r)| *r == "token ids").map_or(0, |((io, _), _)| io.dims[0]);
-        let kv = rec.inputs.iter().zip(&rec.roles).find(|(_, r)| r.starts_with("keys of")).map_or(0, |((io, _), _)| io.dims[0]);
-        let name = format!("graph{}_rows{rows}_kv{kv}.onnx", self.manifest.len());
-        let path = self.dir.join(&name);
-        std::fs::write(&path, onnx::model("packlm", &rec.nodes, &inits, &ios, outputs)).map_err(|e| Error::io(&path, e))?;
-        let io_json = |ios: &[Io], roles: &[String]| -> Vec<serde_json::Value> {
-            ios.iter()
-                .zip(roles)
-                .map(|(io, role)| serde_json::json!({"name": io.name, "type": if io.elem == Elem::I64 { "int64" } else { "float32" }, "shape": io.dims, "is": role}))
-                .collect()
-        };
-        self.manifest.push(serde_json::json!({"file": name, "rows": rows, "kv_rows": kv, "inputs": io_json(&ios, &rec.roles), "outputs": io_json(outputs, roles)}));
-        let path = self.dir.join("graphs.json");
-        let text = serde_json::to_string_pretty(&serde_json::json!({"graphs": self.manifest})).unwrap_or_default();
-        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))
-    }
-}
-
 /// A weight's shape in a graph.
 fn weight_dims(s: &Source) -> Vec<i64> {
     match s {
@@ -730,113 +472,6 @@ fn dequantize(s: &Source) -> Vec<f32> {
             out
         }
     }
-}
-
-/// A session's keys and values for the graph backend (see `Plane`).
-pub struct GraphKv {
-    inner: Arc<Inner>,
-    planes: Vec<Option<PlaneRef>>,
-    positions: usize,
-}
-
-impl GraphKv {
-    fn plane(&self, layer: usize) -> Option<&PlaneRef> {
-        self.planes.get(layer)?.as_ref()
-    }
-}
-
-fn new_plane(width: usize, k: Vec<f32>, v: Vec<f32>, len: usize) -> PlaneRef {
-    let mut p = Plane { width, k, v, len, pending: None };
-    grow(&mut p, len);
-    Arc::new(Mutex::new(p))
-}
-
-/// Makes room for `rows` rows and the bucket a pass at `rows` reads.
-fn grow(p: &mut Plane, rows: usize) {
-    let n = rows.max(kv_bucket(rows)) * p.width;
-    if p.k.len() < n {
-        p.k.resize(n, 0.0);
-        p.v.resize(n, 0.0);
-    }
-}
-
-impl KvStore for GraphKv {
-    fn positions(&self) -> usize {
-        self.positions
-    }
-    /// The end of a pass that succeeded: what it recorded and left unread (a prefill's layers,
-    /// a verify's residual stream) runs now, so that nothing of it waits for another pass, a
-    /// snapshot or another thread.
-    fn advance(&mut self, rows: usize) {
-        self.inner.flush();
-        self.positions += rows;
-    }
-    /// After a failed or aborted pass (the engine's rollback) the recording is dropped unrun;
-    /// between passes there is none.
-    fn truncate(&mut self, n: usize) {
-        self.inner.discard();
-        for p in self.planes.iter().flatten() {
-            let mut p = lock(p);
-            if p.len > n {
-                let w = p.width;
-                let len = p.len;
-                p.k[n * w..len * w].fill(0.0);
-                p.v[n * w..len * w].fill(0.0);
-                p.len = n;
-            }
-        }
-        self.positions = self.positions.min(n);
-    }
-    fn n_layers(&self) -> usize {
-        self.planes.len()
-    }
-    fn plane_width(&self, layer: usize) -> Option<usize> {
-        self.plane(layer).map(|p| lock(p).width)
-    }
-    fn export_plane(&self, layer: usize, visit: &mut dyn FnMut(&[f32], &[f32])) {
-        self.inner.flush();
-        if let Some(p) = self.plane(layer) {
-            let p = lock(p);
-            let n = p.len * p.width;
-            self.inner.kv_bytes_read.fetch_add(2 * n as u64 * 4, Ordering::Relaxed);
-            visit(&p.k[..n], &p.v[..n]);
-        }
-    }
-    fn import(&mut self, planes: Vec<Option<(Vec<f32>, Vec<f32>)>>, positions: usize) -> Result<()> {
-        self.inner.flush();
-        let widths: Vec<Option<usize>> = (0..self.planes.len()).map(|l| self.plane_width(l)).collect();
-        let made = crate::kv::pair_planes(widths, planes, |width, k, v| new_plane(width, k, v, positions));
-        self.planes = made;
-        self.positions = positions;
-        Ok(())
-    }
-    fn fork(&self) -> Box<dyn KvStore> {
-        self.inner.flush();
-        let planes = self
-            .planes
-            .iter()
-            .map(|p| {
-                p.as_ref().map(|p| {
-                    let p = lock(p);
-                    new_plane(p.width, p.k.clone(), p.v.clone(), p.len)
-                })
-            })
-            .collect();
-        Box::new(GraphKv { inner: self.inner.clone(), planes, positions: self.positions })
-    }
-    fn family_bytes(&self) -> usize {
-        self.planes.iter().flatten().map(|p| 2 * lock(p).k.len() * 4).sum()
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
-fn graph_kv(kv: &dyn KvStore) -> &GraphKv {
-    kv.as_any().downcast_ref().unwrap_or_else(|| panic!("a KV store of another backend was passed to this one"))
 }
 
 impl Backend for GraphBackend {
