@@ -382,6 +382,18 @@ typedef struct {
    * search path.
    */
   const char *onnxruntime_library;
+  /**
+   * PACKLM_BACKEND_NPU: compile at open the graphs that sessions of up to this many
+   * positions use for prefills, decode steps and step_batch (0, the default: each graph is
+   * compiled at its first use, which makes that call slower). `progress` counts them as the
+   * second half of the open, and returning false from it stops the open with
+   * PACKLM_ERR_ABORTED. At most the model's context is used. Ignored by the other backends.
+   */
+  uint32_t compile_ahead;
+  /**
+   * Zero (keeps the next appended field past the padding a caller may leave unset).
+   */
+  uint32_t reserved0;
 } packlm_open_options;
 
 /**

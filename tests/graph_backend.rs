@@ -315,3 +315,56 @@ fn sessions_on_two_threads_get_their_own_bits() {
         }
     }
 }
+
+/// `compile_ahead` compiles at open every graph that sessions of up to that many positions take
+/// for prefills, decode steps and step_batch, reported as the open's second half: afterwards,
+/// prompts of any length, steps and passes from any position up to there compile nothing. A
+/// progress callback that says stop during the compiles ends the open with ErrAborted.
+#[test]
+fn graphs_compiled_ahead_at_open_serve_every_later_pass() {
+    if backend().is_none() {
+        return;
+    }
+    let dir = long_context("ahead");
+    let opts = packlm::engine::OpenOptions {
+        backend: BackendKind::Npu,
+        threads: 1,
+        precision: None,
+        graph: GraphOptions { compile_ahead: 200, ..GraphOptions::default() },
+    };
+    let mut fractions = Vec::new();
+    let m = Arc::new(Model::open_with_progress(&dir, &opts, &mut |f| {
+        fractions.push(f);
+        true
+    })
+    .unwrap());
+    assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "fractions decrease: {fractions:?}");
+    assert_eq!(fractions.last(), Some(&1.0));
+    // 23 pass shapes (graph::ahead_passes), each reported.
+    let compiling = fractions.iter().filter(|&&f| f > 0.5 && f < 1.0).count();
+    assert!(compiling >= 22, "{compiling} reports while compiling: {fractions:?}");
+    let compiled = m.backend().counters().unwrap().graphs_compiled;
+    assert!(compiled >= 23, "{compiled} graphs compiled ahead");
+    let v = m.spec().vocab_size as u32;
+    let tokens: Vec<u32> = (0..200u32).map(|i| (i * 13 + 5) % v).collect();
+    for n in [1, 3, 37, 64, 100, 129, 200] {
+        let mut s = Session::new(m.clone(), 200).unwrap();
+        s.step_batch(&tokens[..n], Want::Last).unwrap();
+    }
+    let mut s = Session::new(m.clone(), 200).unwrap();
+    s.step_batch(&tokens[..20], Want::None).unwrap();
+    for &t in &tokens[20..120] {
+        s.step(t).unwrap();
+    }
+    s.step_batch(&tokens[120..127], Want::All).unwrap();
+    s.step_batch(&tokens[127..200], Want::Last).unwrap();
+    s.truncate(61).unwrap();
+    s.step_batch(&tokens[61..70], Want::All).unwrap();
+    assert_eq!(m.backend().counters().unwrap().graphs_compiled, compiled, "a pass compiled a graph");
+    // Stopped while compiling: ErrAborted, no model.
+    let e = Model::open_with_progress(&dir, &opts, &mut |f| f <= 0.6)
+    .err()
+    .expect("the open went on");
+    assert_eq!(e.status, packlm::error::Status::ErrAborted, "{e:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

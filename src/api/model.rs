@@ -116,6 +116,10 @@ pub struct OpenOptions {
     /// weights in one `weights.bin` beside them, `graphs.json` saying what each input and output
     /// is), for inspection or a vendor's own compiler; None = nothing written.
     pub export_onnx: Option<std::path::PathBuf>,
+    /// [`Backend::Npu`]: compile at open the graphs that sessions of up to this many positions
+    /// use for prefills, decode steps and `step_batch` (0 = compile each at its first use); the
+    /// open's progress counts them as its second half. At most the model's context.
+    pub compile_ahead: usize,
 }
 
 impl OpenOptions {
@@ -145,6 +149,12 @@ impl OpenOptions {
         self.export_onnx = Some(dir.into());
         self
     }
+    /// These options with the graphs of sessions of up to `positions` positions compiled at open
+    /// ([`Backend::Npu`]).
+    pub fn compile_ahead(mut self, positions: usize) -> Self {
+        self.compile_ahead = positions;
+        self
+    }
     /// These options with ONNX Runtime's library at `path` ([`Backend::Npu`]).
     pub fn onnxruntime(mut self, path: &str) -> Self {
         self.onnxruntime = Some(path.to_string());
@@ -155,7 +165,7 @@ impl OpenOptions {
             backend: self.backend.kind(),
             threads: self.threads,
             precision: self.precision.map(Precision::engine),
-            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone(), export: self.export_onnx.clone(), initializers: false },
+            graph: backend::graph::GraphOptions { library: self.onnxruntime.clone(), provider: self.provider.clone(), provider_options: self.provider_options.clone(), export: self.export_onnx.clone(), initializers: false, compile_ahead: self.compile_ahead },
         }
     }
 }

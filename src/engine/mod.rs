@@ -157,9 +157,45 @@ impl Model {
         let pack = Pack::open(path)?;
         let precision = opts.precision.unwrap_or_else(|| Precision::default_for(pack.tensors.values().any(|t| t.ty.is_quantized())));
         let backend = backend::create_with(opts.backend, opts.threads, precision, &opts.graph)?;
-        let model = Model::open_reporting(path, pack, backend, &mut report)?;
+        // Graphs compiled ahead: for sessions of up to `compile_ahead` positions, at most the
+        // model's context; the other backends compile nothing.
+        let ahead = match opts.backend {
+            BackendKind::Npu => backend::graph::ahead_passes(opts.graph.compile_ahead.min(pack.spec.max_context)),
+            _ => Vec::new(),
+        };
+        // Compiling ahead counts as the second half of the open.
+        let share = if ahead.is_empty() { 1.0 } else { 0.5 };
+        let model = Model::open_reporting(path, pack, backend, &mut |f| report(f * share))?;
+        let model = if ahead.is_empty() { model } else { model.compile_ahead(&ahead, &mut |f| report(share + (1.0 - share) * f))? };
         report(1.0)?;
         Ok(model)
+    }
+
+    /// Runs a pass of each shape of `passes` (`graph::ahead_passes`) in a session of its own,
+    /// wanting no logits, the last row's and every row's, so that the graph backend compiles
+    /// their graphs now rather than at their first use; `report(fraction)` after each.
+    fn compile_ahead(self, passes: &[(usize, usize)], report: &mut dyn FnMut(f32) -> Result<()>) -> Result<Model> {
+        let model = Arc::new(self);
+        {
+            let end = passes.iter().map(|(s, r)| s + r).max().unwrap_or(0);
+            let mut s = session::Session::new(model.clone(), end)?;
+            let token = model.vocab.bos.unwrap_or(0);
+            let filler = vec![token; end];
+            for (i, &(start, rows)) in passes.iter().enumerate() {
+                for want in [Want::None, Want::Last, Want::All] {
+                    if s.n_past() > start {
+                        s.truncate(start)?;
+                    }
+                    let held = s.n_past();
+                    if held < start {
+                        s.step_batch(&filler[held..start], Want::None)?;
+                    }
+                    s.step_batch(&filler[start..start + rows], want)?;
+                }
+                report((i + 1) as f32 / passes.len() as f32)?;
+            }
+        }
+        Arc::try_unwrap(model).map_err(|_| Error::new(Status::ErrPanic, "a session of the graphs compiled ahead outlived it"))
     }
 
     /// Opens `path` on a backend built by the caller (any implementation of the op set, such as

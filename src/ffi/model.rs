@@ -101,8 +101,14 @@ pub struct packlm_open_options {
     /// libonnxruntime.*.dylib, onnxruntime.dll); NULL: PACKLM_ONNXRUNTIME, then the system's
     /// search path.
     pub onnxruntime_library: *const c_char,
-    // sizeof is now 48 on 64-bit targets, its last 4 bytes padding a caller may leave unset: a
-    // field appended here must start past it, so a u32 needs a reserved u32 before it.
+    /// PACKLM_BACKEND_NPU: compile at open the graphs that sessions of up to this many
+    /// positions use for prefills, decode steps and step_batch (0, the default: each graph is
+    /// compiled at its first use, which makes that call slower). `progress` counts them as the
+    /// second half of the open, and returning false from it stops the open with
+    /// PACKLM_ERR_ABORTED. At most the model's context is used. Ignored by the other backends.
+    pub compile_ahead: u32,
+    /// Zero (keeps the next appended field past the padding a caller may leave unset).
+    pub reserved0: u32,
 }
 
 // SAFETY: repr(C), starts with the usize size, fields are integers, a nullable function
@@ -123,6 +129,8 @@ unsafe impl AbiStruct for packlm_open_options {
             provider: std::ptr::null(),
             provider_options: std::ptr::null(),
             onnxruntime_library: std::ptr::null(),
+            compile_ahead: 0,
+            reserved0: 0,
         }
     }
 }
@@ -182,6 +190,7 @@ unsafe fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions,
             provider_options: text(o.provider_options, "options.provider_options")?.unwrap_or_default(),
             onnxruntime: text(o.onnxruntime_library, "options.onnxruntime_library")?,
             export_onnx: None,
+            compile_ahead: o.compile_ahead as usize,
         },
         o.progress,
         o.user_data,

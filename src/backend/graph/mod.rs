@@ -93,6 +93,37 @@ pub struct GraphOptions {
     /// Weights as initializers compiled into each graph even on the cpu provider, as the device
     /// providers take them (the tests run that path on the CPU this way).
     pub initializers: bool,
+    /// Compile at open the graphs of sessions of up to this many positions (0: none, each graph
+    /// is compiled at its first use): see `ahead_passes`.
+    pub compile_ahead: usize,
+}
+
+/// The passes `(start, rows)` whose graphs an open with `compile_ahead` = `positions` compiles,
+/// each wanting no logits, the last row's and every row's: for every KV bucket up to that of
+/// `positions`, a part of every power of two rows up to `PASS_ROWS` that fits it, ending at the
+/// bucket's end (or at `positions`, in the last). A graph depends on a pass's rows, its KV bucket
+/// and the logits it wants, not on where in the bucket it starts, so these are every shape a
+/// prefill, a decode step, or a pass of `step_batch` takes in sessions of up to `positions`
+/// positions. A verify's logits come in tiles that follow the drafts' acceptance: its graphs of
+/// the layers are among these, its projection tiles are compiled at first use.
+pub fn ahead_passes(positions: usize) -> Vec<(usize, usize)> {
+    let mut passes = Vec::new();
+    if positions == 0 {
+        return passes;
+    }
+    let mut bucket = MIN_KV_BUCKET;
+    loop {
+        let end = bucket.min(positions);
+        let mut rows = 1;
+        while rows <= PASS_ROWS.min(end) {
+            passes.push((end - rows, rows));
+            rows *= 2;
+        }
+        if bucket >= positions {
+            return passes;
+        }
+        bucket *= 2;
+    }
 }
 
 /// A tensor's values: on the host, or (`sym`) the first `n` elements are the graph value
@@ -1024,6 +1055,23 @@ mod tests {
         fresh.step_batch(&[1, 2, 3], Want::Last).unwrap();
         let (a, b) = (s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap(), fresh.step_batch(&[4, 5, 6, 7], Want::Last).unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "after the failure vs fresh");
+    }
+
+    #[test]
+    fn passes_compiled_ahead_cover_every_bucket_and_part() {
+        assert!(ahead_passes(0).is_empty());
+        // 40 positions: bucket 64 only, parts of 1 .. 32 rows ending at 40.
+        assert_eq!(ahead_passes(40), vec![(39, 1), (38, 2), (36, 4), (32, 8), (24, 16), (8, 32)]);
+        let p = ahead_passes(200);
+        for (start, rows) in &p {
+            assert!(rows.is_power_of_two() && *rows <= PASS_ROWS && start + rows <= 200);
+        }
+        // Buckets 64, 128, 256: 7 + 8 + 8 parts, each ending in its bucket's upper half.
+        assert_eq!(p.len(), 23);
+        for b in [64, 128, 256] {
+            let n = p.iter().filter(|(s, r)| kv_bucket(s + r) == b).count();
+            assert_eq!(n, if b == 64 { 7 } else { 8 }, "bucket {b}");
+        }
     }
 
     #[test]
