@@ -114,7 +114,7 @@ impl Session {
             drop(items);
             for (k, t) in group.iter().enumerate() {
                 let (xi, row0) = many.hidden[k].ok_or_else(|| Error::new(Status::ErrPanic, "an embedding pass kept no hidden rows"))?;
-                let h = final_hidden(&model, &many.xs[xi], row0, t.len());
+                let h = final_hidden(&model, &many.xs[xi], row0, t.len())?;
                 let mut rows: Vec<Vec<f32>> = match pooling {
                     Pooling::None => h.chunks_exact(hidden).map(<[f32]>::to_vec).collect(),
                     Pooling::Mean => vec![mean(&h, hidden)],
@@ -140,8 +140,9 @@ impl Session {
     }
 }
 
-/// Rows `row0 ..` (`n` of them) of the residual stream `x` through the final norm, read back.
-fn final_hidden(model: &Model, x: &Tensor, row0: usize, n: usize) -> Vec<f32> {
+/// Rows `row0 ..` (`n` of them) of the residual stream `x` through the final norm, read back;
+/// a failure of the backend's deferred work in making them is the error (not NaN rows).
+fn final_hidden(model: &Model, x: &Tensor, row0: usize, n: usize) -> Result<Vec<f32>> {
     let be = model.backend.as_ref();
     let hidden = model.spec.hidden_size;
     let rows: Vec<usize> = (row0..row0 + n).collect();
@@ -149,7 +150,9 @@ fn final_hidden(model: &Model, x: &Tensor, row0: usize, n: usize) -> Vec<f32> {
     let mut normed = be.tensor(n * hidden);
     be.gather_rows(x, &rows, hidden, &mut h);
     be.rms_norm(&h, &model.weights.final_norm, model.spec.norm_eps, n, hidden, &mut normed);
-    be.read(&normed, n * hidden)
+    let h = be.read(&normed, n * hidden);
+    crate::engine::forward::device_error(model)?;
+    Ok(h)
 }
 
 /// The mean of `h`'s rows: an f32 sum in row order, divided by the count (sentence-transformers'

@@ -158,9 +158,11 @@ impl Model {
         let precision = opts.precision.unwrap_or_else(|| Precision::default_for(pack.tensors.values().any(|t| t.ty.is_quantized())));
         let backend = backend::create_with(opts.backend, opts.threads, precision, &opts.graph)?;
         // Graphs compiled ahead: for sessions of up to `compile_ahead` positions, at most the
-        // model's context; the other backends compile nothing.
+        // model's context; the other backends compile nothing, nor does an embedding model
+        // (bidirectional attention: it has no sessions' passes, and its `embed` passes compile
+        // at first use).
         let ahead = match opts.backend {
-            BackendKind::Npu => backend::graph::ahead_passes(opts.graph.compile_ahead.min(pack.spec.max_context)),
+            BackendKind::Npu if pack.spec.causal => backend::graph::ahead_passes(opts.graph.compile_ahead.min(pack.spec.max_context)),
             _ => Vec::new(),
         };
         // Compiling ahead counts as the second half of the open.
