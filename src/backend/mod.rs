@@ -325,6 +325,11 @@ pub trait Backend: Send + Sync {
     fn take_error(&self) -> Option<Error> {
         None
     }
+    /// The engine's word that `t`'s values are not read again before an op writes them (its
+    /// pass buffers once a pass is done with them): a backend that would copy them back to host
+    /// memory when its deferred work runs need not. Backends that compute as they are called
+    /// ignore it.
+    fn forget(&self, _t: &Tensor) {}
 
     // Memory.
     /// Prepares a matrix once at open.

@@ -85,6 +85,9 @@ impl<W: Watch> Backend for Watched<W> {
     fn take_error(&self) -> Option<crate::error::Error> {
         self.inner.take_error()
     }
+    fn forget(&self, t: &Tensor) {
+        self.inner.forget(t)
+    }
     fn routes_where_the_logits_are(&self) -> bool {
         self.inner.routes_where_the_logits_are()
     }

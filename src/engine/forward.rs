@@ -159,11 +159,17 @@ fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tok
             &all
         }
     };
+    // Nothing reads the residual stream after the output projection (or, without logits,
+    // after the layers): forgotten before the logits are read.
     let logits = if rows.is_empty() {
+        model.backend.forget(&x);
         Vec::new()
     } else {
         let mut out = bufs.take_output(model, rows.len());
-        let logits = out.project(model, &x, rows, abort);
+        let logits = out.compute(model, &x, rows, abort).map(|()| {
+            model.backend.forget(&x);
+            model.backend.read(&out.logits, rows.len() * model.spec.vocab_size)
+        });
         bufs.keep_output(out);
         logits?
     };
@@ -281,6 +287,9 @@ impl OutputTile {
         if let Some(cap) = spec.final_softcap {
             be.softcap(&mut self.logits, cap, n * spec.vocab_size);
         }
+        // Only the logits are read after this.
+        be.forget(&self.h);
+        be.forget(&self.normed);
         if pass::cut_short() {
             return Err(Error::new(Status::ErrAborted, "aborted during the output projection"));
         }
@@ -381,6 +390,8 @@ pub(crate) fn layers_checked(model: &Model, segs: &mut [Seg], bufs: &mut PassBuf
         _ => be.tensor(m * hidden),
     };
     let x_out = layers_into(model, segs, tokens, aborts, &mut s, &mut x, check);
+    // The layers' buffers are read by nothing after the layers (see `PassBuffers`).
+    s.forget(be);
     if m <= KEPT_ROWS {
         bufs.scratch = Some(s);
     }
@@ -559,6 +570,26 @@ impl SegScratch {
 }
 
 impl Scratch {
+    /// `Backend::forget` of every buffer, once the pass's layers are done with them.
+    fn forget(&self, be: &dyn Backend) {
+        for t in [&self.h, &self.q, &self.k, &self.v, &self.attn, &self.proj, &self.gate, &self.up] {
+            be.forget(t);
+        }
+        if let Some(t) = &self.seg {
+            for t in [&t.q, &t.attn, &t.k, &t.v] {
+                be.forget(t);
+            }
+        }
+        if let Some(t) = &self.lora {
+            for t in [&t.x, &t.r, &t.delta, &t.acc] {
+                be.forget(t);
+            }
+        }
+        if let Some(t) = &self.moe {
+            t.forget(be);
+        }
+    }
+
     fn new(be: &dyn Backend, model: &Model, m: usize) -> Scratch {
         let spec = &model.spec;
         let widest = |f: fn(&LayerSpec) -> usize| spec.layers.iter().map(f).max().unwrap_or(0);

@@ -76,6 +76,13 @@ impl MoeScratch {
             shared_weights: vec![0.0; rows],
         })
     }
+
+    /// `Backend::forget` of every buffer: the mixture's values are not read after its layer.
+    pub(super) fn forget(&self, be: &dyn Backend) {
+        for t in [&self.logits, &self.x, &self.gate, &self.up, &self.y] {
+            be.forget(t);
+        }
+    }
 }
 
 /// `out` (m, hidden) = the mixture over `h` (m, hidden), the layer's normed input.

@@ -5,16 +5,18 @@
 //! No layer is written here. The ops of [`Backend`] record nodes instead of computing: a
 //! [`Tensor`] holds either host values or the name of the graph value that will hold them. The
 //! graph runs when a value must leave the backend (`read_into`, a KV store read for a snapshot,
-//! truncate or fork) or when the next pass begins (`embed` with work pending): every tensor
-//! still alive that holds a graph value then becomes an output, brought back to host memory,
-//! and the next ops read it as an input.
+//! truncate or fork) or when a pass ends (`KvStore::advance`): every tensor still alive that
+//! holds a graph value then becomes an output, written into its host memory, and the next ops
+//! read it as an input, but for those the engine has said it will not read again
+//! (`Backend::forget`: its pass buffers), so that a decode step's only output is its logits.
 //!
 //! Shapes are static, as NPU compilers require. A graph is known by its bytes (ops, shapes,
 //! small constants and the names of the weights it reads; never the values of its inputs), and
 //! is compiled once per model and kept: a decode step's graph is the same at every position
 //! (the position is an input), so a session compiles one per pass shape: decode (1 row), a
-//! verify of k drafts (k + 1 rows), a prefill's parts (powers of two up to `PASS_ROWS` rows,
+//! verify of k drafts (k + 1 rows, as parts of powers of two like any pass), a prefill's parts (powers of two up to `PASS_ROWS` rows,
 //! `part_rows`, each with or without its logits), each times the KV length bucket below.
+//! `GraphOptions::compile_ahead` compiles them at open instead (`ahead_passes`).
 //!
 //! - **Weights** are f32, dequantized from whatever type the pack stores. On the cpu provider
 //!   they are graph inputs read in place from one copy the model keeps; on a device provider,
@@ -26,8 +28,9 @@
 //! - **KV**: each layer's keys and values live in host memory ([`GraphKv`]), fed to a graph as
 //!   a fixed-capacity input of `kv_bucket(positions held + rows)` rows (the powers of two from 64; rows
 //!   past the positions held are zeros and masked out); the pass's new rows are scattered in at
-//!   their positions inside the graph and are outputs, appended after the run. On the CPU
-//!   provider the inputs are the host buffers themselves, not copies.
+//!   their positions inside the graph and are outputs written into the planes' next rows. On the
+//!   CPU provider both are the host buffers themselves, read and written in place, not copies;
+//!   a device provider copies them each run (planes kept on the device are not built).
 //! - **Attention** is written in ONNX ops (MatMul, Where, Exp) with the masks computed in the
 //!   graph from the start position, so the graph does not change with it. Every key sits at the
 //!   index of its position and the softmax's sum is a matrix product in key order, so a row's
@@ -131,6 +134,9 @@ pub fn ahead_passes(positions: usize) -> Vec<(usize, usize)> {
 struct TData {
     host: Vec<f32>,
     sym: Option<(String, usize)>,
+    /// The engine said its values are not read again before they are written
+    /// (`Backend::forget`): they were not brought back, and reading them is an error.
+    forgotten: bool,
 }
 
 type TRef = Arc<Mutex<TData>>;
@@ -181,6 +187,9 @@ struct Inner {
     /// arithmetic is the same). Device providers take initializers, which they place on the
     /// device once.
     weights_as_inputs: bool,
+    /// The provider's memory is the host's (the cpu provider): inputs and outputs over host
+    /// memory are read and written in place.
+    host_memory: bool,
 }
 
 /// The recordings in progress (one per thread: passes of sessions on several threads record
@@ -209,7 +218,8 @@ impl GraphBackend {
     pub fn new(opts: &GraphOptions, threads: usize) -> Result<GraphBackend> {
         let rt = Runtime::load(opts.library.as_deref())?;
         let provider = Provider::new(&rt, opts.provider.as_deref().unwrap_or("cpu"), &opts.provider_options)?;
-        let weights_as_inputs = provider.name == "cpu" && !opts.initializers;
+        let host_memory = provider.name == "cpu";
+        let weights_as_inputs = host_memory && !opts.initializers;
         let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
         Ok(GraphBackend {
             inner: Arc::new(Inner {
@@ -224,6 +234,7 @@ impl GraphBackend {
                 kv_bytes_read: AtomicU64::new(0),
                 error: Mutex::new(None),
                 weights_as_inputs,
+                host_memory,
                 export: Mutex::new(match &opts.export {
                     Some(dir) => Some(Export::new(dir)?),
                     None => None,
@@ -260,10 +271,15 @@ impl Inner {
     fn flush_reading(&self, read: Option<&TRef>) {
         let Some(rec) = self.take_recording() else { return };
         if let Err(e) = self.run(rec, read) {
-            let mut err = lock(&self.error);
-            if err.is_none() {
-                *err = Some(e);
-            }
+            self.fail(e);
+        }
+    }
+
+    /// Keeps `e` for `take_error` unless an earlier failure is kept.
+    fn fail(&self, e: Error) {
+        let mut err = lock(&self.error);
+        if err.is_none() {
+            *err = Some(e);
         }
     }
 
@@ -325,31 +341,64 @@ impl Inner {
             let vi = add_out(&mut outputs, v, rows * w, format!("new values of layer {layer}"));
             kvs.push((plane.clone(), ki, vi, *rows));
         }
-        let result = self.execute(&mut rec, &outputs, &roles, |i, data| {
+        // Where each output is written: the first tensor or plane rows that take it, which
+        // ONNX Runtime then writes in place; any other taker gets a copy. An output that is an
+        // input of the graph as it is (rows appended unchanged) is not written into a place
+        // given for it: ONNX Runtime hands back its own, copied.
+        let mut into: Vec<Option<*mut f32>> = vec![None; outputs.len()];
+        let passed_through: Vec<bool> = outputs.iter().map(|o| rec.inputs.iter().any(|(io, _)| io.name == o.name)).collect();
+        for (t, j) in &tensors {
+            if into[*j].is_none() && !passed_through[*j] {
+                into[*j] = Some(lock(t).host.as_mut_ptr());
+            }
+        }
+        for (plane, ki, vi, _) in &kvs {
+            let mut p = lock(plane);
+            let at = p.len * p.width;
+            for (i, keys) in [(*ki, true), (*vi, false)] {
+                if into[i].is_none() && !passed_through[i] {
+                    into[i] = Some(if keys { p.k[at..].as_mut_ptr() } else { p.v[at..].as_mut_ptr() });
+                }
+            }
+        }
+        let result = self.execute(&mut rec, &outputs, &roles, &into, |i, data| {
+            let n = outputs[i].dims.iter().product::<i64>() as usize;
+            let copy = |to: *mut f32| {
+                if to as *const f32 != data {
+                    // SAFETY: `data` holds output i's n values; `to` is a different place of
+                    // at least n (a tensor as long as its value, plane rows grown for the pass).
+                    unsafe { std::ptr::copy_nonoverlapping(data, to, n) };
+                }
+            };
             for (t, j) in &tensors {
                 if *j == i {
                     let mut d = lock(t);
-                    d.host[..data.len()].copy_from_slice(data);
+                    copy(d.host.as_mut_ptr());
                     d.sym = None;
                 }
             }
-            for (plane, ki, vi, rows) in &kvs {
+            for (plane, ki, vi, _) in &kvs {
                 let mut p = lock(plane);
                 let at = p.len * p.width;
                 if *ki == i {
-                    p.k[at..at + data.len()].copy_from_slice(data);
+                    copy(p.k[at..].as_mut_ptr());
                 }
                 if *vi == i {
-                    p.v[at..at + data.len()].copy_from_slice(data);
-                    debug_assert!(*rows * p.width == data.len());
+                    copy(p.v[at..].as_mut_ptr());
                 }
             }
         });
         // The appended rows count once both halves are in (or are dropped on failure).
         for (plane, _, _, rows) in &kvs {
             let mut p = lock(plane);
+            let (at, w) = (p.len, p.width);
             if result.is_ok() {
                 p.len += rows;
+            } else {
+                // A run that failed may have written some of them: rows past those held are
+                // zeros.
+                p.k[at * w..(at + rows) * w].fill(0.0);
+                p.v[at * w..(at + rows) * w].fill(0.0);
             }
             p.pending = None;
         }
@@ -388,7 +437,8 @@ impl Inner {
             Some(c) => c.clone(),
             None => {
                 #[cfg(test)]
-                if tests::FAIL_COMPILE.with(|f| f.get()) {
+                // The n-th compile from when the test set it to n fails.
+                if tests::FAIL_COMPILE.with(|f| f.replace(f.get().saturating_sub(1)) == 1) {
                     return Err(Error::new(crate::error::Status::ErrBackendUnavailable, "the provider rejected the graph (injected by a test)"));
                 }
                 let externals: Vec<(String, Vec<f32>)> =
@@ -407,7 +457,10 @@ impl Inner {
     }
 
     /// Compiles (once per graph) and runs the recording, calling `take(output index, values)`.
-    fn execute(&self, rec: &mut Recorder, outputs: &[Io], roles: &[String], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
+    fn execute(&self, rec: &mut Recorder, outputs: &[Io], roles: &[String], into: &[Option<*mut f32>], mut take: impl FnMut(usize, *const f32)) -> Result<()> {
+        if let Some(what) = &rec.stale {
+            return Err(Error::new(crate::error::Status::ErrPanic, format!("internal: {what}")));
+        }
         if outputs.is_empty() {
             return Ok(());
         }
@@ -449,6 +502,9 @@ impl Inner {
                     let mut p = lock(plane);
                     let ptr = if *keys { p.k.as_mut_ptr() } else { p.v.as_mut_ptr() };
                     ptrs.push((ptr as *mut c_void, n * 4));
+                    if !self.host_memory {
+                        bytes_in += n as u64 * 4;
+                    }
                     guards.push((plane.clone(), p.len));
                     drop(p);
                 }
@@ -467,13 +523,24 @@ impl Inner {
             values.push(unsafe { self.rt.tensor(v.as_ptr() as *mut c_void, v.len() * 4, d, Elem::F32 as i32) }?);
         }
         let inputs: Vec<(&std::ffi::CStr, ort::Value)> = names.iter().map(|n| n.as_c_str()).zip(values).collect();
-        let out_names: Vec<(&std::ffi::CStr, usize)> =
-            compiled.output_names.iter().zip(outputs).map(|(n, o)| (n.as_c_str(), o.dims.iter().product::<i64>() as usize)).collect();
+        let outs: Vec<ort::Output> = compiled
+            .output_names
+            .iter()
+            .zip(outputs)
+            .zip(into)
+            .map(|((n, o), &into)| ort::Output { name: n.as_c_str(), len: o.dims.iter().product::<i64>() as usize, into })
+            .collect();
+        // Bytes that cross between host memory and the provider's: on the cpu provider, whose
+        // memory is the host's, the inputs but the weights and the planes (read in place) and
+        // the outputs but the new KV rows (written in place into the planes); on a device
+        // provider, everything fed and taken but the weights (initializers, placed once).
         let mut bytes_out = 0u64;
-        let r = self.rt.run(&compiled.session, &inputs, &out_names, |i, d| {
-            bytes_out += d.len() as u64 * 4;
-            take(i, d)
-        });
+        for (o, role) in outs.iter().zip(roles) {
+            if !(self.host_memory && role.starts_with("new ")) {
+                bytes_out += o.len as u64 * 4;
+            }
+        }
+        let r = self.rt.run(&compiled.session, &inputs, &outs, &mut take);
         drop(guards);
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
@@ -610,6 +677,13 @@ impl Backend for GraphBackend {
     fn take_error(&self) -> Option<Error> {
         lock(&self.inner.error).take()
     }
+    /// The value is left out of the outputs of the graph that makes it (it is not brought back
+    /// to host memory); a later read of it before a write fails the pass.
+    fn forget(&self, t: &Tensor) {
+        let mut d = lock(t.get::<TRef>());
+        d.sym = None;
+        d.forgotten = true;
+    }
 
     fn prepare_matrix(&self, w: &WeightTensor) -> Result<Weight> {
         let mut st = lock(&self.inner.state);
@@ -622,17 +696,23 @@ impl Backend for GraphBackend {
         Ok(Vector::new(v.len(), WId(st.weights.len() - 1)))
     }
     fn tensor(&self, len: usize) -> Tensor {
-        Tensor::new(len, Arc::new(Mutex::new(TData { host: vec![0.0; len], sym: None })))
+        Tensor::new(len, Arc::new(Mutex::new(TData { host: vec![0.0; len], sym: None, forgotten: false })))
     }
     fn read_into(&self, t: &Tensor, start: usize, out: &mut [f32]) {
         if lock(t.get::<TRef>()).sym.is_some() {
             self.inner.flush_reading(Some(t.get::<TRef>()));
+        }
+        if lock(t.get::<TRef>()).forgotten {
+            out.fill(f32::NAN);
+            self.inner.fail(Error::new(crate::error::Status::ErrPanic, "internal: a read of values the engine said were not read again"));
+            return;
         }
         out.copy_from_slice(&lock(t.get::<TRef>()).host[start..start + out.len()]);
     }
     fn upload(&self, data: &[f32], t: &mut Tensor) {
         // A later op reads these host values; a pending value of the tensor is replaced.
         let mut d = lock(t.get::<TRef>());
+        d.forgotten = false;
         d.host[..data.len()].copy_from_slice(data);
         if let Some((name, n)) = d.sym.take() {
             if n > data.len() {
@@ -1025,8 +1105,8 @@ mod tests {
     use std::cell::Cell;
 
     thread_local! {
-        /// Makes this thread's next compiles fail, as a provider that rejects a graph.
-        pub(super) static FAIL_COMPILE: Cell<bool> = const { Cell::new(false) };
+        /// n > 0: this thread's n-th compile from now fails, as a provider that rejects a graph.
+        pub(super) static FAIL_COMPILE: Cell<u32> = const { Cell::new(0) };
     }
 
     /// A graph the provider rejects fails the pass with the provider's status and message (not
@@ -1044,10 +1124,10 @@ mod tests {
         let m = Arc::new(Model::open_on(&dir, Box::new(be)).unwrap());
         let mut s = Session::new(m.clone(), 0).unwrap();
         s.step_batch(&[1, 2, 3], Want::Last).unwrap();
-        FAIL_COMPILE.with(|f| f.set(true));
+        FAIL_COMPILE.with(|f| f.set(1));
         // Four rows: a shape not compiled yet.
         let e = s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap_err();
-        FAIL_COMPILE.with(|f| f.set(false));
+        FAIL_COMPILE.with(|f| f.set(0));
         assert_eq!(e.status, crate::error::Status::ErrBackendUnavailable, "{e:?}");
         assert!(e.message.contains("rejected the graph"), "{}", e.message);
         assert_eq!(s.n_past(), 3);
@@ -1055,6 +1135,12 @@ mod tests {
         fresh.step_batch(&[1, 2, 3], Want::Last).unwrap();
         let (a, b) = (s.step_batch(&[4, 5, 6, 7], Want::Last).unwrap(), fresh.step_batch(&[4, 5, 6, 7], Want::Last).unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "after the failure vs fresh");
+        // An embedding whose layers run and whose final norm's graph is rejected: the
+        // provider's error, not the NaN it left.
+        FAIL_COMPILE.with(|f| f.set(2));
+        let e = s.embed(&[&[9, 8, 7, 6, 5]], &crate::engine::embed::EmbedOptions::default()).unwrap_err();
+        FAIL_COMPILE.with(|f| f.set(0));
+        assert_eq!(e.status, crate::error::Status::ErrBackendUnavailable, "{e:?}");
     }
 
     #[test]

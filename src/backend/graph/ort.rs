@@ -263,26 +263,36 @@ impl Runtime {
         }
     }
 
-    /// Runs `session` on the named inputs; returns the named outputs' f32 data, copied out.
-    /// `outputs` are (name, element count) pairs.
-    pub fn run(&self, session: &Session, inputs: &[(&CStr, Value)], outputs: &[(&CStr, usize)], mut take: impl FnMut(usize, &[f32])) -> Result<()> {
+    /// Runs `session` on the named inputs and calls `take(i, data)` with each output's values
+    /// (`outputs[i].len` of them): in the output's own place where it has one, else in memory
+    /// of ONNX Runtime's, valid during the call.
+    pub fn run(&self, session: &Session, inputs: &[(&CStr, Value)], outputs: &[Output], mut take: impl FnMut(usize, *const f32)) -> Result<()> {
         let in_names: Vec<*const c_char> = inputs.iter().map(|(n, _)| n.as_ptr()).collect();
         let in_vals: Vec<*const c_void> = inputs.iter().map(|(_, v)| v.v as *const c_void).collect();
-        let out_names: Vec<*const c_char> = outputs.iter().map(|(n, _)| n.as_ptr()).collect();
-        let mut outs: Vec<P> = vec![null_mut(); outputs.len()];
-        // SAFETY: C API calls as declared; each output value is released after its data is
-        // copied out; its length is what the graph declared for it (`take` gets a slice of
-        // the caller's expected length, checked by the caller's shapes).
+        let out_names: Vec<*const c_char> = outputs.iter().map(|o| o.name.as_ptr()).collect();
+        // Outputs with a place of their own are values over it, which ONNX Runtime writes.
+        let mut bound = Vec::with_capacity(outputs.len());
+        for o in outputs {
+            bound.push(match o.into {
+                // SAFETY: the caller's contract (`Output::into`).
+                Some(p) => Some(unsafe { self.tensor(p as *mut c_void, o.len * 4, &[o.len as i64], 1) }?),
+                None => None,
+            });
+        }
+        let mut outs: Vec<P> = bound.iter().map(|b| b.as_ref().map_or(null_mut(), |v| v.v)).collect();
+        // SAFETY: C API calls as declared; each value ONNX Runtime made is released after
+        // `take` has seen it; its length is what the graph declared for it (`take` gets a
+        // pointer to the caller's expected length, checked by the caller's shapes).
         unsafe {
             let f: unsafe extern "C" fn(P, *const c_void, *const *const c_char, *const *const c_void, usize, *const *const c_char, usize, *mut P) -> Status_ = self.f(ix::RUN);
             let s = f(session.s, null(), in_names.as_ptr(), in_vals.as_ptr(), in_vals.len(), out_names.as_ptr(), out_names.len(), outs.as_mut_ptr());
-            let guards: Vec<Guard> = outs.iter().map(|&o| Guard(self, o, ix::RELEASE_VALUE)).collect();
+            let guards: Vec<Guard> = outs.iter().zip(&bound).map(|(&o, b)| Guard(self, if b.is_some() { null_mut() } else { o }, ix::RELEASE_VALUE)).collect();
             self.check(s, "running a graph")?;
             for (i, &o) in outs.iter().enumerate() {
                 let mut p: *mut c_void = null_mut();
                 let f: unsafe extern "C" fn(P, *mut *mut c_void) -> Status_ = self.f(ix::GET_TENSOR_MUTABLE_DATA);
                 self.check(f(o, &mut p), "reading an output")?;
-                take(i, std::slice::from_raw_parts(p as *const f32, outputs[i].1));
+                take(i, p as *const f32);
             }
             drop(guards);
         }
@@ -344,6 +354,16 @@ impl Drop for Guard<'_> {
             }
         }
     }
+}
+
+/// An output of a run: its name, its length (f32 values), and where it is to be written, if
+/// the caller has a place for it: ONNX Runtime then writes it there (on the cpu provider, in
+/// place) instead of into memory of its own.
+pub struct Output<'a> {
+    pub name: &'a CStr,
+    pub len: usize,
+    /// `len` f32 values the caller keeps valid, and reads or writes nowhere else, for the run.
+    pub into: Option<*mut f32>,
 }
 
 /// An input value (over caller memory), released when dropped.

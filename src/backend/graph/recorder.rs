@@ -24,6 +24,8 @@ pub(super) struct Recorder {
     /// (plane, keys' value, values' value, rows, layer)
     pub(super) kv_out: Vec<(PlaneRef, String, String, usize, usize)>,
     pub(super) next: usize,
+    /// A value read that the engine said it would not read (`Backend::forget`): the run fails.
+    pub(super) stale: Option<String>,
 }
 
 impl Recorder {
@@ -132,6 +134,9 @@ impl Recorder {
                 self.concat(&[&name, &tail], 0)
             }
             None => {
+                if d.forgotten && self.stale.is_none() {
+                    self.stale = Some(format!("an op read {n} values the engine said were not read again"));
+                }
                 let v = d.host[..n].to_vec();
                 drop(d);
                 self.input(Elem::F32, vec![n as i64], Feed::F32(v))
@@ -142,7 +147,10 @@ impl Recorder {
     /// The first `n` elements of `t` are now the value `name` (flat).
     pub(super) fn set(&mut self, t: &mut Tensor, name: String, n: usize) {
         let r = t.get::<TRef>();
-        r.lock().unwrap_or_else(|e| e.into_inner()).sym = Some((name, n));
+        let mut d = r.lock().unwrap_or_else(|e| e.into_inner());
+        d.sym = Some((name, n));
+        d.forgotten = false;
+        drop(d);
         if !self.live.iter().any(|w| w.as_ptr() == Arc::as_ptr(r)) {
             self.live.push(Arc::downgrade(r));
         }
