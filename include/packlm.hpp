@@ -157,6 +157,10 @@ struct NpuOptions {
     /** ONNX Runtime's shared library (libonnxruntime.so.*); empty: the environment variable
      *  PACKLM_ONNXRUNTIME, then the system's search path. */
     std::string onnxruntime_library;
+    /** Compile at open the graphs that sessions of up to this many positions use (at most the
+     *  model's context), which the open's progress counts as its second half; 0: each graph is
+     *  compiled at its first use. */
+    uint32_t compile_ahead = 0;
 };
 
 namespace detail {
@@ -168,6 +172,7 @@ inline packlm_open_options with_npu(packlm_open_options options, const NpuOption
     options.provider = text(npu.provider);
     options.provider_options = text(npu.provider_options);
     options.onnxruntime_library = text(npu.onnxruntime_library);
+    options.compile_ahead = npu.compile_ahead;
     return options;
 }
 
@@ -208,8 +213,8 @@ public:
     explicit Model(const std::string &path) : Model(path, default_open_options()) {}
     /** Opens at `precision` (the other options at their defaults). */
     Model(const std::string &path, Precision precision) : Model(path, open_options(precision)) {}
-    /** Opens on Backend::Npu with `npu`'s provider, options and library; `options` gives the
-     *  other fields. */
+    /** Opens on Backend::Npu with `npu`'s provider, options, library and compile_ahead;
+     *  `options` gives the other fields. */
     Model(const std::string &path, const NpuOptions &npu, const packlm_open_options &options = default_open_options())
         : Model(path, detail::with_npu(options, npu)) {}
     Model(const std::string &path, const packlm_open_options &options) {

@@ -538,3 +538,50 @@ fn control_vector_flags_match_transformers_and_refuse_bad_input() {
         assert!(o.stdout.is_empty());
     }
 }
+
+/// `--compile-ahead N` reaches the npu backend: `export-onnx` writes, besides the graphs of its
+/// prefill and step, every graph an open compiles ahead for sessions of up to 100 positions
+/// (the tiny llama's context is 128): parts of 1 to 64 rows in the KV buckets of 64 and 128
+/// positions (`graph::ahead_passes`), where without it a prefill of 3 tokens and a step write
+/// the parts of 2 and 1 rows of the bucket of 64. The other commands take it with the npu's
+/// other options and generate the same tokens; a value that is not a count is refused, named.
+/// Skipped, saying so, without ONNX Runtime unless PACKLM_REQUIRE_ONNXRUNTIME is set.
+#[test]
+fn compile_ahead_compiles_the_graphs_of_sessions_up_to_that_length() {
+    if graph(1).is_none() {
+        return;
+    }
+    let dir = tiny("llama");
+    let shapes = |extra: &[&str]| {
+        let out = std::env::temp_dir().join(format!("packlm-cli-ahead-{}-{}", extra.len(), std::process::id()));
+        let mut args = vec!["export-onnx", dir.to_str().unwrap(), out.to_str().unwrap(), "--tokens", "1,2,3"];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("graphs.json")).unwrap()).unwrap();
+        std::fs::remove_dir_all(&out).unwrap();
+        let mut shapes: Vec<(u64, u64)> = v["graphs"].as_array().unwrap().iter().map(|g| (g["rows"].as_u64().unwrap(), g["kv_rows"].as_u64().unwrap())).collect();
+        shapes.sort();
+        shapes.dedup();
+        shapes
+    };
+    assert_eq!(shapes(&[]), vec![(1, 64), (2, 64)]);
+    let ahead: Vec<(u64, u64)> = [1, 2, 4, 8, 16, 32, 64].iter().flat_map(|&r| [(r, 64), (r, 128)]).collect();
+    assert_eq!(shapes(&["--compile-ahead", "100"]), ahead);
+
+    let generated = |extra: &[&str]| {
+        let mut args = vec!["generate", dir.to_str().unwrap(), "--prompt", "Hello world", "-n", "6", "--json", "--backend", "npu", "--ep", "cpu"];
+        args.extend_from_slice(extra);
+        let o = packlm(&args);
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["tokens"].clone()
+    };
+    assert_eq!(generated(&["--compile-ahead", "100"]), generated(&[]));
+    for bad in ["-1", "many"] {
+        let o = packlm(&["info", dir.to_str().unwrap(), "--backend", "npu", "--compile-ahead", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "--compile-ahead {bad}: {err}");
+        assert!(err.contains("--compile-ahead") && err.contains(bad), "--compile-ahead {bad}: {err}");
+    }
+}

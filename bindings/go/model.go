@@ -13,6 +13,7 @@ package packlm
 import "C"
 
 import (
+	"math"
 	"runtime"
 	"strconv"
 	"unsafe"
@@ -98,6 +99,11 @@ type OpenOptions struct {
 	// libonnxruntime.*.dylib, onnxruntime.dll); empty: the environment variable
 	// PACKLM_ONNXRUNTIME, then the system's search path.
 	ONNXRuntimeLibrary string
+	// CompileAhead is a count of positions: BackendNPU compiles during the open the graphs that
+	// sessions of up to that many positions use (at most the model's context), rather than each
+	// at its first use (0, the default). A count below 0 or past what a uint32 holds gives
+	// ErrInvalidArgument.
+	CompileAhead int
 }
 
 // Info describes an open model.
@@ -130,6 +136,9 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 		return nil, err
 	}
 	if opts != nil {
+		if opts.CompileAhead < 0 || uint64(opts.CompileAhead) > math.MaxUint32 {
+			return nil, usageError("packlm_model_open", ErrInvalidArgument, "CompileAhead "+strconv.Itoa(opts.CompileAhead)+" is not a count of positions (0 to 2^32 - 1)")
+		}
 		o.backend = C.uint32_t(opts.Backend)
 		o.threads = C.uint32_t(opts.Threads)
 		o.precision = C.uint32_t(opts.Precision)
@@ -140,6 +149,7 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 		defer C.free(unsafe.Pointer(o.provider_options))
 		o.onnxruntime_library = optionalCString(opts.ONNXRuntimeLibrary)
 		defer C.free(unsafe.Pointer(o.onnxruntime_library))
+		o.compile_ahead = C.uint32_t(opts.CompileAhead)
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))

@@ -5,8 +5,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The npu backend on ONNX Runtime's CPU execution provider. Its library is named by
@@ -136,5 +138,73 @@ func TestNPUWithoutALibrary(t *testing.T) {
 	}
 	if e := wantStatus(t, err, ErrBackendUnavailable); !strings.Contains(e.Message(), missing) {
 		t.Fatalf("message %q does not name %s", e.Message(), missing)
+	}
+}
+
+// CompileAhead reaches the open: with 100 (the tiny llama's context is 128) it compiles there
+// the graphs of 14 pass shapes, each wanting no logits, the last row's and every row's, a few
+// dozen ONNX Runtime sessions that an open without it leaves to the passes. The binding has no
+// progress callback to count them by (the C, C++ and Python tests do), so the open's time
+// tells: more than five times the fastest of three plain opens, which compile nothing. The
+// model computes what one opened without it does, bit for bit; a count that is not one is
+// refused.
+func TestNPUCompileAhead(t *testing.T) {
+	needONNXRuntime(t)
+	dir := filepath.Join(tinyDir, "llama")
+	open := func(ahead int) (*Model, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		m, err := Open(dir, &OpenOptions{Backend: BackendNPU, CompileAhead: ahead})
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("open with CompileAhead %d: %v", ahead, err)
+		}
+		t.Cleanup(m.Close)
+		return m, took
+	}
+	plain, fastest := open(0)
+	for i := 0; i < 2; i++ {
+		_, took := open(0)
+		if took < fastest {
+			fastest = took
+		}
+	}
+	ahead, took := open(100)
+	t.Logf("open: %v without compiling ahead (the fastest of three), %v with CompileAhead 100", fastest, took)
+	if took <= 5*fastest {
+		t.Fatalf("the open with CompileAhead 100 took %v, the plain one %v: no graphs were compiled ahead", took, fastest)
+	}
+	tokens := []uint32{0, 41, 283, 77, 80, 265, 272, 77, 69}
+	want, err := newSession(t, plain).StepBatch(tokens, WantAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := newSession(t, ahead).StepBatch(tokens, WantAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) != len(tokens)*300 {
+		t.Fatalf("%d and %d logits, want %d", len(got), len(want), len(tokens)*300)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("logit %d: %g with CompileAhead, %g without", i, got[i], want[i])
+		}
+	}
+	bad := []int{-1}
+	if strconv.IntSize == 64 {
+		past := uint64(math.MaxUint32)
+		past++
+		bad = append(bad, int(past))
+	}
+	for _, bad := range bad {
+		m, err := Open(dir, &OpenOptions{Backend: BackendNPU, CompileAhead: bad})
+		if m != nil {
+			m.Close()
+			t.Fatalf("CompileAhead %d gave a model", bad)
+		}
+		if e := wantStatus(t, err, ErrInvalidArgument); !strings.Contains(e.Message(), strconv.Itoa(bad)) {
+			t.Fatalf("message %q does not name %d", e.Message(), bad)
+		}
 	}
 }

@@ -110,9 +110,11 @@ impl Engine {
 
     /// `open` on packlm's npu backend with the execution provider `provider` (packlm's names:
     /// cpu, openvino, vitisai, qnn, coreml, cuda, dml) and no provider options; ONNX Runtime's
-    /// library is the one PACKLM_ONNXRUNTIME names, else the system's search path finds.
-    pub fn open_npu(path: &Path, provider: &str, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
-        Engine::open_with(path, &OpenOptions::default().backend(Backend::Npu).provider(provider, ""), progress)
+    /// library is the one PACKLM_ONNXRUNTIME names, else the system's search path finds. The
+    /// graphs of sessions of up to `compile_ahead` positions are compiled during the open (0:
+    /// each at its first use), which `progress` counts as its second half.
+    pub fn open_npu(path: &Path, provider: &str, compile_ahead: usize, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
+        Engine::open_with(path, &OpenOptions::default().backend(Backend::Npu).provider(provider, "").compile_ahead(compile_ahead), progress)
     }
 
     fn open_with(path: &Path, options: &OpenOptions, progress: impl FnMut(f32) -> bool) -> Result<Engine> {

@@ -17,7 +17,11 @@
 //! runtime and provider. When the npu backend is unavailable (no ONNX Runtime, or one without
 //! that provider) or does not take the model, the model runs on the host with a warning naming
 //! why; the GPU is not tried, so that the place asked for is either the one used or named in
-//! the warning. 0 layers and a vocabulary-only load stay on the host.
+//! the warning. 0 layers and a vocabulary-only load stay on the host. With
+//! `PACKLM_LLAMA_NPU_COMPILE_AHEAD` set to a count of positions, the load compiles the graphs
+//! that contexts of up to that many positions use (packlm's `OpenOptions::compile_ahead`),
+//! which the load's progress counts as its second half, rather than each at its first use; a
+//! value that is not a count is named in a warning and ignored.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -34,6 +38,12 @@ pub const GPU_ENV: &str = "PACKLM_LLAMA_GPU";
 /// execution provider's name, passed to packlm as it is. Unset or empty: the GPU rule. Read at
 /// each load.
 pub const NPU_ENV: &str = "PACKLM_LLAMA_NPU";
+
+/// The environment variable that has a load on the npu backend compile the graphs of contexts
+/// of up to that many positions (at most the model's context) before it returns, rather than
+/// each at its first use: a count of positions, passed to packlm as it is. Unset, empty or 0:
+/// none. Read at each load that puts a model on the npu backend.
+pub const NPU_COMPILE_AHEAD_ENV: &str = "PACKLM_LLAMA_NPU_COMPILE_AHEAD";
 
 /// What this process has learned of its GPU (`packlm::gpu_device`, asked at the first load
 /// that could use one): packlm opens one adapter per process and keeps it, so the answer holds
@@ -68,6 +78,18 @@ fn counts_cpu_devices(f: &str) -> bool {
             false
         }
         _ => false,
+    }
+}
+
+/// `NPU_COMPILE_AHEAD_ENV`'s count of positions (0 when unset or empty); another value is
+/// logged (under `f`) and ignored.
+fn compile_ahead(f: &str) -> usize {
+    match std::env::var(NPU_COMPILE_AHEAD_ENV) {
+        Ok(v) if !v.is_empty() => v.parse().unwrap_or_else(|_| {
+            log::log(Level::Warn, &format!("{f}: {NPU_COMPILE_AHEAD_ENV}={v:?} is not a count of positions; ignored"));
+            0
+        }),
+        _ => 0,
     }
 }
 
@@ -155,7 +177,7 @@ fn open_npu(f: &str, path: &Path, n_gpu_layers: i32, provider: &str, progress: &
     // As on the GPU: an open that fails before packlm's second progress report failed reading
     // the pack or making the backend.
     let mut read = false;
-    let opened = Engine::open_npu(path, provider, |p| {
+    let opened = Engine::open_npu(path, provider, compile_ahead(f), |p| {
         read |= p > 0.0;
         progress(p)
     });

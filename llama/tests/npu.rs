@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 
 use common::{bits, decode_all, is_child, logged, logged_at, packlm_all, tiny, TOKENS};
 use llama::abi::ModelParams;
 use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
-use llama::offload::NPU_ENV;
+use llama::offload::{NPU_COMPILE_AHEAD_ENV, NPU_ENV};
 use packlm::{Backend, Model, OpenOptions};
 
 /// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
@@ -116,5 +116,65 @@ fn child_absent_provider() {
     ));
     let host = packlm_all(&Model::open(tiny("llama")).unwrap());
     assert_eq!(bits(&decode_all(m)), bits(&host));
+    unsafe { llama_model_free(m) };
+}
+
+/// `llama_model_params`' progress callback: each fraction given, kept in the `Vec<f32>` at
+/// `user_data`.
+unsafe extern "C" fn keep_fraction(fraction: f32, user_data: *mut c_void) -> bool {
+    (*(user_data as *mut Vec<f32>)).push(fraction);
+    true
+}
+
+/// A load of the fixture on the npu backend with a progress callback: the model, and how many
+/// of the fractions it was given fall strictly between 0.5 and 1.
+fn load_counting() -> (*mut LlamaModel, usize) {
+    let mut seen: Vec<f32> = Vec::new();
+    let m = load(ModelParams { progress_callback: Some(keep_fraction), progress_callback_user_data: &mut seen as *mut Vec<f32> as *mut c_void, ..llama_model_default_params() });
+    assert_eq!(backend(m), "npu");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]) && seen.last() == Some(&1.0), "fractions {seen:?}");
+    (m, seen.iter().filter(|&&f| f > 0.5 && f < 1.0).count())
+}
+
+/// PACKLM_LLAMA_NPU_COMPILE_AHEAD=100 (the fixture's context is 128): the load compiles the
+/// graphs of 14 pass shapes (parts of 1 to 64 rows ending at 64 and at 100) and reports each as
+/// its second half, so the load's progress callback is given at least 13 fractions between 0.5
+/// and 1, where a load without it is given only its layers'. A value that is not a count is
+/// named in a warning and the load goes on without compiling ahead. Either way the logits are
+/// packlm's npu backend's, bit for bit.
+#[test]
+fn compile_ahead_compiles_the_graphs_at_load() {
+    if skip() {
+        return;
+    }
+    common::in_child_with("child_compile_ahead", &[(NPU_ENV, Some("cpu")), (NPU_COMPILE_AHEAD_ENV, Some("100"))]);
+    common::in_child_with("child_compile_ahead_not_a_count", &[(NPU_ENV, Some("cpu")), (NPU_COMPILE_AHEAD_ENV, Some("many"))]);
+}
+
+#[test]
+fn child_compile_ahead() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let (m, past_half) = load_counting();
+    assert!(past_half >= 13, "{past_half} fractions between 0.5 and 1");
+    assert!(!logged(&[NPU_COMPILE_AHEAD_ENV]));
+    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
+    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
+    unsafe { llama_model_free(m) };
+}
+
+#[test]
+fn child_compile_ahead_not_a_count() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let (m, past_half) = load_counting();
+    assert!(past_half < 13, "{past_half} fractions between 0.5 and 1: graphs were compiled ahead");
+    assert!(logged_at(WARN, &["llama_model_load_from_file: PACKLM_LLAMA_NPU_COMPILE_AHEAD=\"many\" is not a count of positions; ignored"]));
+    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
+    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
     unsafe { llama_model_free(m) };
 }

@@ -4,6 +4,7 @@
 //!   packlm tokenize PACK --text STR [--no-special]
 //!   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
 //!   packlm export-onnx PACK DIR [--tokens 1,2,3] [--ep NAME] [--ep-options "K=V;.."] [--onnxruntime LIB]
+//!                   [--compile-ahead N]
 //!   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
 //!                   [--draft ngram|DRAFT_PACK] [--draft-k K] [--json-schema FILE | --grammar FILE | --regex RE]
 //!   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special]
@@ -40,7 +41,7 @@
 //! added by the pack's rule (never twice) either way.
 //!
 //! Common options: --threads N, --backend host|reference|gpu|npu (npu: --ep NAME, --ep-options
-//! "K=V;..", --onnxruntime LIB), --precision exact|fast (default: the
+//! "K=V;..", --onnxruntime LIB, --compile-ahead N), --precision exact|fast (default: the
 //! pack's, fast for block-quantized weights, exact for float ones; `info` prints the precision in
 //! use, exact on a backend without reduced-precision kernels). Errors print the status and
 //! message and exit non-zero; so do arguments that are not UTF-8 and a closed stdout (a broken pipe).
@@ -97,9 +98,11 @@ const USAGE: &str = "usage:
   packlm tokenize PACK --text STR [--no-special]
   packlm logits PACK --tokens 1,2,3 [--all] --out FILE
   packlm export-onnx PACK DIR [--tokens 1,2,3] [--ep NAME] [--ep-options \"K=V;..\"] [--onnxruntime LIB]
+                  [--compile-ahead N]
       runs a prefill of the tokens and one decode step on the npu backend and writes each graph it
       compiles to DIR as ONNX (graphN_rowsM_kvK.onnx, the weights in weights.bin beside them, what
-      each input and output is in graphs.json), with the logits computed (logits.f32, export.json)
+      each input and output is in graphs.json), with the logits computed (logits.f32, export.json);
+      with --compile-ahead N, also every graph that sessions of up to N positions use
   packlm generate PACK --prompt STR [--chat | --no-special] [-n N] [--temp T] [--seed S] [--json]
                   [--draft ngram|DRAFT_PACK] [--draft-k K]
   packlm generate PACK --parallel N --prompt STR [--prompt STR ..] [--samples K] [--chat | --no-special] [-n N]
@@ -112,6 +115,8 @@ options: --threads N  --backend host|reference|gpu|npu  --precision exact|fast
          --ep NAME (npu: ONNX Runtime's execution provider: cpu (default), openvino, vitisai, qnn, coreml,
          cuda, dml)  --ep-options \"KEY=VALUE;..\"  --onnxruntime LIB (npu: ONNX Runtime's library;
          default: $PACKLM_ONNXRUNTIME, then the system's search path)
+         --compile-ahead N (npu: compile at open the graphs that sessions of up to N positions use,
+         at most the model's context; default 0: each graph at its first use)
          --lora PATH[:SCALE] (generate, logits, embed; repeatable; scale 1.0 by default): a LoRA adapter,
          a PEFT folder or an adapter GGUF, applied to the session
          --control-vector PATH[:SCALE] (generate, logits, embed; repeatable): a llama.cpp control-vector
@@ -182,6 +187,7 @@ fn open(pack: &str, args: &mut Args) -> Result<Model> {
     if let Some(lib) = args.value(&["--onnxruntime"])? {
         opts.onnxruntime = Some(lib);
     }
+    opts.compile_ahead = args.parsed(&["--compile-ahead"], 0usize)?;
     Model::open_with(pack, &opts)
 }
 
@@ -324,6 +330,7 @@ fn export_onnx(pack: &str, args: &mut Args) -> Result<()> {
     opts.provider = args.value(&["--ep"])?;
     opts.provider_options = args.value(&["--ep-options"])?.unwrap_or_default();
     opts.onnxruntime = args.value(&["--onnxruntime"])?;
+    opts.compile_ahead = args.parsed(&["--compile-ahead"], 0usize)?;
     args.done()?;
     let m = Model::open_with(pack, &opts)?;
     let ids: Vec<u32> = match tokens {

@@ -52,6 +52,70 @@ static size_t golden_tokens(const char *dir, uint32_t *out, size_t cap) {
     return *p == ']' ? n : 0;
 }
 
+/* What an open's progress callback saw: its last fraction, whether one was below the one before,
+ * how many fell strictly between 0.5 and 1, and after how many of those to return false (0:
+ * never). */
+typedef struct {
+    float last;
+    int decreased;
+    int past_half;
+    int stop_after;
+} open_progress;
+
+static bool on_open_progress(float fraction, void *user_data) {
+    open_progress *p = user_data;
+    p->decreased |= fraction < p->last;
+    p->last = fraction;
+    p->past_half += fraction > 0.5f && fraction < 1.0f;
+    return !(p->stop_after && p->past_half >= p->stop_after);
+}
+
+/* compile_ahead = 100 on the tiny llama (context 128): the open compiles the graphs of 14 pass
+ * shapes (parts of 1 to 64 rows ending at 64 and at 100, graph::ahead_passes) and reports each
+ * as its second half, so at least 13 fractions fall between 0.5 and 1 (an open without it
+ * reports only its layers'). A callback that says stop at the fifth of those (only the compiles
+ * report so many) ends the open with PACKLM_ERR_ABORTED, no model, and is not called again. The
+ * model opened so computes what one opened without it does, bit for bit. */
+static void npu_compile_ahead(const char *tiny, const uint32_t *tokens, size_t n_tokens) {
+    packlm_model *plain = NULL, *ahead = NULL;
+    packlm_open_options o;
+    open_progress seen = {0};
+    packlm_open_options_init(&o, sizeof o);
+    o.backend = PACKLM_BACKEND_NPU;
+    o.progress = on_open_progress;
+    o.user_data = &seen;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &plain), PACKLM_OK);
+    CHECK(seen.past_half < 13 && seen.last == 1.0f, "an open without compile_ahead: %d fractions in (0.5, 1), last %g", seen.past_half, seen.last);
+    memset(&seen, 0, sizeof seen);
+    o.compile_ahead = 100;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &ahead), PACKLM_OK);
+    CHECK(seen.past_half >= 13 && !seen.decreased && seen.last == 1.0f,
+          "compile_ahead 100: %d fractions in (0.5, 1) (want at least 13), decreasing %d, last %g", seen.past_half, seen.decreased, seen.last);
+    memset(&seen, 0, sizeof seen);
+    seen.stop_after = 5;
+    packlm_model *stopped = NULL;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &stopped), PACKLM_ERR_ABORTED);
+    CHECK(stopped == NULL && seen.past_half == 5 && seen.last > 0.5f && seen.last < 1.0f,
+          "stopped while compiling: model %p, %d fractions in (0.5, 1), last %g", (void *)stopped, seen.past_half, seen.last);
+    packlm_model_free(stopped);
+    if (!plain || !ahead) {
+        packlm_model_free(plain);
+        packlm_model_free(ahead);
+        return;
+    }
+    static float a[64 * 300], b[64 * 300];
+    packlm_session *ps = NULL, *as = NULL;
+    EXPECT_STATUS(packlm_session_new(plain, NULL, &ps), PACKLM_OK);
+    EXPECT_STATUS(packlm_session_new(ahead, NULL, &as), PACKLM_OK);
+    EXPECT_STATUS(packlm_step_batch(ps, tokens, n_tokens, PACKLM_WANT_ALL, a), PACKLM_OK);
+    EXPECT_STATUS(packlm_step_batch(as, tokens, n_tokens, PACKLM_WANT_ALL, b), PACKLM_OK);
+    CHECK(memcmp(a, b, n_tokens * 300 * sizeof(float)) == 0, "compile_ahead changed the logits of the golden tokens");
+    packlm_session_free(ps);
+    packlm_session_free(as);
+    packlm_model_free(plain);
+    packlm_model_free(ahead);
+}
+
 /* The npu backend on ONNX Runtime's CPU execution provider, its library named by
  * PACKLM_ONNXRUNTIME (make c-test sets it, and PACKLM_REQUIRE_ONNXRUNTIME, so that a missing
  * runtime fails there); skipped, saying why, only when neither is set. The options come from
@@ -93,6 +157,7 @@ static void npu_backend(const char *tiny, const char *bad) {
     uint32_t tokens[64];
     const size_t n_tokens = golden_tokens(tiny, tokens, 64);
     CHECK(n_tokens == 20, "golden.json: %zu tokens, want 20", n_tokens);
+    npu_compile_ahead(tiny, tokens, n_tokens);
     packlm_open_options_init(&o, sizeof o);
     o.backend = PACKLM_BACKEND_NPU;
     o.provider = "cpu";

@@ -256,6 +256,34 @@ static void npu_backend(const std::string &dir) {
     }
     CHECK(rows == tokens.size() && worst <= 1e-4);
     std::fprintf(stderr, "note: npu vs host over %zu steps: max |diff| %g\n", rows, worst);
+
+    // compile_ahead 100 (the tiny llama's context is 128): the open compiles the graphs of 14
+    // pass shapes (parts of 1 to 64 rows ending at 64 and at 100) and reports each as its second
+    // half, so at least 13 fractions fall between 0.5 and 1 (an open without it reports only its
+    // layers'); a callback that says stop at the fifth of those (only the compiles report so
+    // many) gives PACKLM_ERR_ABORTED. The model computes what the one opened without it does.
+    struct Seen {
+        int past_half = 0;
+        int stop_after = 0;
+    };
+    packlm_open_options watched = packlm::default_open_options();
+    watched.progress = [](float fraction, void *user_data) {
+        Seen *seen = static_cast<Seen *>(user_data);
+        seen->past_half += fraction > 0.5f && fraction < 1.0f;
+        return !(seen->stop_after != 0 && seen->past_half >= seen->stop_after);
+    };
+    Seen seen;
+    watched.user_data = &seen;
+    packlm::NpuOptions ahead_npu;
+    ahead_npu.compile_ahead = 100;
+    const packlm::Model ahead(dir, ahead_npu, watched);
+    CHECK(seen.past_half >= 13);
+    std::fprintf(stderr, "note: compile_ahead 100: %d progress reports past half\n", seen.past_half);
+    CHECK(packlm::Session(ahead).step_batch(tokens, PACKLM_WANT_ALL) == packlm::Session(*npu).step_batch(tokens, PACKLM_WANT_ALL));
+    seen = Seen{};
+    seen.stop_after = 5;
+    expect_error(PACKLM_ERR_ABORTED, [&] { packlm::Model m(dir, ahead_npu, watched); });
+    CHECK(seen.past_half == 5);
 }
 
 int main(int argc, char **argv) {

@@ -544,6 +544,37 @@ else:
         check(False, "the cpu provider took options")
     except packlm.PacklmError as e:
         check(e.status == packlm.ERR_INVALID_ARGUMENT and "intra_op_num_threads=1" in e.message, f"options for the cpu provider: {e}")
+    # compile_ahead=100 on the tiny llama (context 128): the open compiles the graphs of 14 pass
+    # shapes (parts of 1 to 64 rows ending at 64 and at 100) and reports each as its second half,
+    # so at least 13 fractions fall between 0.5 and 1 (an open without it reports only its
+    # layers'); a callback that says stop at the fifth of those (only the compiles report so
+    # many) raises ERR_ABORTED. The model computes what one opened without it does, bit for bit.
+    def past_half(fractions):
+        return sum(0.5 < f < 1.0 for f in fractions)
+    plain_seen = []
+    plain = packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, progress=lambda f: plain_seen.append(f) or True)
+    ahead_seen = []
+    ahead = packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, progress=lambda f: ahead_seen.append(f) or True, compile_ahead=100)
+    check(past_half(plain_seen) < 13, f"an open without compile_ahead: {plain_seen}")
+    check(past_half(ahead_seen) >= 13 and ahead_seen == sorted(ahead_seen) and ahead_seen[-1] == 1.0,
+          f"compile_ahead=100: {past_half(ahead_seen)} fractions in (0.5, 1), want at least 13: {ahead_seen}")
+    check(list(ahead.session().step_batch(npu_tokens, all_rows=True)) == list(plain.session().step_batch(npu_tokens, all_rows=True)),
+          "compile_ahead=100 changed the golden tokens' logits")
+    stop_seen = []
+    try:
+        packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, progress=lambda f: stop_seen.append(f) or past_half(stop_seen) < 5, compile_ahead=100)
+        check(False, f"a callback that said stop while compiling gave a model: {stop_seen}")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_ABORTED and past_half(stop_seen) == 5, f"stopped while compiling: {e}, {stop_seen}")
+    del plain, ahead
+# compile_ahead is a C uint32: a count it cannot hold is refused, not wrapped; this needs no
+# ONNX Runtime.
+for bad_count in (-1, 1 << 32):
+    try:
+        packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, compile_ahead=bad_count)
+        check(False, f"compile_ahead={bad_count} gave a model")
+    except packlm.PacklmError as e:
+        check(e.status == packlm.ERR_INVALID_ARGUMENT and str(bad_count) in e.message, f"compile_ahead={bad_count}: {e}")
 # A library that cannot be loaded is unavailable and named (the option in place of
 # PACKLM_ONNXRUNTIME); this needs no ONNX Runtime.
 with tempfile.TemporaryDirectory() as tmp:

@@ -134,7 +134,7 @@ class _OpenOptions(C.Structure):
     _fields_ = [("size", C.c_size_t), ("backend", C.c_uint32), ("threads", C.c_uint32),
                 ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p),
                 ("precision", C.c_uint32), ("provider", C.c_char_p), ("provider_options", C.c_char_p),
-                ("onnxruntime_library", C.c_char_p)]
+                ("onnxruntime_library", C.c_char_p), ("compile_ahead", C.c_uint32), ("reserved0", C.c_uint32)]
 
 
 class _Info(C.Structure):
@@ -405,8 +405,11 @@ class Model(_Handle):
     the default for None, "openvino", "vitisai", "qnn", "coreml", "cuda" or "dml"; one the
     runtime lacks raises ERR_BACKEND_UNAVAILABLE naming it), `provider_options` its options as
     "key=value;key=value", and `onnxruntime_library` the path of ONNX Runtime's shared library
-    (None: the environment variable PACKLM_ONNXRUNTIME, then the system's search path). The
-    other backends ignore the three."""
+    (None: the environment variable PACKLM_ONNXRUNTIME, then the system's search path), and
+    `compile_ahead` a count of positions: the graphs that sessions of up to that many positions
+    use are compiled during the open (at most the model's context), which `progress` counts as
+    its second half, rather than at their first use (0, the default). The other backends
+    ignore the four."""
 
     _free = _lib.packlm_model_free
     n_vocab: int
@@ -423,7 +426,8 @@ class Model(_Handle):
     def __init__(self, path: Union[str, bytes, os.PathLike[str]], backend: int = BACKEND_HOST, threads: int = 0,
                  progress: Optional[Callable[[float], bool]] = None, precision: Optional[str] = None, *,
                  provider: Optional[str] = None, provider_options: Optional[str] = None,
-                 onnxruntime_library: Optional[Union[str, bytes, os.PathLike[str]]] = None) -> None:
+                 onnxruntime_library: Optional[Union[str, bytes, os.PathLike[str]]] = None,
+                 compile_ahead: int = 0) -> None:
         if not isinstance(precision, (str, type(None))) or precision not in _PRECISION_CODES:
             raise PacklmError(ERR_UNSUPPORTED_PRECISION, f"precision {precision!r} is not 'exact', 'fast' or None")
         opts = _OpenOptions()
@@ -434,6 +438,10 @@ class Model(_Handle):
         opts.provider = None if provider is None else provider.encode("utf-8")
         opts.provider_options = None if provider_options is None else provider_options.encode("utf-8")
         opts.onnxruntime_library = None if onnxruntime_library is None else os.fsencode(onnxruntime_library)
+        # A uint32 in C: ctypes would wrap a negative count or one past it to another number.
+        if not isinstance(compile_ahead, int) or not 0 <= compile_ahead < 1 << 32:
+            raise PacklmError(ERR_INVALID_ARGUMENT, f"compile_ahead {compile_ahead!r} is not a count of positions (0 to 2^32 - 1)")
+        opts.compile_ahead = compile_ahead
         if progress is not None:
             opts.progress = _PROGRESS_FN(lambda f, _ud: bool(progress(f)))
         self._ptr = C.c_void_p()

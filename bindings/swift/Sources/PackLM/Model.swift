@@ -92,15 +92,19 @@ public final class Model: @unchecked Sendable {
     /// `qnn`, `coreml`, `cuda`, `dml`; nil: `cpu`), `providerOptions` its `key=value` pairs
     /// separated by `;` (nil: none), `onnxRuntimeLibrary` the path of ONNX Runtime's shared
     /// library (nil: the environment variable PACKLM_ONNXRUNTIME, then the system's search
-    /// path). A provider the runtime lacks, or a runtime that cannot be loaded, throws
-    /// `.backendUnavailable` saying which. The other backends ignore the three.
+    /// path), and `compileAhead` a count of positions: the graphs that sessions of up to that
+    /// many positions use are compiled during the open (at most the model's context) rather
+    /// than each at its first use (0). A provider the runtime lacks, or a runtime that cannot be
+    /// loaded, throws `.backendUnavailable` saying which. The other backends ignore the four.
     public init(path: String, backend: Backend = .host, threads: UInt32 = 0, precision: Precision = .default,
-                provider: String? = nil, providerOptions: String? = nil, onnxRuntimeLibrary: String? = nil) throws {
+                provider: String? = nil, providerOptions: String? = nil, onnxRuntimeLibrary: String? = nil,
+                compileAhead: UInt32 = 0) throws {
         var options = packlm_open_options()
         try check("packlm_open_options_init", packlm_open_options_init(&options, MemoryLayout<packlm_open_options>.size))
         options.backend = backend.rawValue
         options.threads = threads
         options.precision = precision.rawValue
+        options.compile_ahead = compileAhead
         var out: OpaquePointer?
         // The strings are C copies that live until packlm_model_open returns, which copies
         // what it keeps.
