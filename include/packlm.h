@@ -1045,7 +1045,8 @@ packlm_status packlm_model_kv_widths(const packlm_model *model, uint32_t *buf, s
 
 /**
  * The model's description as JSON text (family, sizes, special tokens, backend, precision in
- * use as "exact" or "fast", one entry per layer),
+ * use as "exact" or "fast", one entry per layer, and for the gpu and npu backends
+ * "device_counters": their work so far, such as "graphs_compiled"),
  * NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
  * needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
  */

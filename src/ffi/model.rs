@@ -352,7 +352,8 @@ pub unsafe extern "C" fn packlm_model_kv_widths(model: *const packlm_model, buf:
 }
 
 /// The model's description as JSON text (family, sizes, special tokens, backend, precision in
-/// use as "exact" or "fast", one entry per layer),
+/// use as "exact" or "fast", one entry per layer, and for the gpu and npu backends
+/// "device_counters": their work so far, such as "graphs_compiled"),
 /// NUL-terminated, into `buf` of capacity `cap`; `*n` receives its length, or the capacity
 /// needed (length + 1) with PACKLM_ERR_BUFFER_TOO_SMALL.
 #[no_mangle]
