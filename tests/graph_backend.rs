@@ -411,3 +411,44 @@ fn verify_is_the_steps_it_stands_for() {
     assert_bits_equal(s.last_logits(), &logits[1], "after a rejection: last logits vs steps");
     assert!(s.snapshot() == snaps[1], "after a rejection: the snapshot differs from the stepped one");
 }
+
+/// A library that is not ONNX Runtime, and one too old for the npu backend: stand-ins compiled
+/// here with the system's C compiler, one without `OrtGetApiBase`, one whose `OrtGetApiBase`
+/// says it is 1.16.0 and serves no C API version 17 (as ONNX Runtime before 1.17 does). Each
+/// open is ErrBackendUnavailable naming the library, and the version where there is one; the
+/// process goes on. Needs no ONNX Runtime.
+#[test]
+fn a_library_that_is_not_onnx_runtime_or_is_too_old_is_named() {
+    let dir = std::env::temp_dir().join(format!("packlm-graph-fake-ort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let build = |name: &str, source: &str| {
+        let (c, so) = (dir.join(format!("{name}.c")), dir.join(format!("lib{name}.so")));
+        std::fs::write(&c, source).unwrap();
+        let out = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .output()
+            .unwrap_or_else(|e| panic!("this test compiles its stand-in libraries with the system's C compiler (cc, or $CC): {e}"));
+        assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+        so.to_string_lossy().into_owned()
+    };
+    let not_ort = build("not_ort", "int packlm_test_symbol(void) { return 1; }\n");
+    let too_old = build(
+        "old_ort",
+        "typedef struct { const void *(*GetApi)(unsigned); const char *(*GetVersionString)(void); } OrtApiBase;\n\
+         static const void *get_api(unsigned version) { (void)version; return 0; }\n\
+         static const char *version(void) { return \"1.16.0\"; }\n\
+         static const OrtApiBase base = { get_api, version };\n\
+         const OrtApiBase *OrtGetApiBase(void) { return &base; }\n",
+    );
+    for (library, says) in [(&not_ort, vec!["is not ONNX Runtime's library", "libnot_ort.so"]), (&too_old, vec!["1.16.0", "1.17 or newer", "libold_ort.so"])] {
+        let opts = GraphOptions { library: Some(library.clone()), ..GraphOptions::default() };
+        let e = GraphBackend::new(&opts, 1).err().unwrap_or_else(|| panic!("{library} was taken for ONNX Runtime"));
+        assert_eq!(e.status, packlm::error::Status::ErrBackendUnavailable, "{e:?}");
+        for s in says {
+            assert!(e.message.contains(s), "{s:?} not in {:?}", e.message);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
