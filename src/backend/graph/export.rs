@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use super::onnx::{self, Data, Elem, Init, Io};
 use super::recorder::{weight_name, Recorder};
-use super::{dequantize, weight_dims, Source};
+use super::run::{dequantize, weight_dims};
+use super::Source;
 use crate::error::{Error, Result};
 
 /// The graphs written so far by `GraphOptions::export`.
