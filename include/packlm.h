@@ -394,6 +394,21 @@ typedef struct {
    * Zero (keeps the next appended field past the padding a caller may leave unset).
    */
   uint32_t reserved0;
+  /**
+   * PACKLM_BACKEND_NPU: a folder (UTF-8 path) each graph is written into as it is compiled,
+   * for inspection or a vendor's own compiler (NULL, the default: nothing is written). The
+   * open creates it and its parents when missing and starts `weights.bin` there anew; each
+   * compile (at its first use, or during the open with `compile_ahead`) then writes
+   * `graphN_rowsR_kvK.onnx` (N its order from 0, R the pass's rows, K the KV rows it
+   * attends), appends to `weights.bin` the weights no earlier graph used (f32, ONNX external
+   * data that each graph names), and rewrites `graphs.json`, which lists each graph's file,
+   * rows, KV rows, inputs and outputs (name, type, shape, what it is). Files of those names
+   * already there are replaced; others are left. A folder that cannot be created or written
+   * gives PACKLM_ERR_IO naming the path and the system's reason: at the open, no model; at a
+   * later compile, the call that compiled fails. Ignored by the other backends. A caller whose
+   * `size` ends before this field gets the default.
+   */
+  const char *export_onnx_dir;
 } packlm_open_options;
 
 /**

@@ -109,6 +109,19 @@ pub struct packlm_open_options {
     pub compile_ahead: u32,
     /// Zero (keeps the next appended field past the padding a caller may leave unset).
     pub reserved0: u32,
+    /// PACKLM_BACKEND_NPU: a folder (UTF-8 path) each graph is written into as it is compiled,
+    /// for inspection or a vendor's own compiler (NULL, the default: nothing is written). The
+    /// open creates it and its parents when missing and starts `weights.bin` there anew; each
+    /// compile (at its first use, or during the open with `compile_ahead`) then writes
+    /// `graphN_rowsR_kvK.onnx` (N its order from 0, R the pass's rows, K the KV rows it
+    /// attends), appends to `weights.bin` the weights no earlier graph used (f32, ONNX external
+    /// data that each graph names), and rewrites `graphs.json`, which lists each graph's file,
+    /// rows, KV rows, inputs and outputs (name, type, shape, what it is). Files of those names
+    /// already there are replaced; others are left. A folder that cannot be created or written
+    /// gives PACKLM_ERR_IO naming the path and the system's reason: at the open, no model; at a
+    /// later compile, the call that compiled fails. Ignored by the other backends. A caller whose
+    /// `size` ends before this field gets the default.
+    pub export_onnx_dir: *const c_char,
 }
 
 // SAFETY: repr(C), starts with the usize size, fields are integers, a nullable function
@@ -131,6 +144,7 @@ unsafe impl AbiStruct for packlm_open_options {
             onnxruntime_library: std::ptr::null(),
             compile_ahead: 0,
             reserved0: 0,
+            export_onnx_dir: std::ptr::null(),
         }
     }
 }
@@ -189,7 +203,7 @@ unsafe fn read_options(opts: *const packlm_open_options) -> Result<(OpenOptions,
             provider: text(o.provider, "options.provider")?,
             provider_options: text(o.provider_options, "options.provider_options")?.unwrap_or_default(),
             onnxruntime: text(o.onnxruntime_library, "options.onnxruntime_library")?,
-            export_onnx: None,
+            export_onnx: text(o.export_onnx_dir, "options.export_onnx_dir")?.map(std::path::PathBuf::from),
             compile_ahead: o.compile_ahead as usize,
         },
         o.progress,
