@@ -116,6 +116,72 @@ static void npu_compile_ahead(const char *tiny, const uint32_t *tokens, size_t n
     packlm_model_free(ahead);
 }
 
+/* The size of the file at `path`, or -1 when it cannot be opened. */
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+/* export_onnx_dir: the open creates the folder (and its missing parent); a step_batch compiles
+ * at least one graph, which is written there as graphN_rowsR_kvK.onnx beside a non-empty
+ * weights.bin, and graphs.json names every such file, each of which is there and not empty. A
+ * folder under a regular file cannot be created: PACKLM_ERR_IO naming it, and no model. */
+static void npu_export_onnx(const char *tiny, const char *tmp, const uint32_t *tokens, size_t n_tokens) {
+    char dir[1024], path[4096], name[256], manifest[1 << 16];
+    snprintf(dir, sizeof dir, "%s/export/graphs", tmp);
+    packlm_open_options o;
+    packlm_model *model = NULL;
+    packlm_open_options_init(&o, sizeof o);
+    o.backend = PACKLM_BACKEND_NPU;
+    o.export_onnx_dir = dir;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_OK);
+    if (!model) return;
+    packlm_session *s = NULL;
+    static float logits[64 * 300];
+    EXPECT_STATUS(packlm_session_new(model, NULL, &s), PACKLM_OK);
+    EXPECT_STATUS(packlm_step_batch(s, tokens, n_tokens, PACKLM_WANT_ALL, logits), PACKLM_OK);
+    packlm_session_free(s);
+    packlm_model_free(model);
+    model = NULL;
+    snprintf(path, sizeof path, "%s/weights.bin", dir);
+    CHECK(file_size(path) > 0, "%s: %ld bytes", path, file_size(path));
+    snprintf(path, sizeof path, "%s/graphs.json", dir);
+    FILE *f = fopen(path, "rb");
+    size_t len = f ? fread(manifest, 1, sizeof manifest - 1, f) : 0;
+    if (f) fclose(f);
+    manifest[len] = 0;
+    CHECK(len > 0 && strstr(manifest, "\"graphs\""), "%s: \"%.200s\"", path, manifest);
+    int graphs = 0;
+    for (const char *p = manifest; (p = strstr(p, "\"file\": \"")) != NULL; graphs++) {
+        p += strlen("\"file\": \"");
+        const char *end = strchr(p, '"');
+        if (!end) break;
+        size_t n = (size_t)(end - p) < sizeof name ? (size_t)(end - p) : sizeof name - 1;
+        memcpy(name, p, n);
+        name[n] = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        CHECK(n > 10 && strncmp(name, "graph", 5) == 0 && strcmp(name + n - 5, ".onnx") == 0, "graphs.json names \"%s\"", name);
+        CHECK(file_size(path) > 0, "%s (named by graphs.json): %ld bytes", path, file_size(path));
+        p = end;
+    }
+    CHECK(graphs >= 1, "graphs.json names %d graphs, want at least 1: \"%.200s\"", graphs, manifest);
+
+    char blocker[512];
+    snprintf(blocker, sizeof blocker, "%s/export_not_a_folder", tmp);
+    f = fopen(blocker, "wb");
+    CHECK(f != NULL, "cannot create %s", blocker);
+    if (f) fclose(f);
+    snprintf(dir, sizeof dir, "%s/graphs", blocker);
+    o.export_onnx_dir = dir;
+    EXPECT_STATUS(packlm_model_open(tiny, &o, &model), PACKLM_ERR_IO);
+    expect_error_mentions(dir);
+    CHECK(model == NULL, "out-parameter written on failure");
+}
+
 /* The npu backend on ONNX Runtime's CPU execution provider, its library named by
  * PACKLM_ONNXRUNTIME (make c-test sets it, and PACKLM_REQUIRE_ONNXRUNTIME, so that a missing
  * runtime fails there); skipped, saying why, only when neither is set. The options come from
@@ -158,6 +224,7 @@ static void npu_backend(const char *tiny, const char *bad) {
     const size_t n_tokens = golden_tokens(tiny, tokens, 64);
     CHECK(n_tokens == 20, "golden.json: %zu tokens, want 20", n_tokens);
     npu_compile_ahead(tiny, tokens, n_tokens);
+    npu_export_onnx(tiny, bad, tokens, n_tokens);
     packlm_open_options_init(&o, sizeof o);
     o.backend = PACKLM_BACKEND_NPU;
     o.provider = "cpu";
