@@ -567,6 +567,30 @@ else:
     except packlm.PacklmError as e:
         check(e.status == packlm.ERR_ABORTED and past_half(stop_seen) == 5, f"stopped while compiling: {e}, {stop_seen}")
     del plain, ahead
+    # export_onnx_dir: the open makes the folder (and its missing parent); a step_batch compiles
+    # at least one graph, written there as graph*.onnx beside a non-empty weights.bin, and
+    # graphs.json lists every such file with its inputs and outputs. A folder under a regular
+    # file cannot be made: ERR_IO naming it.
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "export", "graphs")
+        exporting = packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, export_onnx_dir=out)
+        exporting.session().step_batch(npu_tokens, all_rows=True)
+        del exporting
+        files = sorted(os.listdir(out))
+        onnx = [f for f in files if f.startswith("graph") and f.endswith(".onnx")]
+        check(len(onnx) >= 1 and "weights.bin" in files and os.path.getsize(os.path.join(out, "weights.bin")) > 0,
+              f"export_onnx_dir holds {files}")
+        with open(os.path.join(out, "graphs.json")) as f:
+            graphs = json.load(f)["graphs"]
+        check(sorted(g["file"] for g in graphs) == onnx and all(g["inputs"] and g["outputs"] for g in graphs),
+              f"graphs.json lists {[g['file'] for g in graphs]}, the folder {onnx}")
+        blocker = os.path.join(tmp, "a_file")
+        open(blocker, "wb").close()
+        try:
+            packlm.Model(tiny_dir, backend=packlm.BACKEND_NPU, export_onnx_dir=os.path.join(blocker, "graphs"))
+            check(False, "export_onnx_dir under a regular file gave a model")
+        except packlm.PacklmError as e:
+            check(e.status == packlm.ERR_IO and os.path.join(blocker, "graphs") in e.message, f"export_onnx_dir under a regular file: {e}")
 # compile_ahead is a C uint32: a count it cannot hold is refused, not wrapped; this needs no
 # ONNX Runtime.
 for bad_count in (-1, 1 << 32):

@@ -134,7 +134,8 @@ class _OpenOptions(C.Structure):
     _fields_ = [("size", C.c_size_t), ("backend", C.c_uint32), ("threads", C.c_uint32),
                 ("weight_type", C.c_uint32), ("progress", _PROGRESS_FN), ("user_data", C.c_void_p),
                 ("precision", C.c_uint32), ("provider", C.c_char_p), ("provider_options", C.c_char_p),
-                ("onnxruntime_library", C.c_char_p), ("compile_ahead", C.c_uint32), ("reserved0", C.c_uint32)]
+                ("onnxruntime_library", C.c_char_p), ("compile_ahead", C.c_uint32), ("reserved0", C.c_uint32),
+                ("export_onnx_dir", C.c_char_p)]
 
 
 class _Info(C.Structure):
@@ -408,8 +409,11 @@ class Model(_Handle):
     (None: the environment variable PACKLM_ONNXRUNTIME, then the system's search path), and
     `compile_ahead` a count of positions: the graphs that sessions of up to that many positions
     use are compiled during the open (at most the model's context), which `progress` counts as
-    its second half, rather than at their first use (0, the default). The other backends
-    ignore the four."""
+    its second half, rather than at their first use (0, the default), and `export_onnx_dir` a
+    folder each graph is written into as it is compiled (graphN_rowsR_kvK.onnx files, their
+    weights in weights.bin beside them, graphs.json saying what each input and output is;
+    None, the default: nothing is written), made by the open when missing; one that cannot
+    be made or written raises ERR_IO naming it. The other backends ignore the five."""
 
     _free = _lib.packlm_model_free
     n_vocab: int
@@ -427,7 +431,8 @@ class Model(_Handle):
                  progress: Optional[Callable[[float], bool]] = None, precision: Optional[str] = None, *,
                  provider: Optional[str] = None, provider_options: Optional[str] = None,
                  onnxruntime_library: Optional[Union[str, bytes, os.PathLike[str]]] = None,
-                 compile_ahead: int = 0) -> None:
+                 compile_ahead: int = 0,
+                 export_onnx_dir: Optional[Union[str, bytes, os.PathLike[str]]] = None) -> None:
         if not isinstance(precision, (str, type(None))) or precision not in _PRECISION_CODES:
             raise PacklmError(ERR_UNSUPPORTED_PRECISION, f"precision {precision!r} is not 'exact', 'fast' or None")
         opts = _OpenOptions()
@@ -442,6 +447,7 @@ class Model(_Handle):
         if not isinstance(compile_ahead, int) or not 0 <= compile_ahead < 1 << 32:
             raise PacklmError(ERR_INVALID_ARGUMENT, f"compile_ahead {compile_ahead!r} is not a count of positions (0 to 2^32 - 1)")
         opts.compile_ahead = compile_ahead
+        opts.export_onnx_dir = None if export_onnx_dir is None else os.fsencode(export_onnx_dir)
         if progress is not None:
             opts.progress = _PROGRESS_FN(lambda f, _ud: bool(progress(f)))
         self._ptr = C.c_void_p()
