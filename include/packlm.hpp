@@ -161,6 +161,11 @@ struct NpuOptions {
      *  model's context), which the open's progress counts as its second half; 0: each graph is
      *  compiled at its first use. */
     uint32_t compile_ahead = 0;
+    /** A folder each graph is written into as it is compiled (graphN_rowsR_kvK.onnx files,
+     *  their weights in weights.bin beside them, graphs.json saying what each input and output
+     *  is), made by the open when missing; one that cannot be made or written gives
+     *  PACKLM_ERR_IO naming it. Empty: nothing is written. */
+    std::string export_onnx_dir;
 };
 
 namespace detail {
@@ -173,6 +178,7 @@ inline packlm_open_options with_npu(packlm_open_options options, const NpuOption
     options.provider_options = text(npu.provider_options);
     options.onnxruntime_library = text(npu.onnxruntime_library);
     options.compile_ahead = npu.compile_ahead;
+    options.export_onnx_dir = text(npu.export_onnx_dir);
     return options;
 }
 
@@ -213,8 +219,8 @@ public:
     explicit Model(const std::string &path) : Model(path, default_open_options()) {}
     /** Opens at `precision` (the other options at their defaults). */
     Model(const std::string &path, Precision precision) : Model(path, open_options(precision)) {}
-    /** Opens on Backend::Npu with `npu`'s provider, options, library and compile_ahead;
-     *  `options` gives the other fields. */
+    /** Opens on Backend::Npu with `npu`'s provider, options, library, compile_ahead and
+     *  export_onnx_dir; `options` gives the other fields. */
     Model(const std::string &path, const NpuOptions &npu, const packlm_open_options &options = default_open_options())
         : Model(path, detail::with_npu(options, npu)) {}
     Model(const std::string &path, const packlm_open_options &options) {

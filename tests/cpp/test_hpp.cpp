@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -284,6 +285,40 @@ static void npu_backend(const std::string &dir) {
     seen.stop_after = 5;
     expect_error(PACKLM_ERR_ABORTED, [&] { packlm::Model m(dir, ahead_npu, watched); });
     CHECK(seen.past_half == 5);
+
+    // export_onnx_dir: the open makes the folder (and its missing parent); a step_batch compiles
+    // at least one graph, written there as graph*.onnx beside a non-empty weights.bin, and
+    // graphs.json names every such file. A folder under a regular file cannot be made:
+    // PACKLM_ERR_IO naming it.
+    std::string tmp_template = (std::filesystem::temp_directory_path() / "packlm_hpp_export.XXXXXX").string();
+    const char *made = mkdtemp(tmp_template.data());
+    CHECK(made != nullptr);
+    if (!made) return;
+    const std::filesystem::path tmp = made;
+    packlm::NpuOptions export_npu;
+    export_npu.export_onnx_dir = (tmp / "export" / "graphs").string();
+    {
+        const packlm::Model exporting(dir, export_npu);
+        packlm::Session(exporting).step_batch(tokens, PACKLM_WANT_ALL);
+    }
+    const std::string manifest = read_file(export_npu.export_onnx_dir + "/graphs.json");
+    int graphs = 0;
+    bool all_listed = true;
+    for (const auto &entry : std::filesystem::directory_iterator(export_npu.export_onnx_dir)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("graph", 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".onnx") == 0) {
+            ++graphs;
+            all_listed = all_listed && manifest.find("\"file\": \"" + name + "\"") != std::string::npos && entry.file_size() > 0;
+        }
+    }
+    CHECK(graphs >= 1 && all_listed);
+    CHECK(std::filesystem::file_size(std::filesystem::path(export_npu.export_onnx_dir) / "weights.bin") > 0);
+    std::fprintf(stderr, "note: export_onnx_dir: %d graphs written by one step_batch\n", graphs);
+    const std::string blocker = (tmp / "a_file").string();
+    std::ofstream(blocker).put('x');
+    export_npu.export_onnx_dir = blocker + "/graphs";
+    CHECK(expect_error(PACKLM_ERR_IO, [&] { packlm::Model m(dir, export_npu); }).find(export_npu.export_onnx_dir) != std::string::npos);
+    std::filesystem::remove_all(tmp);
 }
 
 int main(int argc, char **argv) {
