@@ -104,6 +104,11 @@ type OpenOptions struct {
 	// at its first use (0, the default). A count below 0 or past what a uint32 holds gives
 	// ErrInvalidArgument.
 	CompileAhead int
+	// ExportONNXDir is a folder BackendNPU writes each graph into as it is compiled
+	// (graphN_rowsR_kvK.onnx files, their weights in weights.bin beside them, graphs.json
+	// saying what each input and output is), made by the open when missing; one that cannot be
+	// made or written gives ErrIO naming it. Empty: nothing is written.
+	ExportONNXDir string
 }
 
 // Info describes an open model.
@@ -150,6 +155,8 @@ func Open(path string, opts *OpenOptions) (*Model, error) {
 		o.onnxruntime_library = optionalCString(opts.ONNXRuntimeLibrary)
 		defer C.free(unsafe.Pointer(o.onnxruntime_library))
 		o.compile_ahead = C.uint32_t(opts.CompileAhead)
+		o.export_onnx_dir = optionalCString(opts.ExportONNXDir)
+		defer C.free(unsafe.Pointer(o.export_onnx_dir))
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))

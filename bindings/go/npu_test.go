@@ -209,3 +209,72 @@ func TestNPUCompileAhead(t *testing.T) {
 		}
 	}
 }
+
+// ExportONNXDir reaches the open: it makes the folder (and its missing parent), and a StepBatch
+// compiles at least one graph, written there as graph*.onnx beside a non-empty weights.bin;
+// graphs.json lists every such file, each with inputs and outputs. A folder under a regular
+// file cannot be made: ErrIO naming it.
+func TestNPUExportONNXDir(t *testing.T) {
+	needONNXRuntime(t)
+	dir := filepath.Join(tinyDir, "llama")
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "export", "graphs")
+	m, err := Open(dir, &OpenOptions{Backend: BackendNPU, ExportONNXDir: out})
+	if err != nil {
+		t.Fatalf("open with ExportONNXDir: %v", err)
+	}
+	t.Cleanup(m.Close)
+	if _, err := newSession(t, m).StepBatch([]uint32{0, 41, 283, 77, 80, 265, 272, 77, 69}, WantAll); err != nil {
+		t.Fatal(err)
+	}
+	onnx, err := filepath.Glob(filepath.Join(out, "graph*.onnx"))
+	if err != nil || len(onnx) == 0 {
+		t.Fatalf("no graph*.onnx in %s (%v)", out, err)
+	}
+	if st, err := os.Stat(filepath.Join(out, "weights.bin")); err != nil || st.Size() == 0 {
+		t.Fatalf("weights.bin: %v, %v", st, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "graphs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Graphs []struct {
+			File    string            `json:"file"`
+			Inputs  []json.RawMessage `json:"inputs"`
+			Outputs []json.RawMessage `json:"outputs"`
+		} `json:"graphs"`
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatalf("graphs.json: %v", err)
+	}
+	listed := map[string]bool{}
+	for _, g := range manifest.Graphs {
+		if len(g.Inputs) == 0 || len(g.Outputs) == 0 {
+			t.Fatalf("graphs.json: %s has %d inputs and %d outputs", g.File, len(g.Inputs), len(g.Outputs))
+		}
+		listed[g.File] = true
+	}
+	for _, f := range onnx {
+		if !listed[filepath.Base(f)] {
+			t.Fatalf("graphs.json does not list %s: %s", filepath.Base(f), raw)
+		}
+	}
+	if len(manifest.Graphs) != len(onnx) {
+		t.Fatalf("graphs.json lists %d graphs, the folder holds %d", len(manifest.Graphs), len(onnx))
+	}
+	t.Logf("ExportONNXDir: %d graphs written by one StepBatch", len(onnx))
+	blocker := filepath.Join(tmp, "a_file")
+	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	under := filepath.Join(blocker, "graphs")
+	refused, err := Open(dir, &OpenOptions{Backend: BackendNPU, ExportONNXDir: under})
+	if refused != nil {
+		refused.Close()
+		t.Fatalf("ExportONNXDir %s (under a regular file) gave a model", under)
+	}
+	if e := wantStatus(t, err, ErrIO); !strings.Contains(e.Message(), under) {
+		t.Fatalf("message %q does not name %s", e.Message(), under)
+	}
+}
