@@ -94,11 +94,15 @@ public final class Model: @unchecked Sendable {
     /// library (nil: the environment variable PACKLM_ONNXRUNTIME, then the system's search
     /// path), and `compileAhead` a count of positions: the graphs that sessions of up to that
     /// many positions use are compiled during the open (at most the model's context) rather
-    /// than each at its first use (0). A provider the runtime lacks, or a runtime that cannot be
-    /// loaded, throws `.backendUnavailable` saying which. The other backends ignore the four.
+    /// than each at its first use (0), and `exportONNXDir` a folder each graph is written into
+    /// as it is compiled (graphN_rowsR_kvK.onnx files, their weights in weights.bin beside
+    /// them, graphs.json saying what each input and output is; nil: nothing is written), made
+    /// by the open when missing; one that cannot be made or written throws `.io` naming it. A
+    /// provider the runtime lacks, or a runtime that cannot be loaded, throws
+    /// `.backendUnavailable` saying which. The other backends ignore the five.
     public init(path: String, backend: Backend = .host, threads: UInt32 = 0, precision: Precision = .default,
                 provider: String? = nil, providerOptions: String? = nil, onnxRuntimeLibrary: String? = nil,
-                compileAhead: UInt32 = 0) throws {
+                compileAhead: UInt32 = 0, exportONNXDir: String? = nil) throws {
         var options = packlm_open_options()
         try check("packlm_open_options_init", packlm_open_options_init(&options, MemoryLayout<packlm_open_options>.size))
         options.backend = backend.rawValue
@@ -111,10 +115,13 @@ public final class Model: @unchecked Sendable {
         let status = withOptionalCString(provider) { provider in
             withOptionalCString(providerOptions) { providerOptions in
                 withOptionalCString(onnxRuntimeLibrary) { library in
-                    options.provider = provider
-                    options.provider_options = providerOptions
-                    options.onnxruntime_library = library
-                    return packlm_model_open(path, &options, &out)
+                    withOptionalCString(exportONNXDir) { exportDir in
+                        options.provider = provider
+                        options.provider_options = providerOptions
+                        options.onnxruntime_library = library
+                        options.export_onnx_dir = exportDir
+                        return packlm_model_open(path, &options, &out)
+                    }
                 }
             }
         }

@@ -107,4 +107,38 @@ final class NpuTests: XCTestCase {
         XCTAssertEqual(got.count, tokens.count * 300)
         XCTAssertEqual(got.map(\.bitPattern), want.map(\.bitPattern))
     }
+
+    /// `exportONNXDir` reaches the open: it makes the folder (and its missing parent), and a
+    /// stepBatch compiles at least one graph, written there as graph*.onnx beside a non-empty
+    /// weights.bin; graphs.json lists every such file, each with inputs and outputs. A folder
+    /// under a regular file cannot be made: `.io` naming it.
+    func testExportONNXDirWritesTheGraphs() throws {
+        let library = try runtime()
+        let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("packlm-export-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: tmp) }
+        let out = tmp.appendingPathComponent("export/graphs")
+        let model = try Model(path: tinyLlama, backend: .npu, onnxRuntimeLibrary: library, exportONNXDir: out.path)
+        _ = try Session(model: model).stepBatch([0, 41, 283, 77, 80, 265, 272, 77, 69], want: .all)
+        let files = try FileManager.default.contentsOfDirectory(atPath: out.path)
+        let onnx = files.filter { $0.hasPrefix("graph") && $0.hasSuffix(".onnx") }.sorted()
+        XCTAssertGreaterThanOrEqual(onnx.count, 1, "the folder holds \(files)")
+        let weights = try FileManager.default.attributesOfItem(atPath: out.appendingPathComponent("weights.bin").path)
+        XCTAssertGreaterThan((weights[.size] as? NSNumber)?.intValue ?? 0, 0, "weights.bin is empty")
+        let manifest = try JSONSerialization.jsonObject(with: Data(contentsOf: out.appendingPathComponent("graphs.json"))) as? [String: Any]
+        let graphs = try XCTUnwrap(manifest?["graphs"] as? [[String: Any]], "graphs.json has no graphs")
+        XCTAssertEqual(graphs.compactMap { $0["file"] as? String }.sorted(), onnx)
+        XCTAssertTrue(graphs.allSatisfy { !(($0["inputs"] as? [Any]) ?? []).isEmpty && !(($0["outputs"] as? [Any]) ?? []).isEmpty },
+                      "a graph without inputs or outputs")
+        let blocker = tmp.appendingPathComponent("a_file")
+        XCTAssertTrue(FileManager.default.createFile(atPath: blocker.path, contents: Data("x".utf8)))
+        let under = blocker.appendingPathComponent("graphs").path
+        do {
+            _ = try Model(path: tinyLlama, backend: .npu, onnxRuntimeLibrary: library, exportONNXDir: under)
+            XCTFail("exportONNXDir under a regular file gave a model")
+        } catch let error as PackLMError {
+            XCTAssertEqual(error.status, .io, "\(error)")
+            XCTAssertTrue(error.message.contains(under), error.message)
+        }
+    }
 }
+
