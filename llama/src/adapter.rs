@@ -100,6 +100,22 @@ fn find_pad(path: &Path, model: &Model, n_vocab: usize) -> Option<u32> {
     by_text.or_else(|| json("config.json").and_then(|c| c["pad_token_id"].as_u64()).and_then(in_vocab))
 }
 
+/// How `Engine::open_npu` sets up packlm's npu backend (offload.rs takes each from the
+/// environment).
+pub struct NpuSettings<'a> {
+    /// The execution provider (packlm's names: cpu, openvino, vitisai, qnn, coreml, cuda, dml).
+    pub provider: &'a str,
+    /// The provider's options, "key=value" pairs separated by ';' ("" for none), passed to ONNX
+    /// Runtime as they are.
+    pub provider_options: &'a str,
+    /// The graphs of sessions of up to this many positions are compiled during the open (0:
+    /// each at its first use), which the open's progress counts as its second half.
+    pub compile_ahead: usize,
+    /// A folder each graph is written into as it is compiled (packlm's
+    /// `OpenOptions::export_onnx`); None: nothing is written.
+    pub export: Option<&'a Path>,
+}
+
 impl Engine {
     /// Opens `path` on `backend` (one worker thread per core until a context sets its count);
     /// `progress` is packlm's open progress (0 first, then after the pack's files are read
@@ -108,13 +124,14 @@ impl Engine {
         Engine::open_with(path, &OpenOptions::default().backend(backend), progress)
     }
 
-    /// `open` on packlm's npu backend with the execution provider `provider` (packlm's names:
-    /// cpu, openvino, vitisai, qnn, coreml, cuda, dml) and no provider options; ONNX Runtime's
-    /// library is the one PACKLM_ONNXRUNTIME names, else the system's search path finds. The
-    /// graphs of sessions of up to `compile_ahead` positions are compiled during the open (0:
-    /// each at its first use), which `progress` counts as its second half.
-    pub fn open_npu(path: &Path, provider: &str, compile_ahead: usize, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
-        Engine::open_with(path, &OpenOptions::default().backend(Backend::Npu).provider(provider, "").compile_ahead(compile_ahead), progress)
+    /// `open` on packlm's npu backend as `npu` says; ONNX Runtime's library is the one
+    /// PACKLM_ONNXRUNTIME names, else the system's search path finds.
+    pub fn open_npu(path: &Path, npu: &NpuSettings, progress: impl FnMut(f32) -> bool) -> Result<Engine> {
+        let mut options = OpenOptions::default().backend(Backend::Npu).provider(npu.provider, npu.provider_options).compile_ahead(npu.compile_ahead);
+        if let Some(dir) = npu.export {
+            options = options.export_onnx(dir);
+        }
+        Engine::open_with(path, &options, progress)
     }
 
     fn open_with(path: &Path, options: &OpenOptions, progress: impl FnMut(f32) -> bool) -> Result<Engine> {

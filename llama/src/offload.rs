@@ -21,7 +21,10 @@
 //! `PACKLM_LLAMA_NPU_COMPILE_AHEAD` set to a count of positions, the load compiles the graphs
 //! that contexts of up to that many positions use (packlm's `OpenOptions::compile_ahead`),
 //! which the load's progress counts as its second half, rather than each at its first use; a
-//! value that is not a count is named in a warning and ignored.
+//! value that is not a count is named in a warning and ignored. `PACKLM_LLAMA_NPU_EXPORT` names
+//! a folder each graph is written into as it is compiled (packlm's `OpenOptions::export_onnx`:
+//! `graphN_rowsR_kvK.onnx`, their weights in `weights.bin`, `graphs.json`); a folder that cannot
+//! be made is named in the warning of a load that then runs on the host.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -44,6 +47,13 @@ pub const NPU_ENV: &str = "PACKLM_LLAMA_NPU";
 /// each at its first use: a count of positions, passed to packlm as it is. Unset, empty or 0:
 /// none. Read at each load that puts a model on the npu backend.
 pub const NPU_COMPILE_AHEAD_ENV: &str = "PACKLM_LLAMA_NPU_COMPILE_AHEAD";
+
+/// The environment variable that has a load on the npu backend write each graph it compiles
+/// into a folder, made when missing (packlm's `OpenOptions::export_onnx`): ONNX files named by
+/// their order and shape, their weights in one `weights.bin` beside them, and `graphs.json`
+/// saying what each input and output is. Unset or empty: nothing is written. Read at each load
+/// that puts a model on the npu backend.
+pub const NPU_EXPORT_ENV: &str = "PACKLM_LLAMA_NPU_EXPORT";
 
 /// What this process has learned of its GPU (`packlm::gpu_device`, asked at the first load
 /// that could use one): packlm opens one adapter per process and keeps it, so the answer holds
@@ -170,29 +180,44 @@ pub fn open(f: &str, path: &Path, n_gpu_layers: i32, vocab_only: bool, progress:
     }
 }
 
-/// `open` on packlm's npu backend with `provider` (`NPU_ENV`'s value), else on the host with a
+/// `var`'s value, None when unset or empty.
+fn set(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// `open` on packlm's npu backend with `provider` (`NPU_ENV`'s value) and the settings of
+/// `NPU_COMPILE_AHEAD_ENV` and `NPU_EXPORT_ENV`, else on the host with a
 /// warning naming why.
 fn open_npu(f: &str, path: &Path, n_gpu_layers: i32, provider: &str, progress: &mut dyn FnMut(f32) -> bool) -> adapter::Result<Engine> {
     let head = format!("{f}: n_gpu_layers {n_gpu_layers}, {NPU_ENV}={provider}");
+    let export = set(NPU_EXPORT_ENV);
+    let npu = adapter::NpuSettings { provider, provider_options: "", compile_ahead: compile_ahead(f), export: export.as_deref().map(Path::new) };
     // As on the GPU: an open that fails before packlm's second progress report failed reading
     // the pack or making the backend.
     let mut read = false;
-    let opened = Engine::open_npu(path, provider, compile_ahead(f), |p| {
+    let opened = Engine::open_npu(path, &npu, |p| {
         read |= p > 0.0;
         progress(p)
     });
     match opened {
         Err(e) if adapter::is_aborted(&e) => Err(e),
         Ok(e) => {
-            log::log(Level::Info, &format!("{head}: the model runs on packlm's npu backend ({})", e.device().unwrap_or_default()));
+            let writing = export.map(|dir| format!("; each graph compiled is written to {dir}")).unwrap_or_default();
+            log::log(Level::Info, &format!("{head}: the model runs on packlm's npu backend ({}){writing}", e.device().unwrap_or_default()));
             Ok(e)
         }
         Err(e) if !read && adapter::is_backend_unavailable(&e) => {
             log::log(Level::Warn, &format!("{head}: the npu backend is unavailable ({}); the model runs on the host", e.message));
             Engine::open(path, Backend::Host, progress)
         }
-        // The pack could not be read: the host would refuse it the same way.
-        Err(e) if !read => Err(e),
+        // Either the pack could not be read, which the host refuses the same way, or the
+        // backend was not made with these settings (an export folder that cannot be made): the
+        // host's open tells which.
+        Err(e) if !read => {
+            let host = Engine::open(path, Backend::Host, progress)?;
+            log::log(Level::Warn, &format!("{head}: the npu backend was not made ({}); the model runs on the host", e.message));
+            Ok(host)
+        }
         Err(e) => {
             log::log(Level::Warn, &format!("{head}: the npu backend does not run {}: {}; the model runs on the host", path.display(), e.message));
             Engine::open(path, Backend::Host, progress)

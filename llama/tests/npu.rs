@@ -13,7 +13,7 @@ use std::ffi::{c_void, CString};
 use common::{bits, decode_all, is_child, logged, logged_at, packlm_all, tiny, TOKENS};
 use llama::abi::ModelParams;
 use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
-use llama::offload::{NPU_COMPILE_AHEAD_ENV, NPU_ENV};
+use llama::offload::{NPU_COMPILE_AHEAD_ENV, NPU_ENV, NPU_EXPORT_ENV};
 use packlm::{Backend, Model, OpenOptions};
 
 /// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
@@ -176,5 +176,74 @@ fn child_compile_ahead_not_a_count() {
     assert!(logged_at(WARN, &["llama_model_load_from_file: PACKLM_LLAMA_NPU_COMPILE_AHEAD=\"many\" is not a count of positions; ignored"]));
     let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
     assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
+    unsafe { llama_model_free(m) };
+}
+
+/// A folder of this test process's own under the system's temporary folder, removed first.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("packlm-llama-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// PACKLM_LLAMA_NPU_EXPORT=<folder>: the load makes the folder (and its missing parent), the
+/// info line names it, and decoding compiles graphs that are written there: at least one
+/// graph*.onnx beside a non-empty weights.bin, and graphs.json listing each such file with its
+/// inputs and outputs. The logits are packlm's npu backend's, bit for bit. A folder under a
+/// regular file cannot be made: the load runs on the host with a warning naming it.
+#[test]
+fn export_writes_the_graphs() {
+    if skip() {
+        return;
+    }
+    let tmp = scratch("export");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("export").join("graphs");
+    common::in_child_with("child_export", &[(NPU_ENV, Some("cpu")), (NPU_EXPORT_ENV, Some(out.to_str().unwrap()))]);
+    let mut onnx: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("graph") && n.ends_with(".onnx"))
+        .collect();
+    onnx.sort();
+    assert!(!onnx.is_empty(), "no graph*.onnx in {}", out.display());
+    assert!(std::fs::metadata(out.join("weights.bin")).unwrap().len() > 0);
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("graphs.json")).unwrap()).unwrap();
+    let graphs = manifest["graphs"].as_array().expect("graphs.json has graphs");
+    let mut listed: Vec<String> = graphs.iter().map(|g| g["file"].as_str().unwrap().to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, onnx);
+    assert!(graphs.iter().all(|g| g["inputs"].as_array().is_some_and(|a| !a.is_empty()) && g["outputs"].as_array().is_some_and(|a| !a.is_empty())));
+    let blocker = tmp.join("a_file");
+    std::fs::write(&blocker, b"x").unwrap();
+    common::in_child_with("child_export_refused", &[(NPU_ENV, Some("cpu")), (NPU_EXPORT_ENV, Some(blocker.join("graphs").to_str().unwrap()))]);
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn child_export() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let out = std::env::var(NPU_EXPORT_ENV).unwrap();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "npu");
+    assert!(logged_at(INFO, &["PACKLM_LLAMA_NPU=cpu: the model runs on packlm's npu backend (", &format!("); each graph compiled is written to {out}")]));
+    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
+    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
+    unsafe { llama_model_free(m) };
+}
+
+#[test]
+fn child_export_refused() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let out = std::env::var(NPU_EXPORT_ENV).unwrap();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "host");
+    assert!(logged_at(WARN, &["PACKLM_LLAMA_NPU=cpu: the npu backend was not made (", &out, "; the model runs on the host"]));
     unsafe { llama_model_free(m) };
 }
