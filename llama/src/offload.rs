@@ -21,10 +21,12 @@
 //! `PACKLM_LLAMA_NPU_COMPILE_AHEAD` set to a count of positions, the load compiles the graphs
 //! that contexts of up to that many positions use (packlm's `OpenOptions::compile_ahead`),
 //! which the load's progress counts as its second half, rather than each at its first use; a
-//! value that is not a count is named in a warning and ignored. `PACKLM_LLAMA_NPU_EXPORT` names
-//! a folder each graph is written into as it is compiled (packlm's `OpenOptions::export_onnx`:
-//! `graphN_rowsR_kvK.onnx`, their weights in `weights.bin`, `graphs.json`); a folder that cannot
-//! be made is named in the warning of a load that then runs on the host.
+//! value that is not a count is named in a warning and ignored. `PACKLM_LLAMA_NPU_OPTIONS`
+//! passes the provider's options (`key=value;key=value`, packlm's `provider_options`) to ONNX
+//! Runtime as they are, and `PACKLM_LLAMA_NPU_EXPORT` names a folder each graph is written into
+//! as it is compiled (packlm's `OpenOptions::export_onnx`: `graphN_rowsR_kvK.onnx`, their
+//! weights in `weights.bin`, `graphs.json`). Options the provider refuses, or a folder that
+//! cannot be made, are named in the warning of a load that then runs on the host.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -47,6 +49,12 @@ pub const NPU_ENV: &str = "PACKLM_LLAMA_NPU";
 /// each at its first use: a count of positions, passed to packlm as it is. Unset, empty or 0:
 /// none. Read at each load that puts a model on the npu backend.
 pub const NPU_COMPILE_AHEAD_ENV: &str = "PACKLM_LLAMA_NPU_COMPILE_AHEAD";
+
+/// The environment variable that passes options to the execution provider of a load on the
+/// npu backend: `key=value` pairs separated by `;`, passed to packlm (`provider_options`) and
+/// on to ONNX Runtime as they are. Unset or empty: none. Read at each load that puts a model on
+/// the npu backend.
+pub const NPU_OPTIONS_ENV: &str = "PACKLM_LLAMA_NPU_OPTIONS";
 
 /// The environment variable that has a load on the npu backend write each graph it compiles
 /// into a folder, made when missing (packlm's `OpenOptions::export_onnx`): ONNX files named by
@@ -186,12 +194,13 @@ fn set(var: &str) -> Option<String> {
 }
 
 /// `open` on packlm's npu backend with `provider` (`NPU_ENV`'s value) and the settings of
-/// `NPU_COMPILE_AHEAD_ENV` and `NPU_EXPORT_ENV`, else on the host with a
+/// `NPU_OPTIONS_ENV`, `NPU_COMPILE_AHEAD_ENV` and `NPU_EXPORT_ENV`, else on the host with a
 /// warning naming why.
 fn open_npu(f: &str, path: &Path, n_gpu_layers: i32, provider: &str, progress: &mut dyn FnMut(f32) -> bool) -> adapter::Result<Engine> {
     let head = format!("{f}: n_gpu_layers {n_gpu_layers}, {NPU_ENV}={provider}");
+    let options = set(NPU_OPTIONS_ENV).unwrap_or_default();
     let export = set(NPU_EXPORT_ENV);
-    let npu = adapter::NpuSettings { provider, provider_options: "", compile_ahead: compile_ahead(f), export: export.as_deref().map(Path::new) };
+    let npu = adapter::NpuSettings { provider, provider_options: &options, compile_ahead: compile_ahead(f), export: export.as_deref().map(Path::new) };
     // As on the GPU: an open that fails before packlm's second progress report failed reading
     // the pack or making the backend.
     let mut read = false;
@@ -211,8 +220,8 @@ fn open_npu(f: &str, path: &Path, n_gpu_layers: i32, provider: &str, progress: &
             Engine::open(path, Backend::Host, progress)
         }
         // Either the pack could not be read, which the host refuses the same way, or the
-        // backend was not made with these settings (an export folder that cannot be made): the
-        // host's open tells which.
+        // backend was not made with these settings (options the provider refuses, an export
+        // folder that cannot be made): the host's open tells which.
         Err(e) if !read => {
             let host = Engine::open(path, Backend::Host, progress)?;
             log::log(Level::Warn, &format!("{head}: the npu backend was not made ({}); the model runs on the host", e.message));

@@ -13,7 +13,7 @@ use std::ffi::{c_void, CString};
 use common::{bits, decode_all, is_child, logged, logged_at, packlm_all, tiny, TOKENS};
 use llama::abi::ModelParams;
 use llama::model::{llama_model_default_params, llama_model_free, llama_model_load_from_file, LlamaModel};
-use llama::offload::{NPU_COMPILE_AHEAD_ENV, NPU_ENV, NPU_EXPORT_ENV};
+use llama::offload::{NPU_COMPILE_AHEAD_ENV, NPU_ENV, NPU_EXPORT_ENV, NPU_OPTIONS_ENV};
 use packlm::{Backend, Model, OpenOptions};
 
 /// The tokens decoded in the comparisons (BOS first; the fixture's vocabulary is 300).
@@ -176,6 +176,51 @@ fn child_compile_ahead_not_a_count() {
     assert!(logged_at(WARN, &["llama_model_load_from_file: PACKLM_LLAMA_NPU_COMPILE_AHEAD=\"many\" is not a count of positions; ignored"]));
     let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
     assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
+    unsafe { llama_model_free(m) };
+}
+
+/// PACKLM_LLAMA_NPU_OPTIONS reaches ONNX Runtime's provider as packlm's provider_options: the
+/// cpu provider takes none, so `intra_op_num_threads=1` is refused and the load runs on the host
+/// with a warning that names the options; empty, the variable changes nothing.
+#[test]
+fn provider_options_reach_the_provider() {
+    if skip() {
+        return;
+    }
+    common::in_child_with("child_provider_options_refused", &[(NPU_ENV, Some("cpu")), (NPU_OPTIONS_ENV, Some("intra_op_num_threads=1"))]);
+    common::in_child_with("child_provider_options_empty", &[(NPU_ENV, Some("cpu")), (NPU_OPTIONS_ENV, Some(""))]);
+}
+
+#[test]
+fn child_provider_options_refused() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "host");
+    assert!(logged_at(
+        WARN,
+        &[
+            "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=cpu: the npu backend was not made (",
+            "the cpu provider takes no options (given \"intra_op_num_threads=1\")",
+            "; the model runs on the host"
+        ]
+    ));
+    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
+    assert_eq!(bits(&decode_all(m)), bits(&host));
+    unsafe { llama_model_free(m) };
+}
+
+#[test]
+fn child_provider_options_empty() {
+    if !is_child() {
+        return;
+    }
+    common::capture_log();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "npu");
+    assert!(!logged_at(WARN, &[""]), "a warning was logged");
     unsafe { llama_model_free(m) };
 }
 
