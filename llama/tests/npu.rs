@@ -43,6 +43,24 @@ fn backend(m: *mut LlamaModel) -> String {
     unsafe { (*m).engine.backend().to_string() }
 }
 
+/// A load with the default parameters, in a child whose settings the npu backend cannot take:
+/// the model is on the host, a warning holds each of `warning`, and the logits are the host's.
+fn runs_on_the_host_warning(warning: &[&str]) {
+    common::capture_log();
+    let m = load(llama_model_default_params());
+    assert_eq!(backend(m), "host");
+    assert!(logged_at(WARN, warning), "no warning with {warning:?}");
+    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
+    assert_eq!(bits(&decode_all(m)), bits(&host));
+    unsafe { llama_model_free(m) };
+}
+
+/// `m`'s logits are those of packlm's npu backend on the cpu provider, bit for bit; frees `m`.
+fn decodes_as_packlm_npu(m: *mut LlamaModel) {
+    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
+    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
+    unsafe { llama_model_free(m) };
+}
 
 #[test]
 fn a_provider_puts_the_model_on_the_npu_backend() {
@@ -101,22 +119,13 @@ fn child_absent_provider() {
     if !is_child() {
         return;
     }
-    common::capture_log();
-    let m = load(llama_model_default_params());
-    assert_eq!(backend(m), "host");
     // The warning gives packlm's reason, which names the provider (quoted) and what the runtime
     // has.
-    assert!(logged_at(
-        WARN,
-        &[
-            "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=qnn: the npu backend is unavailable (",
-            "execution provider \"qnn\"",
-            "; the model runs on the host"
-        ]
-    ));
-    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
-    assert_eq!(bits(&decode_all(m)), bits(&host));
-    unsafe { llama_model_free(m) };
+    runs_on_the_host_warning(&[
+        "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=qnn: the npu backend is unavailable (",
+        "execution provider \"qnn\"",
+        "; the model runs on the host",
+    ]);
 }
 
 /// `llama_model_params`' progress callback: each fraction given, kept in the `Vec<f32>` at
@@ -160,9 +169,7 @@ fn child_compile_ahead() {
     let (m, past_half) = load_counting();
     assert!(past_half >= 13, "{past_half} fractions between 0.5 and 1");
     assert!(!logged(&[NPU_COMPILE_AHEAD_ENV]));
-    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
-    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
-    unsafe { llama_model_free(m) };
+    decodes_as_packlm_npu(m);
 }
 
 #[test]
@@ -174,9 +181,7 @@ fn child_compile_ahead_not_a_count() {
     let (m, past_half) = load_counting();
     assert!(past_half < 13, "{past_half} fractions between 0.5 and 1: graphs were compiled ahead");
     assert!(logged_at(WARN, &["llama_model_load_from_file: PACKLM_LLAMA_NPU_COMPILE_AHEAD=\"many\" is not a count of positions; ignored"]));
-    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
-    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
-    unsafe { llama_model_free(m) };
+    decodes_as_packlm_npu(m);
 }
 
 /// PACKLM_LLAMA_NPU_OPTIONS reaches ONNX Runtime's provider as packlm's provider_options: the
@@ -196,20 +201,11 @@ fn child_provider_options_refused() {
     if !is_child() {
         return;
     }
-    common::capture_log();
-    let m = load(llama_model_default_params());
-    assert_eq!(backend(m), "host");
-    assert!(logged_at(
-        WARN,
-        &[
-            "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=cpu: the npu backend was not made (",
-            "the cpu provider takes no options (given \"intra_op_num_threads=1\")",
-            "; the model runs on the host"
-        ]
-    ));
-    let host = packlm_all(&Model::open(tiny("llama")).unwrap());
-    assert_eq!(bits(&decode_all(m)), bits(&host));
-    unsafe { llama_model_free(m) };
+    runs_on_the_host_warning(&[
+        "llama_model_load_from_file: n_gpu_layers -1, PACKLM_LLAMA_NPU=cpu: the npu backend was not made (",
+        "the cpu provider takes no options (given \"intra_op_num_threads=1\")",
+        "; the model runs on the host",
+    ]);
 }
 
 #[test]
@@ -275,9 +271,7 @@ fn child_export() {
     let m = load(llama_model_default_params());
     assert_eq!(backend(m), "npu");
     assert!(logged_at(INFO, &["PACKLM_LLAMA_NPU=cpu: the model runs on packlm's npu backend (", &format!("); each graph compiled is written to {out}")]));
-    let npu = Model::open_with(tiny("llama"), &OpenOptions::default().backend(Backend::Npu).provider("cpu", "")).unwrap();
-    assert_eq!(bits(&decode_all(m)), bits(&packlm_all(&npu)));
-    unsafe { llama_model_free(m) };
+    decodes_as_packlm_npu(m);
 }
 
 #[test]
@@ -285,10 +279,6 @@ fn child_export_refused() {
     if !is_child() {
         return;
     }
-    common::capture_log();
     let out = std::env::var(NPU_EXPORT_ENV).unwrap();
-    let m = load(llama_model_default_params());
-    assert_eq!(backend(m), "host");
-    assert!(logged_at(WARN, &["PACKLM_LLAMA_NPU=cpu: the npu backend was not made (", &out, "; the model runs on the host"]));
-    unsafe { llama_model_free(m) };
+    runs_on_the_host_warning(&["PACKLM_LLAMA_NPU=cpu: the npu backend was not made (", &out, "; the model runs on the host"]);
 }
