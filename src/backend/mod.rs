@@ -213,7 +213,7 @@ impl std::str::FromStr for Precision {
 
 /// What a device backend has done, cumulative since it was made (`Backend::counters`): the
 /// tests read differences around a pass to show the device path is real.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceCounters {
     /// Compute dispatches recorded.
     pub dispatches: u64,

@@ -168,7 +168,7 @@ fn forward_part(model: &Model, kv: &mut dyn KvStore, bufs: &mut PassBuffers, tok
         let mut out = bufs.take_output(model, rows.len());
         let logits = out.compute(model, &x, rows, abort).map(|()| {
             model.backend.forget(&x);
-            model.backend.read(&out.logits, rows.len() * model.spec.vocab_size)
+            out.read(model, rows.len())
         });
         bufs.keep_output(out);
         logits?
@@ -263,7 +263,12 @@ impl OutputTile {
     /// residual stream `x`: `compute`, then all of them read back.
     pub fn project(&mut self, model: &Model, x: &Tensor, rows: &[usize], abort: &Arc<AtomicBool>) -> Result<Vec<f32>> {
         self.compute(model, x, rows, abort)?;
-        Ok(model.backend.read(&self.logits, rows.len() * model.spec.vocab_size))
+        Ok(self.read(model, rows.len()))
+    }
+
+    /// The first `n` rows of the last `compute`'s logits, read back.
+    pub fn read(&self, model: &Model, n: usize) -> Vec<f32> {
+        model.backend.read(&self.logits, n * model.spec.vocab_size)
     }
 
     /// Computes the logits of the given rows of the residual stream `x` (`rows.len() <=

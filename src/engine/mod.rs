@@ -317,16 +317,7 @@ pub fn info_json(m: &Model) -> serde_json::Value {
         "tie_word_embeddings": s.tie_word_embeddings,
         "backend": m.backend.name(),
         "device": m.backend.device(),
-        "device_counters": m.backend.counters().map(|c| serde_json::json!({
-            "dispatches": c.dispatches,
-            "copies": c.copies,
-            "submissions": c.submissions,
-            "bytes_read": c.bytes_read,
-            "kv_bytes_read": c.kv_bytes_read,
-            "weight_bytes": c.weight_bytes,
-            "graphs_compiled": c.graphs_compiled,
-            "bytes_written": c.bytes_written,
-        })),
+        "device_counters": m.backend.counters(),
         "layers": s.layers_json(),
         "experts": s.moe_json(),
     })
