@@ -81,14 +81,18 @@ pub struct Q8Rows {
     /// (m, n_in / 32): `-128 * sum(q)` for each block, the same correction for a whole block
     /// (the packed kernels, packed/).
     pub cb: Vec<i32>,
+    /// (m, n_in): `q` widened to 16 bits, for the AVX2 Q8_0 group kernel over the interleaved
+    /// copy (packed/), which multiplies 16-bit pairs (`vpmaddwd`); filled by `fill_q16`.
+    pub q16: Vec<i16>,
 }
 
 impl Q8Rows {
     /// Rounds the `x.len() / n_in` rows of `x` (`n_in` a multiple of 32), reusing the buffers;
     /// with 256-bit operations where the CPU has AVX2 (the same values: tests/host_int8.rs).
-    /// Every view is filled, `d8` and `c` included, so any kernel can read the result.
+    /// Every view is filled, `d8`, `c` and `q16` included, so any kernel can read the result.
     pub fn quantize(&mut self, x: &[f32], n_in: usize) {
         self.quantize_with(x, n_in, Isa::Avx2.available(), true);
+        self.fill_q16();
     }
 
     /// As `quantize`, for one kernel: `d8` and `c` only when it reads them
@@ -110,6 +114,14 @@ impl Q8Rows {
         self.fill_cb();
     }
 
+    /// Fills `q16` from `q`, unless it already holds them (`quantize_with` empties it).
+    pub fn fill_q16(&mut self) {
+        if self.q16.len() != self.q.len() {
+            self.q16.clear();
+            self.q16.extend(self.q.iter().map(|&v| i16::from(v)));
+        }
+    }
+
     /// Fills `cb` from `q`.
     fn fill_cb(&mut self) {
         self.cb.clear();
@@ -120,6 +132,7 @@ impl Q8Rows {
         let nb = x.len() / QK;
         debug_assert!(n_in.is_multiple_of(QK) && x.len().is_multiple_of(n_in.max(1)));
         self.q.resize(nb * QK, 0);
+        self.q16.clear();
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
         let blocks = x.as_chunks::<QK>().0.iter().zip(self.q.as_chunks_mut::<QK>().0);

@@ -314,6 +314,9 @@ impl HostBackend {
                 from.clear();
                 from.extend_from_slice(x);
             }
+            if p.reads_q16() {
+                q8.fill_q16();
+            }
             let q8 = &*q8;
             // Task t: weight rows j0..j1, a multiple of the lanes from j0; the packed kernels
             // store each result in its place in `out` (rows, n_out), so that nothing is moved

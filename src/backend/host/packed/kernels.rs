@@ -80,11 +80,13 @@ macro_rules! rows_and_run {
             let mut xd: [&[f32]; RX] = [&[]; RX];
             let mut xs: [&[f32]; RX] = [&[]; RX];
             let mut cb: [&[i32]; RX] = [&[]; RX];
+            let mut x16: [&[i16]; RX] = [&[]; RX];
             for r in 0..RX {
                 (xq[r], xd[r], xs[r]) = x.row(r0 + r, n_in);
                 cb[r] = &x.cb[(r0 + r) * nb..(r0 + r + 1) * nb];
+                x16[r] = x.q16.get((r0 + r) * n_in..(r0 + r + 1) * n_in).unwrap_or(&[]);
             }
-            let acc = group::<F, RX, FULL>(side, quants, rb, nb, xq, xd, xs, cb);
+            let acc = group::<F, RX, FULL>(side, quants, rb, nb, xq, xd, xs, cb, x16);
             for (r, a) in acc.iter().enumerate() {
                 // SAFETY: the caller's promise: activation row r0 + r's lanes of group g lie in
                 // the writable run; storeu has no alignment requirement.
@@ -136,7 +138,7 @@ macro_rules! rows_and_run {
             // (a prefill while the copies are being written), is put in the copy's layout once,
             // in a buffer of this thread (`stage`), instead of being transposed from its stored
             // rows once per chunk: the same quants reach the same `group`, so the same bits.
-            let several = m > chunk(m);
+            let several = m > chunk::<F>(m);
             let mut staged: Option<Vec<u8>> = None;
             for g in g0..g1 {
                 let copy = match written.group(g) {
@@ -151,7 +153,7 @@ macro_rules! rows_and_run {
                 };
                 let mut r0 = 0;
                 while r0 < m {
-                    let rx = chunk(m - r0);
+                    let rx = chunk::<F>(m - r0);
                     // SAFETY: the caller's promise, for rows r0..r0 + rx < m and group g.
                     match (rx, copy) {
                         $(
@@ -290,6 +292,7 @@ pub(super) mod vnni {
         xd: [&[f32]; RX],
         xs: [&[f32]; RX],
         cb: [&[i32]; RX],
+        _x16: [&[i16]; RX],
     ) -> [__m512; RX] {
         let (st, bb, cs) = (stride(F, GROUP), block_bytes(F), chunk_bytes(F, GROUP));
         check_rows::<F, RX, FULL>(side, quants, (GROUP, rb, nb, st), (xq, xd, xs, cb));
@@ -363,7 +366,7 @@ pub(super) mod vnni {
     /// Activation rows per call of `group` for `left` rows still to do: all of them up to 12 (a
     /// verify of 8 drafted rows is 9), else 8, so that the accumulators and a block's eight
     /// weight registers stay in the 32 registers.
-    fn chunk(left: usize) -> usize {
+    fn chunk<const F: u8>(left: usize) -> usize {
         if left > 12 {
             8
         } else {
@@ -441,7 +444,7 @@ pub(super) mod avx2 {
         unsafe { _mm256_storeu_si256(at.cast(), v) }
     }
 
-    /// Q8_0 quants as the copy holds them: signed, as stored (`group`'s sign trick).
+    /// Q8_0 quants as the copy holds them: signed, as stored.
     #[target_feature(enable = "avx2")]
     #[inline]
     fn as_copied(v: __m256i) -> __m256i {
@@ -453,7 +456,8 @@ pub(super) mod avx2 {
     /// rows: lane l of result r is the group's row l . activation row r, int8.rs's block-sum
     /// arithmetic. `vpmaddubsw` multiplies unsigned by signed bytes: the nibble formats go in
     /// as they are (pair sums at most 2 * 31 * 127, so four pairs add in i16 without
-    /// overflow), Q8_0 as |q| against x with q's sign.
+    /// overflow; eight below 16), Q8_0 as |q| against x with q's sign where one activation row
+    /// comes, else widened to 16 bits (`vpmaddwd`, below).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
@@ -466,9 +470,23 @@ pub(super) mod avx2 {
         xd: [&[f32]; RX],
         xs: [&[f32]; RX],
         cb: [&[i32]; RX],
+        x16: [&[i16]; RX],
     ) -> [__m256; RX] {
         let (st, bb, cs) = (stride(F, L), block_bytes(F), chunk_bytes(F, L));
         check_rows::<F, RX, FULL>(side, quants, (L, rb, nb, st), (xq, xd, xs, cb));
+        // Q8_0 from the copy, for two activation rows or more: 16-bit pairs (`vpmaddwd`,
+        // sixteen products an instruction and no sign trick: 27 instructions on the multiply
+        // ports a block and row against 19), the activations widened once per pass
+        // (`Q8Rows::q16`), the weights once per block for all RX rows. One row keeps the sign
+        // trick, where the widening would not be shared. The lanes come out in the order of
+        // `vphaddd`'s rows, PAIRED (ws and the results are put in it and back).
+        let wide = F == Q8_0 && FULL && RX > 1;
+        let paired = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        if wide {
+            for x in x16 {
+                assert!(x.len() >= nb * QK, "the Q8_0 group kernel needs the activations' q16 (Q8Rows::fill_q16)");
+            }
+        }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); RX];
         let (sp, qp) = (side.as_ptr(), quants.as_ptr());
@@ -483,6 +501,32 @@ pub(super) mod avx2 {
                 let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
                 let wm = if has_min(F) { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
                 let chunk = |k: usize| _mm256_loadu_si256(qp.add(b * cs + 32 * k).cast());
+                if wide {
+                    // Chunk k holds bytes 4k..4k+4 of row r at 4r: its low half (rows 0..4)
+                    // and its high half (rows 4..8) widened to i16 and multiplied in pairs by
+                    // the activations' 4k..4k+4 give lanes (row, first pair), (row, second
+                    // pair); summed over the eight chunks, `vphaddd` adds each row's two (a pair
+                    // product sum is at most 2 * 128 * 127: the i32 sums are the block sums
+                    // exactly) into lanes of rows PAIRED, the order `ws` was put in.
+                    let (mut lo, mut hi) = ([_mm256_setzero_si256(); RX], [_mm256_setzero_si256(); RX]);
+                    for k in 0..8 {
+                        let at = qp.add(b * cs + 32 * k);
+                        let wl = _mm256_cvtepi8_epi16(_mm_loadu_si128(at.cast()));
+                        let wh = _mm256_cvtepi8_epi16(_mm_loadu_si128(at.add(16).cast()));
+                        for r in 0..RX {
+                            let xv = _mm256_set1_epi64x(x16[r].as_ptr().add(b * QK + 4 * k).cast::<i64>().read_unaligned());
+                            lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(wl, xv));
+                            hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(wh, xv));
+                        }
+                    }
+                    let ws = _mm256_permutevar8x32_ps(ws, paired);
+                    for r in 0..RX {
+                        let s = _mm256_hadd_epi32(lo[r], hi[r]);
+                        let t = _mm256_mul_ps(ws, _mm256_set1_ps(*xd[r].get_unchecked(b)));
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[r]);
+                    }
+                    continue;
+                }
                 let q = qp.add(b * bb + quants_at(F));
                 // Q8_0: the signed quants (for their signs) and their magnitudes.
                 let mut qs = [_mm256_setzero_si256(); 8];
@@ -532,12 +576,23 @@ pub(super) mod avx2 {
                             }
                             _mm256_madd_epi16(h, ones)
                         };
+                        let half8 = || {
+                            let mut h = _mm256_maddubs_epi16(wv[0], x(0));
+                            for k in 1..8 {
+                                h = _mm256_add_epi16(h, _mm256_maddubs_epi16(wv[k], x(k)));
+                            }
+                            _mm256_madd_epi16(h, ones)
+                        };
                         let corr = match F {
                             Q4_0 => c >> 4,
                             Q5_0 => c >> 3,
                             _ => 0,
                         };
-                        _mm256_add_epi32(_mm256_add_epi32(half(0), half(4)), _mm256_set1_epi32(corr))
+                        // Quants below 16 (Q4_0, Q4_1): a pair's sum is at most 2 * 15 * 127,
+                        // so all eight registers' add in i16 (30480), and one `vpmaddwd` widens
+                        // them; the fifth bit's 31 allows four.
+                        let sums = if has_masks(F) { _mm256_add_epi32(half(0), half(4)) } else { half8() };
+                        _mm256_add_epi32(sums, _mm256_set1_epi32(corr))
                     };
                     let t = _mm256_mul_ps(ws, _mm256_set1_ps(*xd[r].get_unchecked(b)));
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[r]);
@@ -547,14 +602,25 @@ pub(super) mod avx2 {
                 }
             }
         }
-        acc
+        if wide {
+            // PAIRED is its own inverse: rows back in lane order.
+            acc.map(|a| _mm256_permutevar8x32_ps(a, paired))
+        } else {
+            acc
+        }
     }
 
     /// Activation rows per call of `group`: AVX2's 16 registers hold a block's 8 weight
     /// registers and a few rows' accumulators, so 3; but 4 rows left go as two calls of 2, not
     /// 3 and 1 (a call of one row pays a block's weight registers for one row: `kernel_time
     /// avx2`, in cache, 4 rows of Q8_0 12.8 ns a weight row against 13.6, Q4_0 9.1 against 9.5).
-    fn chunk(left: usize) -> usize {
+    fn chunk<const F: u8>(left: usize) -> usize {
+        if F == Q8_0 {
+            // The 16-bit kernel for two rows or more keeps no weight registers across a block
+            // (`group`): 4 rows go as one call (`kernel_time avx2`, 64 MiB: 10.1 ns a weight
+            // row against 11.1 as two calls of 2).
+            return if left <= 4 { left } else { 3 };
+        }
         if left == 4 {
             2
         } else {
@@ -562,5 +628,5 @@ pub(super) mod avx2 {
         }
     }
 
-    rows_and_run!("avx2,fma,f16c", L, _mm256_storeu_ps, [1 2 3]);
+    rows_and_run!("avx2,fma,f16c", L, _mm256_storeu_ps, [1 2 3 4]);
 }

@@ -574,6 +574,12 @@ impl<'a> Written<'a> {
 }
 
 impl Packed {
+    /// Whether `run` reads the activations' 16-bit copy (`Q8Rows::fill_q16`): the AVX2 Q8_0
+    /// kernel over the interleaved copy does.
+    pub fn reads_q16(&self) -> bool {
+        self.format == GroupFormat::Q8_0 && self.lanes == GROUP_AVX2
+    }
+
     /// Row j's stored bytes (j < `rows()`), rebuilt from the side table and the interleaved
     /// copy into `row`; false where its group is not in the copy yet.
     fn stored_row(&self, j: usize, row: &mut Vec<u8>) -> bool {
