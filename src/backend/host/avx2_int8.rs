@@ -19,11 +19,15 @@ use std::arch::x86_64::*;
 
 use super::avx2::{bit_bytes32, bytes32, f16_scalar, nibble_bytes, prefetch_ahead};
 use super::int8::{common_blocks, QTile};
-use super::row_dot::{reduce8, scale_min_k4, sub, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
+use super::row_dot::{reduce8, sub, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use crate::quant::{e8m0_half, QK, QK_K};
 
 /// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.
 type Decoded = (__m256i, __m256, f32);
+
+/// A K-quant super-block's scales, unpacked once for its eight blocks: Q4_K's and Q5_K's `d *
+/// sc` (8) and `-(dmin * m)` (8); Q6_K's 16 half-block `d * sc`.
+type Scales = ([f32; 16], [f32; 8]);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -97,7 +101,8 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     xq: [&[[i8; QK]]; R],
     xd: [&[f32]; R],
     xs: [&[f32]; R],
-    decode: impl Fn(&[u8; BB], usize) -> Decoded,
+    prep: impl Fn(&[u8; BB]) -> Scales,
+    decode: impl Fn(&[u8; BB], usize, &Scales) -> Decoded,
     sums: impl Fn(__m256i, __m256i) -> __m256i,
 ) -> [f32; R] {
     let sbs = w.as_chunks::<BB>().0;
@@ -116,9 +121,9 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
     // SAFETY (every get_unchecked below): b < nb, and nb is at most the block count of the
     // weight row (sbs.len() * SUBS, so b / SUBS < sbs.len()) and the length of every row's
     // xq and xd (and xs when MIN), as cut above. The checks cost a sixth of the loop.
-    let mut block = |b: usize, k: usize| {
+    let mut block = |b: usize, k: usize, scales: &Scales| {
         debug_assert!(b < nb);
-        let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS);
+        let (q, ws, wm) = decode(unsafe { sbs.get_unchecked(b / SUBS) }, b % SUBS, scales);
         // Formats whose integers are never negative (those with a min: MIN) go in as they are.
         let q_abs = if MIN { q } else { _mm256_sign_epi8(q, q) };
         for r in 0..R {
@@ -132,14 +137,24 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
             }
         }
     };
+    // A super-block's scales are unpacked as its first block comes (SUBS is even, so a pair
+    // never spans two): per block, the unpacking and the f16 conversions were the larger part
+    // of a decode step's K-quant matmuls on AVX2.
+    let mut scales: Scales = ([0.0; 16], [0.0; 8]);
     let mut b = 0;
     while b + 2 <= nb {
-        block(b, 0);
-        block(b + 1, 1);
+        if b % SUBS == 0 {
+            scales = prep(unsafe { sbs.get_unchecked(b / SUBS) });
+        }
+        block(b, 0, &scales);
+        block(b + 1, 1, &scales);
         b += 2;
     }
     if b < nb {
-        block(b, 0);
+        if b % SUBS == 0 {
+            scales = prep(unsafe { sbs.get_unchecked(b / SUBS) });
+        }
+        block(b, 0, &scales);
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
@@ -157,7 +172,8 @@ fn row_dots<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>
 #[inline]
 fn tile<const BB: usize, const SUBS: usize, const MIN: bool>(
     mut t: QTile,
-    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+    prep: impl Fn(&[u8; BB]) -> Scales + Copy,
+    decode: impl Fn(&[u8; BB], usize, &Scales) -> Decoded + Copy,
     sums: impl Fn(__m256i, __m256i) -> __m256i + Copy,
 ) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
@@ -166,14 +182,14 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool>(
     let m = t.m;
     let mut r = 0;
     while m - r >= R_AVX2 {
-        rows_pass::<BB, SUBS, MIN, R_AVX2>(&mut t, r, decode, sums);
+        rows_pass::<BB, SUBS, MIN, R_AVX2>(&mut t, r, prep, decode, sums);
         r += R_AVX2;
     }
     match m - r {
         0 => {}
-        1 => rows_pass::<BB, SUBS, MIN, 1>(&mut t, r, decode, sums),
-        2 => rows_pass::<BB, SUBS, MIN, 2>(&mut t, r, decode, sums),
-        _ => rows_pass::<BB, SUBS, MIN, 3>(&mut t, r, decode, sums),
+        1 => rows_pass::<BB, SUBS, MIN, 1>(&mut t, r, prep, decode, sums),
+        2 => rows_pass::<BB, SUBS, MIN, 2>(&mut t, r, prep, decode, sums),
+        _ => rows_pass::<BB, SUBS, MIN, 3>(&mut t, r, prep, decode, sums),
     }
 }
 
@@ -183,7 +199,8 @@ fn tile<const BB: usize, const SUBS: usize, const MIN: bool>(
 fn rows_pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usize>(
     t: &mut QTile,
     r0: usize,
-    decode: impl Fn(&[u8; BB], usize) -> Decoded + Copy,
+    prep: impl Fn(&[u8; BB]) -> Scales + Copy,
+    decode: impl Fn(&[u8; BB], usize, &Scales) -> Decoded + Copy,
     sums: impl Fn(__m256i, __m256i) -> __m256i + Copy,
 ) {
     let m = t.m;
@@ -191,7 +208,7 @@ fn rows_pass<const BB: usize, const SUBS: usize, const MIN: bool, const RX: usiz
     let (xq, xd, xs) = (rows.map(|v| v.0), rows.map(|v| v.1), rows.map(|v| v.2));
     for (w, o) in t.w.chunks_exact(t.row_bytes).zip(t.out.chunks_exact_mut(m)) {
         prefetch_ahead(w);
-        o[r0..r0 + RX].copy_from_slice(&row_dots::<BB, SUBS, MIN, RX>(w, xq, xd, xs, decode, sums));
+        o[r0..r0 + RX].copy_from_slice(&row_dots::<BB, SUBS, MIN, RX>(w, xq, xd, xs, prep, decode, sums));
     }
 }
 
@@ -228,18 +245,30 @@ fn fifth_bits(qh: __m256i, k: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn k4<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize) -> Decoded {
-    let (sc, m) = scale_min_k4(k, sub::<_, 4, 12, BB>(b));
+    k4_scaled::<BB, QS, HIGH>(b, k, &prep_k4_avx2(b))
+}
+
+/// `k4` with the super-block's scales from `prep_k4_avx2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn k4_scaled<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize, s: &Scales) -> Decoded {
     let v = bytes_at(b, QS + (k / 2) * 32);
     let m4 = _mm256_set1_epi8(0x0F);
     let q = if k % 2 == 0 { _mm256_and_si256(v, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4) };
     let q = if HIGH { _mm256_or_si256(q, fifth_bits(bytes_at(b, 16), k)) } else { q };
-    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(b)), f16_scalar(sub::<_, 2, 2, BB>(b)));
-    (q, _mm256_set1_ps(d * sc as f32), -(dmin * m as f32))
+    (q, _mm256_set1_ps(s.0[k]), s.1[k])
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
+    q6_k_scaled(b, k, &prep_q6_k_avx2(b))
+}
+
+/// `q6_k` with the super-block's scales from `prep_q6_k_avx2`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q6_k_scaled(b: &[u8; Q6_K_BYTES], k: usize, s: &Scales) -> Decoded {
     let (n, part) = (k / 4, k % 4);
     let ql = bytes_at(b, n * 64 + (part % 2) * 32);
     let qh = bytes_at(b, QK_K / 2 + n * 32);
@@ -253,10 +282,51 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
     };
     let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(hi, _mm256_set1_epi8(3)));
     let q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-    let d = f16_scalar(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b));
-    let at = QK_K / 2 + QK_K / 4 + n * 8 + part * 2;
-    let (s0, s1) = (d * (b[at] as i8) as f32, d * (b[at + 1] as i8) as f32);
+    let (s0, s1) = (s.0[2 * k], s.0[2 * k + 1]);
     (q, _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), 0.0)
+}
+
+/// A Q6_K super-block's 16 half-block scales `d * sc` (half-block j's scale is byte j of the
+/// scales, as `dequantize_row` reads it).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prep_q6_k_avx2(b: &[u8; Q6_K_BYTES]) -> Scales {
+    let sc = sub::<_, { QK_K / 2 + QK_K / 4 }, 16, Q6_K_BYTES>(b);
+    let d = _mm256_set1_ps(f16_scalar(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b)));
+    let mut out = [0.0f32; 16];
+    for (h, o) in out.as_chunks_mut::<8>().0.iter_mut().enumerate() {
+        let bytes = u64::from_le_bytes(sc[8 * h..8 * h + 8].try_into().unwrap_or_else(|_| unreachable!("8 of 16 bytes")));
+        let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes as i64))));
+        // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+    }
+    (out, [0.0; 8])
+}
+
+/// A Q4_K or Q5_K super-block's 8 scales `d * sc` and 8 mins `-(dmin * m)` (the two formats
+/// share d, dmin and the 12 scale bytes at the front), the 6-bit values unpacked all at once
+/// (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prep_k4_avx2<const BB: usize>(b: &[u8; BB]) -> Scales {
+    let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    // Scales of blocks 0..4 and 4..8, then mins of 0..4 and 4..8, a byte each.
+    let sc = (u0 & k1) as u64 | (((u2 & k2) | (((u0 >> 6) & k3) << 4)) as u64) << 32;
+    let mn = (u1 & k1) as u64 | ((((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) as u64) << 32;
+    let bytes = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
+    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(b)), f16_scalar(sub::<_, 2, 2, BB>(b)));
+    let ws = _mm256_mul_ps(_mm256_set1_ps(d), bytes(sc));
+    // -(dmin * m): the product, then the sign flipped (exact).
+    let mins = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), bytes(mn)), _mm256_set1_ps(-0.0));
+    let mut out: Scales = ([0.0; 16], [0.0; 8]);
+    // SAFETY: each writes the first 8 f32 of its array; storeu has no alignment requirement.
+    unsafe {
+        _mm256_storeu_ps(out.0.as_mut_ptr(), ws);
+        _mm256_storeu_ps(out.1.as_mut_ptr(), mins);
+    }
+    out
 }
 
 /// Activation rows per decoded block: AVX2's 16 registers hold 4 rows' 8 accumulators beside
@@ -421,10 +491,10 @@ summed_entries! {
 }
 
 macro_rules! entries {
-    ($($name:ident, $vnni:ident, $decode:expr, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
+    ($($name:ident, $vnni:ident, $decode:expr, $scaled:expr, $prep_avx2:expr, $bb:expr, $subs:expr, $min:expr, $pair:expr, $prep:ident;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub fn $name(t: QTile) {
-            tile::<{ $bb }, { $subs }, $min>(t, |b, k| ($decode)(b, k), |a, x| sums_maddubs(a, x))
+            tile::<{ $bb }, { $subs }, $min>(t, |b| ($prep_avx2)(b), |b, k, s| ($scaled)(b, k, s), |a, x| sums_maddubs(a, x))
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
@@ -437,9 +507,9 @@ macro_rules! entries {
 // The K formats decode a pair of blocks from one super-block with the scales their `prep`
 // unpacked once (the 32-element formats take the block-sum kernels above).
 entries! {
-    q4_k_maddubs, q4_k_vnni, k4::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q4_K_BYTES, 16, false>(b0, k, pre), prep_k4;
-    q5_k_maddubs, q5_k_vnni, k4::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q5_K_BYTES, 48, true>(b0, k, pre), prep_k4;
-    q6_k_maddubs, q6_k_vnni, q6_k, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
+    q4_k_maddubs, q4_k_vnni, k4::<Q4_K_BYTES, 16, false>, k4_scaled::<Q4_K_BYTES, 16, false>, prep_k4_avx2::<Q4_K_BYTES>, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q4_K_BYTES, 16, false>(b0, k, pre), prep_k4;
+    q5_k_maddubs, q5_k_vnni, k4::<Q5_K_BYTES, 48, true>, k4_scaled::<Q5_K_BYTES, 48, true>, prep_k4_avx2::<Q5_K_BYTES>, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q5_K_BYTES, 48, true>(b0, k, pre), prep_k4;
+    q6_k_maddubs, q6_k_vnni, q6_k, q6_k_scaled, prep_q6_k_avx2, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }
 
 /// Two consecutive decoded blocks in one 512-bit register: the integers, the per-lane scales,
@@ -494,38 +564,23 @@ fn q6_k_pair(b: &[u8; Q6_K_BYTES], k: usize, pre: &Prep) -> Pair {
     (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(join(lo0, hi0)), join(lo1, hi1)), ws, [0.0; 2])
 }
 
-/// A Q6_K super-block's 16 half-block scales `d * sc`: the same values as `q6_k`'s.
+/// A Q6_K super-block's 16 half-block scales `d * sc`: `prep_q6_k_avx2`'s.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn prep_q6_k(b: &[u8; Q6_K_BYTES]) -> Prep {
-    let sc = sub::<_, { QK_K / 2 + QK_K / 4 }, 16, Q6_K_BYTES>(b);
-    // SAFETY: reads the 16 bytes of the array; loadu has no alignment requirement.
-    let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(sc.as_ptr().cast()) }));
-    let d = f16_scalar(sub::<_, { Q6_K_BYTES - 2 }, 2, Q6_K_BYTES>(b));
-    (_mm512_mul_ps(_mm512_set1_ps(d), sc), [0.0; 8])
+    let s = prep_q6_k_avx2(b);
+    // SAFETY: reads the 16 f32 of the array; loadu has no alignment requirement.
+    (unsafe { _mm512_loadu_ps(s.0.as_ptr()) }, [0.0; 8])
 }
 
-/// A Q4_K or Q5_K super-block's 8 scales `d * sc` and 8 mins `-(dmin * m)` (the two formats
-/// share d, dmin and the 12 scale bytes at the front), the 6-bit values unpacked all at once
-/// (ggml's kmask words) instead of `scale_min_k4` per block; the same values.
+/// A Q4_K or Q5_K super-block's 8 scales `d * sc` (the low half) and 8 mins `-(dmin * m)`:
+/// `prep_k4_avx2`'s.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
 #[inline]
 fn prep_k4<const BB: usize>(b: &[u8; BB]) -> Prep {
-    let w = |i: usize| u32::from_le_bytes([b[4 + 4 * i], b[5 + 4 * i], b[6 + 4 * i], b[7 + 4 * i]]);
-    let (u0, u1, u2) = (w(0), w(1), w(2));
-    let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
-    // Scales of blocks 0..4 and 4..8, then mins of 0..4 and 4..8, a byte each.
-    let sc = (u0 & k1) as u64 | (((u2 & k2) | (((u0 >> 6) & k3) << 4)) as u64) << 32;
-    let mn = (u1 & k1) as u64 | ((((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) as u64) << 32;
-    let bytes = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
-    let (d, dmin) = (f16_scalar(sub::<_, 0, 2, BB>(b)), f16_scalar(sub::<_, 2, 2, BB>(b)));
-    let ws = _mm256_mul_ps(_mm256_set1_ps(d), bytes(sc));
-    // -(dmin * m): the product, then the sign flipped (exact).
-    let mins = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), bytes(mn)), _mm256_set1_ps(-0.0));
-    let mut out = [0.0f32; 8];
-    // SAFETY: writes the 8 f32 of the array; storeu has no alignment requirement.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), mins) };
-    (_mm512_castps256_ps512(ws), out)
+    let s = prep_k4_avx2(b);
+    // SAFETY: reads the 16 f32 of the array; loadu has no alignment requirement.
+    (unsafe { _mm512_loadu_ps(s.0.as_ptr()) }, s.1)
 }
 
 // ---- 512-bit registers: two blocks at once, a tile of weight rows by activation rows --------
