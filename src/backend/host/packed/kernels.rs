@@ -475,8 +475,8 @@ pub(super) mod avx2 {
         let (st, bb, cs) = (stride(F, L), block_bytes(F), chunk_bytes(F, L));
         check_rows::<F, RX, FULL>(side, quants, (L, rb, nb, st), (xq, xd, xs, cb));
         // Q8_0 from the copy, for two activation rows or more: 16-bit pairs (`vpmaddwd`,
-        // sixteen products an instruction and no sign trick: 27 instructions on the multiply
-        // ports a block and row against 19), the activations widened once per pass
+        // sixteen products an instruction and no sign trick: 19 instructions on the multiply
+        // ports a block and row, against the sign trick's 27), the activations widened once per pass
         // (`Q8Rows::q16`), the weights once per block for all RX rows. One row keeps the sign
         // trick, where the widening would not be shared. The lanes come out in the order of
         // `vphaddd`'s rows, PAIRED (ws and the results are put in it and back).

@@ -4,8 +4,9 @@
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
 //! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's and
 //! Q5_1's `acc = fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
-//! end. The bits are int8.rs's block-sum arithmetic, as every other kernel path gives them
-//! (tests/host_int8.rs).
+//! end (AVX2's Q8_0 over the copy for several activation rows widens to 16 bits instead, its
+//! pairs' sums meeting in one `vphaddd` a block: kernels.rs). The bits are int8.rs's block-sum
+//! arithmetic, as every other kernel path gives them (tests/host_int8.rs).
 //!
 //! # Layout
 //!
