@@ -600,3 +600,62 @@ fn packed_matmuls_reuse_rounded_rows_only_when_equal() {
         }
     }
 }
+
+/// The block-sum formats at their largest integers: every quant at its largest magnitude (Q8_0's
+/// -128 and 127, the nibble formats' 15, the fifth bits all set: 31) against activations all
+/// rounding to 127 or to -127, through every kernel path, the group kernels over the stored
+/// rows and over the interleaved copy included (AVX2 forced on AVX-512 machines too). The SIMD
+/// kernels add some products in 16 bits before widening (four registers of `vpmaddubsw` pairs
+/// for the 5-bit formats, eight below 16); a sum past i16 would wrap and differ from the
+/// portable kernel's i32 arithmetic, which random values almost never reach.
+#[test]
+fn the_largest_integers_give_the_portable_bits() {
+    use packlm::backend::cpu::CpuWeight;
+    use packlm::pack::tensor::{TensorBytes, WeightTensor};
+    let mut rng = Rng(37);
+    let (n_out, n_in) = (32, 640);
+    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1] {
+        let header = if matches!(ty, WeightType::Q4_1 | WeightType::Q5_1) { 4 } else { 2 };
+        for fill in [0xFFu8, 0x80, 0x7F] {
+            let mut bytes: Vec<u8> = (0..n_out).flat_map(|_| random_row(&mut rng, ty, n_in)).collect();
+            for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+                b[header..].fill(fill);
+            }
+            let w = WeightTensor::new(format!("{ty}"), ty, vec![n_out, n_in], TensorBytes::Owned(std::sync::Arc::new(bytes))).unwrap();
+            for sign in [1.0f32, -1.0] {
+                let m = 9;
+                let x: Vec<f32> = (0..m * n_in).map(|i| sign * (1 + i / n_in) as f32).collect();
+                let mut q8 = Q8Rows::default();
+                q8.quantize(&x, n_in);
+                assert!(q8.q.iter().all(|&v| v == (127.0 * sign) as i8));
+                let want = run(ty, Int8Isa::Portable, w.bytes(), n_in, &q8, m);
+                let check = |got: &[f32], transposed: bool, what: &str| {
+                    for r in 0..m {
+                        for j in 0..n_out {
+                            let g = if transposed { got[r * n_out + j] } else { got[j * m + r] };
+                            assert_eq!(g.to_bits(), want[j * m + r].to_bits(), "{ty} bytes {fill:#x} x {sign}: {what}: row {r} col {j}");
+                        }
+                    }
+                };
+                for isa in isas() {
+                    check(&run(ty, isa, w.bytes(), n_in, &q8, m), false, &format!("{isa:?}"));
+                }
+                for isa in [Isa::Avx512, Isa::Avx2] {
+                    if !isa.available() || (isa == Isa::Avx512 && !Int8Isa::Avx512Vnni.available()) {
+                        continue;
+                    }
+                    let be = HostBackend::with_isa(1, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false);
+                    let cw = CpuWeight::new(&be, &w).unwrap();
+                    for interleaved in [false, true] {
+                        if interleaved {
+                            be.interleave_now();
+                        }
+                        let mut got = vec![f32::NAN; m * n_out];
+                        be.matmul_prepared(&cw, &x, m, &mut got);
+                        check(&got, true, &format!("{isa:?} group kernels, interleaved {interleaved}"));
+                    }
+                }
+            }
+        }
+    }
+}
