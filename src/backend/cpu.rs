@@ -410,7 +410,7 @@ impl<K: Kernels> Backend for CpuBackend<K> {
         match w {
             Some(w) => {
                 let w = w.get::<Vec<f32>>();
-                // Every head of every row at once: rows of head_dim (`each_inverse_rms`).
+                // Every head of every row at once: rows of head_dim (`inverse_rms`).
                 rms_norm_inplace(x, w, eps, head_dim);
             }
             None => x.chunks_exact_mut(head_dim).for_each(|head| rms_normalize_inplace(head, eps)),
@@ -506,49 +506,44 @@ impl<K: Kernels> Backend for CpuBackend<K> {
 /// HF's LlamaRMSNorm (f32; the weight already in its effective form, see engine::weights).
 /// The mean is accumulated in f64 to keep it exact regardless of width.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, width: usize, out: &mut [f32]) {
-    let rows = x.chunks_exact(width.max(1)).len().min(out.len() / width.max(1));
-    each_inverse_rms(&x[..rows * width], eps, width, |r, inv| {
-        let (xr, or) = (&x[r * width..(r + 1) * width], &mut out[r * width..(r + 1) * width]);
-        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
-            *o = g * (v * inv);
+    if width == 0 {
+        return;
+    }
+    for (xc, oc) in x.chunks(4 * width).zip(out.chunks_mut(4 * width)) {
+        let inv = inverse_rms(xc, eps, width);
+        for ((xr, or), &inv) in xc.chunks_exact(width).zip(oc.chunks_exact_mut(width)).zip(&inv) {
+            for ((o, &v), &g) in or.iter_mut().zip(xr).zip(w) {
+                *o = g * (v * inv);
+            }
         }
-    });
+    }
 }
 
 /// In-place RMSNorm of each row.
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
-    let rows = x.chunks_exact(width.max(1)).len();
-    let mut inv = INVERSES.with_borrow_mut(std::mem::take);
-    inv.clear();
-    inv.resize(rows, 0.0);
-    each_inverse_rms(&x[..rows * width], eps, width, |r, v| inv[r] = v);
-    for (xr, &inv) in x.chunks_exact_mut(width.max(1)).zip(&inv) {
-        for (v, &g) in xr.iter_mut().zip(w) {
-            *v = g * (*v * inv);
-        }
-    }
-    INVERSES.with_borrow_mut(|kept| *kept = inv);
-}
-
-thread_local! {
-    /// `rms_norm_inplace`'s per-row factors, reused across calls.
-    static INVERSES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `f(r, 1 / sqrt(mean(row r^2) + eps))` for each `width`-wide row r of `x`, the squares
-/// summed in f64 one element after another from the first. Four rows' sums run side by side:
-/// each add waits for the one before, so one row at a time went at the add's latency (a
-/// verify's norms of 9 rows took 5.7 times a decode step's 1 on SmolLM2). Each row's sum is the
-/// same chain of operations, so the same bits, whatever rows it comes with.
-fn each_inverse_rms(x: &[f32], eps: f32, width: usize, mut f: impl FnMut(usize, f32)) {
     if width == 0 {
         return;
     }
+    for xc in x.chunks_mut(4 * width) {
+        let inv = inverse_rms(xc, eps, width);
+        for (xr, &inv) in xc.chunks_exact_mut(width).zip(&inv) {
+            for (v, &g) in xr.iter_mut().zip(w) {
+                *v = g * (*v * inv);
+            }
+        }
+    }
+}
+
+/// `1 / sqrt(mean(row^2) + eps)` of each whole `width`-wide row of `x` (at most four), the
+/// squares summed in f64 one element after another from the first. Four rows' sums run side by
+/// side: each add waits for the one before, so one row at a time went at the add's latency (a
+/// verify's norms of 9 rows took 5.7 times a decode step's 1 on SmolLM2). Each row's sum is the
+/// same chain of operations, so the same bits, whatever rows it comes with.
+fn inverse_rms(x: &[f32], eps: f32, width: usize) -> [f32; 4] {
     let inverse = |ss: f64| 1.0 / ((ss / width as f64) as f32 + eps).sqrt();
-    let rows = x.len() / width;
-    let mut r = 0;
-    while r + 4 <= rows {
-        let xs: [&[f32]; 4] = std::array::from_fn(|i| &x[(r + i) * width..(r + i + 1) * width]);
+    let mut out = [0.0f32; 4];
+    if x.len() >= 4 * width {
+        let xs: [&[f32]; 4] = std::array::from_fn(|i| &x[i * width..(i + 1) * width]);
         let mut ss = [0.0f64; 4];
         for k in 0..width {
             for i in 0..4 {
@@ -556,15 +551,12 @@ fn each_inverse_rms(x: &[f32], eps: f32, width: usize, mut f: impl FnMut(usize, 
                 ss[i] += v * v;
             }
         }
-        for (i, ss) in ss.into_iter().enumerate() {
-            f(r + i, inverse(ss));
-        }
-        r += 4;
+        return ss.map(inverse);
     }
-    for r in r..rows {
-        let ss = x[r * width..(r + 1) * width].iter().fold(0.0f64, |ss, &v| ss + (v as f64) * (v as f64));
-        f(r, inverse(ss));
+    for (o, xr) in out.iter_mut().zip(x.chunks_exact(width)) {
+        *o = inverse(xr.iter().fold(0.0f64, |ss, &v| ss + (v as f64) * (v as f64)));
     }
+    out
 }
 
 /// In-place RMS normalization without a weight (Gemma4 `v_norm`, `with_scale=False`).
@@ -682,7 +674,7 @@ mod rope_table_tests {
 mod tests {
     use super::*;
 
-    /// Rows normed four at a time (`each_inverse_rms`) give, row by row, the formula written
+    /// Rows normed four at a time (`inverse_rms`) give, row by row, the formula written
     /// out: the squares summed in f64 from the first element, the mean cast to f32, then
     /// `w * (x * inv)`; for heads' widths and a model's, row counts around the multiples of
     /// four, and rows of very different sizes side by side.
