@@ -314,7 +314,8 @@ impl HostBackend {
                 from.clear();
                 from.extend_from_slice(x);
             }
-            if p.reads_q16() {
+            // One row keeps the sign trick (packed/kernels.rs), which does not read them.
+            if p.reads_q16() && rows > 1 {
                 q8.fill_q16();
             }
             let q8 = &*q8;
