@@ -19,7 +19,9 @@ import subprocess
 import sys
 import textwrap
 
-LLAMA_SIDE = textwrap.dedent(
+from llama_side import CPU_KERNELS
+
+LLAMA_SIDE = CPU_KERNELS + textwrap.dedent(
     """
     import json, resource, sys, time
     from llama_cpp import Llama

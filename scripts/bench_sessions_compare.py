@@ -20,7 +20,9 @@ import statistics
 import subprocess
 import textwrap
 
-LLAMA_SIDE = textwrap.dedent(
+from llama_side import CPU_KERNELS
+
+LLAMA_SIDE = CPU_KERNELS + textwrap.dedent(
     """
     import ctypes, json, sys, time
     import numpy as np

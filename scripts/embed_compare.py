@@ -33,6 +33,8 @@ import sys
 import tempfile
 import textwrap
 
+from llama_side import CPU_KERNELS
+
 WORDS = """time year people way day man thing woman life child world school state family student
 group country problem hand part place case week company system program question work government
 number night point home water room mother area money story fact month lot right study book eye
@@ -43,7 +45,7 @@ research girl guy moment air teacher force education river garden window paper m
 market light voice field letter road village summer winter bread stone island forest bridge
 horse train ship doctor street picture answer color sound heart plant animal language""".split()
 
-LLAMA_TEXTS = textwrap.dedent(
+LLAMA_TEXTS = CPU_KERNELS + textwrap.dedent(
     """
     import json, random, sys
     from llama_cpp import Llama
@@ -74,7 +76,7 @@ LLAMA_TEXTS = textwrap.dedent(
     """
 )
 
-LLAMA_SIDE = textwrap.dedent(
+LLAMA_SIDE = CPU_KERNELS + textwrap.dedent(
     """
     import json, sys, time
     import llama_cpp

@@ -22,9 +22,11 @@ import os
 import subprocess
 import textwrap
 
+from llama_side import CPU_KERNELS
+
 PROMPT = "The history of the city goes back many centuries, to a small settlement by the river where traders met. " * 16
 
-LLAMA_SIDE = textwrap.dedent(
+LLAMA_SIDE = CPU_KERNELS + textwrap.dedent(
     """
     import json, sys, time
     from llama_cpp import Llama

@@ -19,7 +19,9 @@ import sys
 import tempfile
 import textwrap
 
-LLAMA_SIDE = textwrap.dedent(
+from llama_side import CPU_KERNELS
+
+LLAMA_SIDE = CPU_KERNELS + textwrap.dedent(
     """
     import json, math, sys
     import numpy as np
