@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host kernels' tests built for aarch64 and run under qemu's user-mode emulator, so that
 # the NEON integer kernels (src/backend/host/neon_int8.rs) are checked against the portable
-# bits on an x86_64 machine: tests/host_int8.rs, tests/host_kernels.rs,
+# bits on an x86_64 machine: tests/host_int8.rs, tests/host_int8_k.rs, tests/host_kernels.rs,
 # tests/backend_conformance.rs (the host backend with each kernel path forced) and
 # tests/quant_table.rs (the kernels the types' rows give NEON). Any failure
 # fails the script. On an aarch64 machine the same tests run natively.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 # The host kernels' tests; the GPU backend (tests/gpu_backend.rs, a cargo feature) is tested on
 # the build machine, so the cross build leaves it out.
-tests=(--no-default-features --test host_int8 --test host_kernels --test host_act --test backend_conformance --test quant_table)
+tests=(--no-default-features --test host_int8 --test host_int8_k --test host_kernels --test host_act --test backend_conformance --test quant_table)
 
 if [ "$(uname -m)" = aarch64 ]; then
   exec cargo test --release "${tests[@]}"

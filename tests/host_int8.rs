@@ -478,8 +478,9 @@ fn packed_matrices_give_the_portable_bits() {
             .iter()
             .map(|&t| HostBackend::with_isa(t, isa).unwrap().with_precision(Precision::Fast).with_background_interleave(false))
             .collect();
-        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1] {
-            for (n_out, n_in) in [(16, 32), (37, 96), (300, 640), (64, 2080)] {
+        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1, WeightType::Q4_K, WeightType::Q5_K] {
+            let shapes = if ty.block_elems() == 256 { [(16, 256), (37, 512), (300, 768), (64, 2304)] } else { [(16, 32), (37, 96), (300, 640), (64, 2080)] };
+            for (n_out, n_in) in shapes {
                 let w = tensor(ty, n_out, n_in, &mut rng);
                 let cw = CpuWeight::new(&backends[0], &w).unwrap();
                 let packed = cw.prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<Packed>()).expect("packed");
@@ -525,11 +526,11 @@ fn packed_matrices_give_the_portable_bits() {
                 }
             }
         }
-        // Nothing is packed at exact, nor in the other formats.
+        // Nothing is packed at exact, nor in Q6_K (lane sums).
         let exact = HostBackend::with_isa(1, isa).unwrap();
         assert!(CpuWeight::new(&exact, &tensor(WeightType::Q8_0, 32, 64, &mut rng)).unwrap().prepared.is_none());
+        assert!(CpuWeight::new(&exact, &tensor(WeightType::Q4_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
         assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q6_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
-        assert!(CpuWeight::new(&backends[0], &tensor(WeightType::Q5_K, 32, 256, &mut rng)).unwrap().prepared.is_none());
     }
 }
 
@@ -613,9 +614,11 @@ fn the_largest_integers_give_the_portable_bits() {
     use packlm::backend::cpu::CpuWeight;
     use packlm::pack::tensor::{TensorBytes, WeightTensor};
     let mut rng = Rng(37);
-    let (n_out, n_in) = (32, 640);
-    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1] {
-        let header = if matches!(ty, WeightType::Q4_1 | WeightType::Q5_1) { 4 } else { 2 };
+    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q5_0, WeightType::Q4_1, WeightType::Q5_1, WeightType::Q4_K, WeightType::Q5_K] {
+        // Everything after the f16 scale (and min; a K super-block's d and dmin): the K formats'
+        // 6-bit scales and mins at 63 too where the fill is 0xFF.
+        let header = if matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0) { 2 } else { 4 };
+        let (n_out, n_in) = (32, if ty.block_elems() == 256 { 768 } else { 640 });
         for fill in [0xFFu8, 0x80, 0x7F] {
             let mut bytes: Vec<u8> = (0..n_out).flat_map(|_| random_row(&mut rng, ty, n_in)).collect();
             for b in bytes.chunks_exact_mut(ty.block_bytes()) {

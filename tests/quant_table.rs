@@ -24,7 +24,7 @@ use packlm::quant::{Kernel, Layout, MovedScale, WeightType, FORMATS};
 
 /// The cells deliberately without a kernel of their own where another type of the same layout
 /// has one; the reasons are in the rows.
-const DELIBERATE: [(WeightType, &str); 7] = [
+const DELIBERATE: [(WeightType, &str); 10] = [
     // The 16-lane one-row form at `exact` is Q5_0's alone: measured slower for Q8_0, not measured
     // for Q4_0 and MXFP4, and written without a min chain (Q4_1, Q5_1).
     (WeightType::Q8_0, "exact AVX-512 one row"),
@@ -35,6 +35,11 @@ const DELIBERATE: [(WeightType, &str); 7] = [
     // MXFP4 has no NEON or group kernels so far.
     (WeightType::MXFP4, "fast NEON"),
     (WeightType::MXFP4, "fast groups (packed/)"),
+    // Q4_K and Q5_K take block sums, and on VNNI the group kernels; Q6_K keeps lane sums (its
+    // halves have scales of their own), which one weight row per lane cannot hold.
+    (WeightType::Q4_K, "fast AVX-512 VNNI"),
+    (WeightType::Q5_K, "fast AVX-512 VNNI"),
+    (WeightType::Q6_K, "fast groups (packed/)"),
 ];
 
 /// (type, column, reason) where the type has no kernel of its own and another type of its

@@ -150,8 +150,9 @@ pub enum Layout {
     /// 32-element blocks with one scale (and one min) each: at `fast`, one integer sum per block
     /// (int8.rs's block sums), which the group kernels (packed/) take.
     Blocks32,
-    /// 256-element super-blocks whose sub-blocks have scales of their own: at `fast`, sums per
-    /// 4-element lane (int8.rs's lane sums).
+    /// 256-element super-blocks whose sub-blocks have scales of their own: at `fast`, Q4_K's and
+    /// Q5_K's 32-element blocks take block sums as the 32-element formats do, Q6_K's 16-element
+    /// halves sums per 4-element lane (int8.rs's lane sums; `Format::block_sums`).
     SuperBlocks,
 }
 
@@ -233,6 +234,11 @@ pub struct Format {
     /// Whether an element is `scale * q + min` with a min of its block's (Q4_1, Q5_1) or
     /// sub-block's (Q4_K, Q5_K): the kernels then read the activations' block sums.
     pub has_min: bool,
+    /// At `fast`, whether the integer kernels add a 32-element block's products into one exact
+    /// sum before its float step (int8.rs's block sums, what the group kernels of packed/
+    /// take); else they keep a sum per 4-element lane (lane sums: Q6_K, whose 16-element halves
+    /// have scales of their own). False for the float types, which have no integer kernels.
+    pub block_sums: bool,
     /// One row of `dst.len()` elements from exactly `row_bytes(dst.len())` bytes (dequant.rs).
     pub dequantize: fn(&[u8], &mut [f32]),
     /// The `exact` precision's kernels (f32 activations) on each instruction set.
@@ -300,7 +306,7 @@ const FLOAT_FAST: &str = "a float weight has nothing to quantize against: at `fa
 const GROUPS_ON_VNNI: &str = "on VNNI the group kernels (packed/) take these matrices; the rows they leave (after a \
      matrix's last group, or while its side table is built) take the AVX2 kernel";
 const NO_GROUPS_FOR_LANE_SUMS: &str = "the group kernels keep one weight row per i32 lane, which the block-sum \
-     arithmetic allows; the lane sums of the super-block formats keep 8 lanes per row";
+     arithmetic allows; Q6_K's lane sums keep 8 lanes per row";
 const FLOAT_REGISTERS: &str = "the float formats gain nothing from more registers: their AVX2 kernel takes one activation \
      row at a time, converting being cheap (avx2_k.rs's `float`)";
 const ONE_ROW_BLOCKS32: &str = "the 16-lane one-row form (avx2.rs's `one_row_512`) is for the 32-element formats without a min";
@@ -329,6 +335,7 @@ const ROWS: [Format; 12] = [
         block_elems: 1,
         block_bytes: 4,
         has_min: false,
+        block_sums: false,
         dequantize: dequant::row_f32,
         exact: ExactKernels {
             portable: portable::f32,
@@ -353,6 +360,7 @@ const ROWS: [Format; 12] = [
         block_elems: 1,
         block_bytes: 2,
         has_min: false,
+        block_sums: false,
         dequantize: dequant::row_f16,
         exact: ExactKernels {
             portable: portable::f16,
@@ -377,6 +385,7 @@ const ROWS: [Format; 12] = [
         block_elems: 1,
         block_bytes: 2,
         has_min: false,
+        block_sums: false,
         dequantize: dequant::row_bf16,
         exact: ExactKernels {
             portable: portable::bf16,
@@ -402,6 +411,7 @@ const ROWS: [Format; 12] = [
         // block_q8_0 { ggml_half d; int8_t qs[32]; }
         block_bytes: 2 + QK,
         has_min: false,
+        block_sums: true,
         dequantize: dequant::row_q8_0,
         exact: ExactKernels {
             portable: portable::q8_0,
@@ -427,6 +437,7 @@ const ROWS: [Format; 12] = [
         // block_q4_0 { ggml_half d; uint8_t qs[16]; }
         block_bytes: 2 + QK / 2,
         has_min: false,
+        block_sums: true,
         dequantize: dequant::row_q4_0,
         exact: ExactKernels {
             portable: portable::q4_0,
@@ -452,6 +463,7 @@ const ROWS: [Format; 12] = [
         // block_q4_1 { ggml_half d, m; uint8_t qs[16]; }
         block_bytes: 4 + QK / 2,
         has_min: true,
+        block_sums: true,
         dequantize: dequant::row_q4_1,
         exact: ExactKernels {
             portable: portable::q4_1,
@@ -477,6 +489,7 @@ const ROWS: [Format; 12] = [
         // block_q5_0 { ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }
         block_bytes: 2 + 4 + QK / 2,
         has_min: false,
+        block_sums: true,
         dequantize: dequant::row_q5_0,
         exact: ExactKernels {
             portable: portable::q5_0,
@@ -502,6 +515,7 @@ const ROWS: [Format; 12] = [
         // block_q5_1 { ggml_half d, m; uint8_t qh[4]; uint8_t qs[16]; }
         block_bytes: 4 + 4 + QK / 2,
         has_min: true,
+        block_sums: true,
         dequantize: dequant::row_q5_1,
         exact: ExactKernels {
             portable: portable::q5_1,
@@ -527,6 +541,7 @@ const ROWS: [Format; 12] = [
         // block_q4_K { ggml_half d, dmin; uint8_t scales[12]; uint8_t qs[128]; }
         block_bytes: 4 + 12 + QK_K / 2,
         has_min: true,
+        block_sums: true,
         dequantize: dequant::row_q4_k,
         exact: ExactKernels {
             portable: portable::q4_k,
@@ -536,10 +551,10 @@ const ROWS: [Format; 12] = [
         },
         fast: FastKernels {
             portable: Kernel::Own(int8::decode_q4_k),
-            avx2: x86!(avx2_int8::q4_k_maddubs),
-            vnni: x86!(avx2_int8::q4_k_vnni),
+            avx2: x86!(avx2_int8::q4_k_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
             neon: arm!(neon_int8::q4_k_neon),
-            groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
+            groups: Kernel::Own(GroupFormat::Q4_K),
         },
         gpu: Kernel::Own(GpuLoader { loader: "load_q4_k", moved_scale: None }),
     },
@@ -552,6 +567,7 @@ const ROWS: [Format; 12] = [
         // block_q5_K { ggml_half d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; }
         block_bytes: 4 + 12 + QK_K / 8 + QK_K / 2,
         has_min: true,
+        block_sums: true,
         dequantize: dequant::row_q5_k,
         exact: ExactKernels {
             portable: portable::q5_k,
@@ -561,10 +577,10 @@ const ROWS: [Format; 12] = [
         },
         fast: FastKernels {
             portable: Kernel::Own(int8::decode_q5_k),
-            avx2: x86!(avx2_int8::q5_k_maddubs),
-            vnni: x86!(avx2_int8::q5_k_vnni),
+            avx2: x86!(avx2_int8::q5_k_summed_maddubs),
+            vnni: Kernel::Absent(GROUPS_ON_VNNI),
             neon: arm!(neon_int8::q5_k_neon),
-            groups: Kernel::Absent(NO_GROUPS_FOR_LANE_SUMS),
+            groups: Kernel::Own(GroupFormat::Q5_K),
         },
         gpu: Kernel::Own(GpuLoader { loader: "load_q5_k", moved_scale: None }),
     },
@@ -577,6 +593,7 @@ const ROWS: [Format; 12] = [
         // block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; ggml_half d; }
         block_bytes: QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
         has_min: false,
+        block_sums: false,
         dequantize: dequant::row_q6_k,
         // d is the block's last 2 bytes.
         exact: ExactKernels {
@@ -603,6 +620,7 @@ const ROWS: [Format; 12] = [
         // block_mxfp4 { uint8_t e; uint8_t qs[16]; }
         block_bytes: 1 + QK / 2,
         has_min: false,
+        block_sums: true,
         dequantize: dequant::row_mxfp4,
         exact: ExactKernels {
             portable: portable::mxfp4,
@@ -631,6 +649,7 @@ const _: () = {
         assert!((f.block_elems == 1) == matches!(f.layout, Layout::Float));
         assert!(f.block_elems.is_power_of_two(), "row_bytes takes a block's elements as a shift");
         assert!(matches!(f.layout, Layout::Float) || f.block_elems == if matches!(f.layout, Layout::Blocks32) { QK } else { QK_K });
+        assert!(f.block_sums != matches!(f.layout, Layout::Float) || matches!(f.ty, WeightType::Q6_K), "only Q6_K keeps lane sums");
         i += 1;
     }
 };

@@ -10,10 +10,11 @@
 //! A weight row's 32-element block is decoded once for R activation rows (prefill, verify); each
 //! output still goes through exactly the operations it would alone.
 //!
-//! The 32-element formats take int8.rs's block-sum arithmetic: here four weight rows at a time
-//! over their stored bytes (`summed_tile`); at `fast` the host backend runs their matrices
-//! through the group kernels (packed/), and only rows after a matrix's last group come here. The lane-sum
-//! kernels below (`tile`, and `tile_512` in vnni.rs) are the K formats'.
+//! The block-sum formats (the 32-element ones, Q4_K and Q5_K) take int8.rs's block-sum
+//! arithmetic: here four weight rows at a time over their stored bytes (`summed_tile`); at
+//! `fast` the host backend runs their matrices through the group kernels (packed/), and only
+//! rows after a matrix's last group come here. The lane-sum kernels below (`tile`, and
+//! `tile_512` in vnni.rs) are Q6_K's.
 
 use std::arch::x86_64::*;
 
@@ -24,7 +25,7 @@ use crate::quant::{e8m0_half, QK, QK_K};
 
 // The 512-bit tiles of the K formats.
 mod vnni;
-use vnni::{k4_pair, prep_k4, prep_q6_k, q6_k_pair, tile_512};
+use vnni::{prep_q6_k, q6_k_pair, tile_512};
 
 /// A decoded 32-element weight block: the integers, the per-lane weight scale, the min.
 type Decoded = (__m256i, __m256, f32);
@@ -385,6 +386,15 @@ fn mxfp4_summed(b: &[u8; 1 + QK / 2]) -> Summed {
     (super::avx2::mxfp4_bytes(b), e8m0_half(b[0]), 0.0)
 }
 
+/// Block k of a Q4_K or Q5_K super-block (`k4`): its 32 unsigned integers, `d * sc` and
+/// `-(dmin * m)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn k4_summed<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize) -> Summed {
+    let (q, ws, wm) = k4::<BB, QS, HIGH>(b, k);
+    (q, _mm256_cvtss_f32(ws), wm)
+}
+
 /// Lane j: the exact sum of `v[j]`'s eight i32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -393,23 +403,25 @@ fn sums4(v: [__m256i; 4]) -> __m128i {
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
 }
 
-/// Weight rows `w` (4) against R activation rows: lane j of result r is row j . row r.
+/// Weight rows `w` (4, of units of BB bytes holding SUBS blocks each: 1 for the 32-element
+/// formats, 8 for the K formats' super-blocks) against R activation rows: lane j of result r
+/// is row j . row r. `decode(unit, k)` gives block k of a unit.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn summed_rows<const BB: usize, const MIN: bool, const R: usize>(
+fn summed_rows<const BB: usize, const SUBS: usize, const MIN: bool, const R: usize>(
     w: [&[[u8; BB]]; 4],
     xq: [&[[i8; QK]]; R],
     xd: [&[f32]; R],
     xs: [&[f32]; R],
-    decode: impl Fn(&[u8; BB]) -> Summed,
+    decode: impl Fn(&[u8; BB], usize) -> Summed,
 ) -> [__m128; R] {
-    let nb = common_blocks::<MIN, R>(w.iter().map(|w| w.len()).min().unwrap_or(0), &xq, &xd, &xs);
+    let nb = common_blocks::<MIN, R>(w.iter().map(|w| w.len()).min().unwrap_or(0) * SUBS, &xq, &xd, &xs);
     let mut acc = [_mm_setzero_ps(); R];
     for b in 0..nb {
         let (mut q, mut qa, mut ws, mut wm) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0.0f32; 4], [0.0f32; 4]);
         for j in 0..4 {
-            // SAFETY: b < nb <= w[j].len().
-            (q[j], ws[j], wm[j]) = decode(unsafe { w[j].get_unchecked(b) });
+            // SAFETY: b < nb <= w[j].len() * SUBS.
+            (q[j], ws[j], wm[j]) = decode(unsafe { w[j].get_unchecked(b / SUBS) }, b % SUBS);
             // Formats with a min have unsigned integers: they go in as they are.
             qa[j] = if MIN { q[j] } else { _mm256_sign_epi8(q[j], q[j]) };
         }
@@ -434,10 +446,10 @@ fn summed_rows<const BB: usize, const MIN: bool, const R: usize>(
 
 /// Every weight row of the tile against every activation row with the block-sum arithmetic:
 /// four weight rows at a time (a last partial group repeats its last row), two activation
-/// rows at a time.
+/// rows at a time; units of BB bytes with SUBS blocks each (`summed_rows`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB]) -> Summed + Copy) {
+pub(super) fn summed_tile<const BB: usize, const SUBS: usize, const MIN: bool>(t: QTile, decode: impl Fn(&[u8; BB], usize) -> Summed + Copy) {
     if t.row_bytes == 0 || t.m == 0 || t.n_in == 0 {
         return;
     }
@@ -462,14 +474,14 @@ pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: im
         let mut r = 0;
         while r + 2 <= m {
             let ((q0, d0, s0), (q1, d1, s1)) = (row(r), row(r + 1));
-            let acc = summed_rows::<BB, MIN, 2>(w, [q0, q1], [d0, d1], [s0, s1], decode);
+            let acc = summed_rows::<BB, SUBS, MIN, 2>(w, [q0, q1], [d0, d1], [s0, s1], decode);
             put(j, r, acc[0]);
             put(j, r + 1, acc[1]);
             r += 2;
         }
         if r < m {
             let (q0, d0, s0) = row(r);
-            put(j, r, summed_rows::<BB, MIN, 1>(w, [q0], [d0], [s0], decode)[0]);
+            put(j, r, summed_rows::<BB, SUBS, MIN, 1>(w, [q0], [d0], [s0], decode)[0]);
         }
     }
 }
@@ -477,21 +489,23 @@ pub(super) fn summed_tile<const BB: usize, const MIN: bool>(t: QTile, decode: im
 /// The block-sum formats' entries over stored bytes; a matrix prepared for the group kernels
 /// (packed/) takes those, and only the rows after its last group these.
 macro_rules! summed_entries {
-    ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
+    ($($name:ident, $decode:expr, $bb:expr, $subs:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c")]
         pub fn $name(t: QTile) {
-            summed_tile::<{ $bb }, $min>(t, |b| $decode(b))
+            summed_tile::<{ $bb }, { $subs }, $min>(t, |b, k| ($decode)(b, k))
         }
     )*};
 }
 
 summed_entries! {
-    q8_0_summed_maddubs, q8_0_summed, 34, false;
-    q4_0_summed_maddubs, q4_0_summed, 18, false;
-    q4_1_summed_maddubs, q4_1_summed, 20, true;
-    q5_0_summed_maddubs, q5_0_summed, 22, false;
-    q5_1_summed_maddubs, q5_1_summed, 24, true;
-    mxfp4_summed_maddubs, mxfp4_summed, 17, false;
+    q8_0_summed_maddubs, |b, _| q8_0_summed(b), 34, 1, false;
+    q4_0_summed_maddubs, |b, _| q4_0_summed(b), 18, 1, false;
+    q4_1_summed_maddubs, |b, _| q4_1_summed(b), 20, 1, true;
+    q5_0_summed_maddubs, |b, _| q5_0_summed(b), 22, 1, false;
+    q5_1_summed_maddubs, |b, _| q5_1_summed(b), 24, 1, true;
+    mxfp4_summed_maddubs, |b, _| mxfp4_summed(b), 17, 1, false;
+    q4_k_summed_maddubs, k4_summed::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true;
+    q5_k_summed_maddubs, k4_summed::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true;
 }
 
 macro_rules! entries {
@@ -508,10 +522,8 @@ macro_rules! entries {
     )*};
 }
 
-// The K formats decode a pair of blocks from one super-block with the scales their `prep`
-// unpacked once (the 32-element formats take the block-sum kernels above).
+// Q6_K, the one format of lane sums, decodes a pair of blocks from one super-block with the
+// scales its `prep` unpacked once (the others take the block-sum kernels above).
 entries! {
-    q4_k_maddubs, q4_k_vnni, k4::<Q4_K_BYTES, 16, false>, k4_scaled::<Q4_K_BYTES, 16, false>, prep_k4_avx2::<Q4_K_BYTES>, Q4_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q4_K_BYTES, 16, false>(b0, k, pre), prep_k4;
-    q5_k_maddubs, q5_k_vnni, k4::<Q5_K_BYTES, 48, true>, k4_scaled::<Q5_K_BYTES, 48, true>, prep_k4_avx2::<Q5_K_BYTES>, Q5_K_BYTES, 8, true, |b0, _, (k, _), pre| k4_pair::<Q5_K_BYTES, 48, true>(b0, k, pre), prep_k4;
     q6_k_maddubs, q6_k_vnni, q6_k, q6_k_scaled, prep_q6_k_avx2, Q6_K_BYTES, 8, false, |b0, _, (k, _), pre| q6_k_pair(b0, k, pre), prep_q6_k;
 }

@@ -22,15 +22,17 @@
 //!
 //! Two forms, fixed per weight format.
 //!
-//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4: [`sums_per_block`]): for
-//! activation block b, `s_b = sum of q_w[i] * q_x[i]` over the block's 32 elements, an exact
+//! **Block sums** (the 32-element formats Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, MXFP4, and the K formats
+//! Q4_K and Q5_K, whose 32-element blocks have one scale and one min each: [`sums_per_block`]):
+//! for activation block b, `s_b = sum of q_w[i] * q_x[i]` over the block's 32 elements, an exact
 //! i32 (|s_b| <= 32 * 128 * 127 < 2^24, so its f32 is exact too); then in f32, `t = ws *
-//! d_x[b]`, `acc = fma(s_b, t, acc)` and, for Q4_1 and Q5_1, `acc = fma(wm, s_x[b], acc)`, in block
-//! order from 0; the result is `acc`. One float step per block: what makes
+//! d_x[b]`, `acc = fma(s_b, t, acc)` and, for the formats with a min, `acc = fma(wm, s_x[b], acc)`, in block
+//! order from 0; the result is `acc`. A K block's `ws` is `d * sc` and its `wm` is `-(dmin * m)`,
+//! each exact in f32 (an f16 times a 6-bit integer). One float step per block: what makes
 //! a 512-bit kernel over weight rows interleaved 16 at a time (packed/) cheap, each lane
 //! being one weight row's chain.
 //!
-//! **Lane sums** (the other formats): for activation block b and lane l (0..8): `p_l = sum of
+//! **Lane sums** (Q6_K, whose 16-element halves have scales of their own): for activation block b and lane l (0..8): `p_l = sum of
 //! q_w[i] * q_x[i] for i in 4l..4l+4`,
 //! an exact i32 (the four-byte sums `vpmaddubsw` + `vpmaddwd`, `vpdpbusd` or NEON's `smull` +
 //! `saddlp` + `addp` produce). Then, in f32, `c = ws[l / 4] * d_x[b]` and `acc[b % 2][l] =
@@ -57,7 +59,7 @@
 //! activations; tests/fast_precision.rs the whole `fast` model against `exact`; and
 //! scripts/perplexity_compare.py its perplexity against llama.cpp's on the same ids.
 
-use crate::quant::{e8m0_half, Kernel, Layout, WeightType, MXFP4_VALUES, QK, QK_K};
+use crate::quant::{e8m0_half, Kernel, WeightType, MXFP4_VALUES, QK, QK_K};
 
 use super::packed::GroupFormat;
 
@@ -254,10 +256,10 @@ pub struct Block32 {
     pub min: f32,
 }
 
-/// Whether the format takes the block-sum arithmetic (see the module notes): the formats of
-/// 32-element blocks with one scale each (`Layout::Blocks32` in their rows, quant/).
+/// Whether the format takes the block-sum arithmetic (see the module notes): the formats whose
+/// 32-element blocks have one scale each (`block_sums` in their rows, quant/).
 pub fn sums_per_block(ty: WeightType) -> bool {
-    ty.format().layout == Layout::Blocks32
+    ty.format().block_sums
 }
 
 /// Whether the format has a min term (reads the activations' `s`).

@@ -152,11 +152,13 @@ fn dots<const BB: usize, const SUBS: usize, const MIN: bool, const SUMMED: bool,
     }
     // The block-sum formats (int8.rs's `sums_per_block`): each block's lanes added across
     // (`addv`, exact in i32) and the float step on the sum.
-    let blocks = w.as_chunks::<BB>().0;
-    let nb = common_blocks::<MIN, RR>(blocks.len(), &xq, &xd, &xs);
+    // Units of BB bytes hold SUBS blocks each: 1 for the 32-element formats, 8 for Q4_K's and
+    // Q5_K's super-blocks.
+    let units = w.as_chunks::<BB>().0;
+    let nb = common_blocks::<MIN, RR>(units.len() * SUBS, &xq, &xd, &xs);
     let mut acc = [0.0f32; RR];
-    for (b, blk) in blocks[..nb].iter().enumerate() {
-        let blk = decode(blk, 0);
+    for b in 0..nb {
+        let blk = decode(&units[b / SUBS], b % SUBS);
         for r in 0..RR {
             let x = load_x(&xq[r][b]);
             let s = vaddvq_s32(vaddq_s32(sums16(blk.q[0], x[0]), sums16(blk.q[1], x[1])));
@@ -338,20 +340,22 @@ fn q6_k(b: &[u8; Q6_K_BYTES], k: usize) -> Decoded {
 const R: usize = 4;
 
 macro_rules! summed_entries {
-    ($($name:ident, $decode:ident, $bb:expr, $min:expr;)*) => {$(
+    ($($name:ident, $decode:expr, $bb:expr, $subs:expr, $min:expr;)*) => {$(
         #[target_feature(enable = "neon")]
         pub fn $name(t: QTile) {
-            tile::<{ $bb }, 1, $min, true, R>(t, |b, k| $decode(b, k))
+            tile::<{ $bb }, { $subs }, $min, true, R>(t, |b, k| ($decode)(b, k))
         }
     )*};
 }
 
 summed_entries! {
-    q8_0_neon, q8_0, 34, false;
-    q4_0_neon, q4_0, 18, false;
-    q4_1_neon, q4_1, 20, true;
-    q5_0_neon, q5_0, 22, false;
-    q5_1_neon, q5_1, 24, true;
+    q8_0_neon, q8_0, 34, 1, false;
+    q4_0_neon, q4_0, 18, 1, false;
+    q4_1_neon, q4_1, 20, 1, true;
+    q5_0_neon, q5_0, 22, 1, false;
+    q5_1_neon, q5_1, 24, 1, true;
+    q4_k_neon, k4::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true;
+    q5_k_neon, k4::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true;
 }
 
 macro_rules! entries {
@@ -364,7 +368,5 @@ macro_rules! entries {
 }
 
 entries! {
-    q4_k_neon, k4::<Q4_K_BYTES, 16, false>, Q4_K_BYTES, 8, true;
-    q5_k_neon, k4::<Q5_K_BYTES, 48, true>, Q5_K_BYTES, 8, true;
     q6_k_neon, q6_k, Q6_K_BYTES, 8, false;
 }

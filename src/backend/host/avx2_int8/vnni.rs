@@ -1,10 +1,10 @@
-//! The K formats' integer kernels in 512-bit registers (AVX-512 VNNI): two blocks a register,
+//! Q6_K's integer kernels in 512-bit registers (AVX-512 VNNI): two blocks a register,
 //! a tile of weight rows by activation rows; the 256-bit decoders and scales of the parent
 //! module, so every lane gets its operations.
 
 use std::arch::x86_64::*;
 
-use super::{bytes_at, fifth_bits, load_i8, prep_k4_avx2, prep_q6_k_avx2, sum8, Decoded};
+use super::{bytes_at, load_i8, prep_q6_k_avx2, sum8, Decoded};
 use crate::backend::host::avx2::prefetch_ahead;
 use crate::backend::host::int8::QTile;
 use crate::backend::host::row_dot::Q6_K_BYTES;
@@ -14,29 +14,9 @@ use crate::quant::{QK, QK_K};
 /// the two mins.
 pub(super) type Pair = (__m512i, __m512, [f32; 2]);
 
-/// A K-quant super-block's scales (Q4_K, Q5_K: 8, one per block; Q6_K: 16, one per half-block)
-/// and mins (Q4_K, Q5_K: 8), made once for its four pairs; unused by the other formats.
+/// A Q6_K super-block's 16 scales, one per half-block, made once for its four pairs (and room
+/// for mins, which Q6_K has not).
 pub(super) type Prep = (__m512, [f32; 8]);
-
-/// A Q4_K or Q5_K super-block's blocks k and k + 1 (k even) at once: the low and high nibbles
-/// of the same 32 bytes (with HIGH, Q5_K, the fifth bits k and k + 1 of the qh bytes), the
-/// scales and mins from the super-block's `prep_k4`; each value as `k4` gives it.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-#[inline]
-pub(super) fn k4_pair<const BB: usize, const QS: usize, const HIGH: bool>(b: &[u8; BB], k: usize, pre: &Prep) -> Pair {
-    debug_assert!(k.is_multiple_of(2));
-    let v = bytes_at(b, QS + (k / 2) * 32);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let (mut lo, mut hi) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
-    if HIGH {
-        let qh = bytes_at(b, 16);
-        (lo, hi) = (_mm256_or_si256(lo, fifth_bits(qh, k)), _mm256_or_si256(hi, fifth_bits(qh, k + 1)));
-    }
-    // Lanes 0..8 take block k's scale, 8..16 block k + 1's.
-    let idx = _mm512_add_epi32(_mm512_set1_epi32(k as i32), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    let ws = _mm512_permutexvar_ps(idx, pre.0);
-    (_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), ws, [pre.1[k], pre.1[k + 1]])
-}
 
 /// Q6_K's blocks k and k + 1 (k even: parts 0 and 1, or 2 and 3, of half n = k / 4): the two
 /// 32-byte runs of ql and the one of qh they share, the four scales from `prep_q6_k`; each value
@@ -69,16 +49,6 @@ pub(super) fn prep_q6_k(b: &[u8; Q6_K_BYTES]) -> Prep {
     let s = prep_q6_k_avx2(b);
     // SAFETY: reads the 16 f32 of the array; loadu has no alignment requirement.
     (unsafe { _mm512_loadu_ps(s.0.as_ptr()) }, [0.0; 8])
-}
-
-/// A Q4_K or Q5_K super-block's 8 scales `d * sc` (the low half) and 8 mins `-(dmin * m)`:
-/// `prep_k4_avx2`'s.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")]
-#[inline]
-pub(super) fn prep_k4<const BB: usize>(b: &[u8; BB]) -> Prep {
-    let s = prep_k4_avx2(b);
-    // SAFETY: reads the 16 f32 of the array; loadu has no alignment requirement.
-    (unsafe { _mm512_loadu_ps(s.0.as_ptr()) }, s.1)
 }
 
 // ---- 512-bit registers: two blocks at once, a tile of weight rows by activation rows --------

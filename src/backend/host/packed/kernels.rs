@@ -2,7 +2,7 @@
 //! each a `group` over one group's blocks against a few activation rows, reading the quants
 //! from the interleaved copy or from the stored rows, and the `rows` / `run` around it.
 
-use super::{block_bytes, chunk_bytes, has_min, QK};
+use super::{block_bytes, chunk_bytes, has_min, is_k, QK};
 
 /// The reads of a kernel's `group` over `nb` blocks: the side table (`st` bytes a block), the
 /// quants (`FULL`: the group's interleaved copy; else its L stored rows of `rb` bytes), and RX
@@ -17,6 +17,8 @@ fn check_rows<const F: u8, const RX: usize, const FULL: bool>(
     (xq, xd, xs, cb): ([&[i8]; RX], [&[f32]; RX], [&[f32]; RX], [&[i32]; RX]),
 ) {
     assert!(side.len() >= nb * st);
+    // A K format's groups are always read from the copy (or a group put in its layout).
+    assert!(FULL || !is_k(F), "a K format's stored rows read by a group kernel");
     if FULL {
         assert!(quants.len() >= nb * chunk_bytes(F, l));
     } else {
@@ -137,8 +139,9 @@ macro_rules! rows_and_run {
             // A group the copy does not hold yet, in a call of several chunks of activation rows
             // (a prefill while the copies are being written), is put in the copy's layout once,
             // in a buffer of this thread (`stage`), instead of being transposed from its stored
-            // rows once per chunk: the same quants reach the same `group`, so the same bits.
-            let several = m > chunk::<F>(m);
+            // rows once per chunk: the same quants reach the same `group`, so the same bits. A K
+            // format's always is (`k_rows`): its kernels read only the copy's layout.
+            let several = m > chunk::<F>(m) || is_k(F);
             let mut staged: Option<Vec<u8>> = None;
             for g in g0..g1 {
                 let copy = match written.group(g) {
@@ -146,7 +149,12 @@ macro_rules! rows_and_run {
                     None if several => {
                         let buf = staged.get_or_insert_with(|| STAGED.with_borrow_mut(std::mem::take));
                         buf.resize(p.nb * chunk_bytes(F, $lanes), 0);
-                        stage::<F>(&stored[g * $lanes * rb..(g + 1) * $lanes * rb], rb, p.nb, buf);
+                        let rows = &stored[g * $lanes * rb..(g + 1) * $lanes * rb];
+                        if is_k(F) {
+                            super::super::k_rows(F, $lanes, rows, rb, p.nb, None, Some(&mut buf[..]));
+                        } else {
+                            stage::<F>(rows, rb, p.nb, buf);
+                        }
                         Some(&buf[..])
                     }
                     None => None,
@@ -190,6 +198,8 @@ macro_rules! rows_and_run {
                     GroupFormat::Q5_0 => run_format::<Q5_0>(p, g0, g1, x, n_in, m, out, stride),
                     GroupFormat::Q5_1 => run_format::<Q5_1>(p, g0, g1, x, n_in, m, out, stride),
                     GroupFormat::Q4_1 => run_format::<Q4_1>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q4_K => run_format::<Q4_K>(p, g0, g1, x, n_in, m, out, stride),
+                    GroupFormat::Q5_K => run_format::<Q5_K>(p, g0, g1, x, n_in, m, out, stride),
                 }
             }
         }
@@ -199,7 +209,7 @@ macro_rules! rows_and_run {
 pub(super) mod vnni {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, masks_at, quants_at, stride, GroupFormat, Packed, GROUP, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, is_k, k_block_at, masks_at, quants_at, stride, GroupFormat, Packed, GROUP, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
@@ -305,11 +315,21 @@ pub(super) mod vnni {
             // and correction inside their slices; the loads have no alignment requirement.
             unsafe {
                 prefetch_block::<F, FULL>(qp, GROUP, rb, b);
-                let base = sp.add(b * st);
-                let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
-                let wm = if has_min(F) { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws };
+                let base = if is_k(F) { sp.add(k_block_at(F, GROUP, b)) } else { sp.add(b * st) };
+                // The K formats' scales and mins: `d * sc` and `-(dmin * m)` from the
+                // super-block's f32 d and dmin and the block's 6-bit bytes (exact products, the
+                // decoders' values); the others' f16 as stored.
+                let (ws, wm) = if is_k(F) {
+                    let head = sp.add((b / 8) * 8 * st);
+                    let (d, dmin) = (_mm512_loadu_ps(head.cast()), _mm512_loadu_ps(head.add(4 * GROUP).cast()));
+                    let bytes = |at: *const u8| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(at.cast())));
+                    (_mm512_mul_ps(d, bytes(base)), _mm512_xor_ps(_mm512_mul_ps(dmin, bytes(base.add(GROUP))), _mm512_set1_ps(-0.0)))
+                } else {
+                    let ws = _mm512_cvtph_ps(_mm256_loadu_si256(base.cast()));
+                    (ws, if has_min(F) { _mm512_cvtph_ps(_mm256_loadu_si256(base.add(2 * GROUP).cast())) } else { ws })
+                };
                 let chunk = |k: usize| _mm512_loadu_si512(qp.add(b * cs + 64 * k).cast());
-                let q = qp.add(b * bb + quants_at(F));
+                let q = qp.wrapping_add(b * bb + quants_at(F));
                 let mut wv = [_mm512_setzero_si512(); 8];
                 if F == Q8_0 {
                     if FULL {
@@ -380,7 +400,7 @@ pub(super) mod vnni {
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, masks_at, quants_at, stride, GroupFormat, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+    use super::super::{block_bytes, chunk_bytes, has_masks, has_min, is_k, k_block_at, masks_at, quants_at, stride, GroupFormat, Packed, GROUP_AVX2 as L, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0};
     use super::{check_rows, prefetch_block};
     use crate::backend::host::int8::Q8Rows;
     use crate::quant::QK;
@@ -497,9 +517,19 @@ pub(super) mod avx2 {
             // correction inside their slices; the loads have no alignment requirement.
             unsafe {
                 prefetch_block::<F, FULL>(qp, L, rb, b);
-                let base = sp.add(b * st);
-                let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
-                let wm = if has_min(F) { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws };
+                let base = if is_k(F) { sp.add(k_block_at(F, L, b)) } else { sp.add(b * st) };
+                // The K formats' scales and mins: `d * sc` and `-(dmin * m)` from the
+                // super-block's f32 d and dmin and the block's 6-bit bytes (exact products, the
+                // decoders' values); the others' f16 as stored.
+                let (ws, wm) = if is_k(F) {
+                    let head = sp.add((b / 8) * 8 * st);
+                    let (d, dmin) = (_mm256_loadu_ps(head.cast()), _mm256_loadu_ps(head.add(4 * L).cast()));
+                    let bytes = |at: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(at.cast())));
+                    (_mm256_mul_ps(d, bytes(base)), _mm256_xor_ps(_mm256_mul_ps(dmin, bytes(base.add(L))), _mm256_set1_ps(-0.0)))
+                } else {
+                    let ws = _mm256_cvtph_ps(_mm_loadu_si128(base.cast()));
+                    (ws, if has_min(F) { _mm256_cvtph_ps(_mm_loadu_si128(base.add(2 * L).cast())) } else { ws })
+                };
                 let chunk = |k: usize| _mm256_loadu_si256(qp.add(b * cs + 32 * k).cast());
                 if wide {
                     // Chunk k holds bytes 4k..4k+4 of row r at 4r: its low half (rows 0..4)
@@ -527,7 +557,7 @@ pub(super) mod avx2 {
                     }
                     continue;
                 }
-                let q = qp.add(b * bb + quants_at(F));
+                let q = qp.wrapping_add(b * bb + quants_at(F));
                 // Q8_0: the signed quants (for their signs) and their magnitudes.
                 let mut qs = [_mm256_setzero_si256(); 8];
                 let mut wv = [_mm256_setzero_si256(); 8];

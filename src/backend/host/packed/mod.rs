@@ -1,12 +1,12 @@
-//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: their rows' `groups` column, quant/) run
+//! Matrices of the block-sum formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K: their rows' `groups` column, quant/) run
 //! by kernels that take weight rows L at a time: 16 for the AVX-512 VNNI kernels, 8 for the
 //! AVX2 ones, the i32 lanes of one register. One `vpdpbusd` (or `vpmaddubsw` + `vpmaddwd`)
 //! makes four products for each of the L rows, and after a block's eight the L lanes hold the
-//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and Q4_1's and
-//! Q5_1's `acc = fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
+//! rows' exact block sums. The float steps (`acc = fma(s_b, ws * d_x, acc)`, and for the
+//! formats with a min `acc = fma(wm, s_x, acc)`) then run on all L rows' chains at once, with no lane reduction at the
 //! end (AVX2's Q8_0 over the copy for several activation rows widens to 16 bits instead, its
 //! pairs' sums meeting in one `vphaddd` a block: kernels.rs). The bits are int8.rs's block-sum
-//! arithmetic, as every other kernel path gives them (tests/host_int8.rs).
+//! arithmetic, as every other kernel path gives them (tests/host_int8.rs, tests/host_int8_k.rs).
 //!
 //! # Layout
 //!
@@ -26,6 +26,12 @@
 //!   it came from are handed back (`WeightTensor::release_pages`), so that the process holds
 //!   one copy, and embedding rows are read from the copy.
 //!
+//! The K formats (Q4_K, Q5_K) are read only from the copy's layout: their copy holds each
+//! 32-element block's integers as Q4_1's nibbles (byte j: element j low, j + 16 high), which
+//! the Q4_1 and Q5_1 kernels take, and a group not yet copied is put in that layout in a
+//! buffer of the calling thread first (`k_rows`; kernels.rs's `run_format`). Their embedding
+//! rows are read from the stored rows.
+//!
 //! Why both: the copy is the size of the weights, and writing it into fresh memory (page
 //! faults, while the file's pages are already in the page cache) was most of an open, while
 //! the shuffles cost a decode step a large share of its time on a machine of modest read
@@ -40,7 +46,10 @@
 //! Q5_1 then the fifth bits as eight masks of 4L bits, two per register of nibbles (its low and
 //! its high elements), bit 4r+i standing for row r's element i of the register. The table is
 //! 2/34 of a Q8_0 matrix's bytes, 2/18 of Q4_0's, 4/20 of Q4_1's, 6/22 of Q5_0's and 8/24 of
-//! Q5_1's.
+//! Q5_1's. A K format's table holds per super-block the rows' d and dmin as f32, and per block
+//! their 6-bit scales and mins a byte each (and Q5_K's masks), from which the kernels make
+//! `d * sc` and `-(dmin * m)`, exact products (f16 values times 6-bit integers), the decoders'
+//! values: 3/18 of a Q4_K matrix's bytes per block (the copy 16/18), 7/22 of Q5_K's.
 //!
 //! # Memory
 //!
@@ -51,15 +60,17 @@
 
 use crate::backend::cpu::PreparedMatrix;
 use crate::pack::tensor::WeightTensor;
-use crate::quant::{dequantize_row, WeightType, QK};
+use crate::quant::{dequantize_row, WeightType, QK, QK_K};
 
 #[cfg(target_arch = "x86_64")]
 use super::int8::Q8Rows;
 
 #[cfg(target_arch = "x86_64")]
 mod kernels;
+mod k_rows;
 mod writer;
 
+use k_rows::{f_block_bytes, k_block_at, k_rows};
 pub use writer::Interleaver;
 
 /// Weight rows per group for the VNNI kernels: the lanes of a 512-bit register of i32.
@@ -200,12 +211,18 @@ pub struct Packed {
 /// A format the group kernels take, as its row (quant/) names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
+#[allow(non_camel_case_types)]
 pub enum GroupFormat {
     Q8_0 = 0,
     Q4_0 = 1,
     Q5_0 = 2,
     Q4_1 = 3,
     Q5_1 = 4,
+    /// Q4_K and Q5_K: their 32-element blocks as Q4_1's and Q5_1's, the side table holding each
+    /// super-block's d and dmin and each block's 6-bit scale and min, the copy each block's
+    /// integers in Q4_1's nibble order (`k_rows`).
+    Q4_K = 5,
+    Q5_K = 6,
 }
 
 /// The formats, as the kernels' const parameter.
@@ -214,41 +231,49 @@ const Q4_0: u8 = GroupFormat::Q4_0 as u8;
 const Q5_0: u8 = GroupFormat::Q5_0 as u8;
 const Q4_1: u8 = GroupFormat::Q4_1 as u8;
 const Q5_1: u8 = GroupFormat::Q5_1 as u8;
+const Q4_K: u8 = GroupFormat::Q4_K as u8;
+const Q5_K: u8 = GroupFormat::Q5_K as u8;
 
 /// Whether the group kernels take matrices of type `ty` (its row's `groups` column).
 pub fn takes(ty: WeightType) -> bool {
     ty.format().fast.groups.get().is_some()
 }
 
-/// Whether format `f` has a min per block (Q4_1, Q5_1: the side table's mins after the scales).
+/// Whether format `f` has a min per block (Q4_1, Q5_1, Q4_K, Q5_K: the side table's mins after
+/// the scales).
 const fn has_min(f: u8) -> bool {
-    f == Q4_1 || f == Q5_1
+    f == Q4_1 || f == Q5_1 || is_k(f)
 }
 
-/// Whether format `f` has fifth bits (Q5_0, Q5_1: the side table's masks).
+/// Whether format `f` has fifth bits (Q5_0, Q5_1, Q5_K: the side table's masks).
 const fn has_masks(f: u8) -> bool {
-    f == Q5_0 || f == Q5_1
+    f == Q5_0 || f == Q5_1 || f == Q5_K
 }
 
-/// Where the masks start in a group block's headers for a group of `l` rows: after the scales,
-/// and Q5_1's mins.
+/// Whether format `f` is a K format: a side table and a copy written from its decoded blocks
+/// (`k_rows`), the copy's layout being what the kernels always read (a group not yet in the
+/// copy is put in it first: kernels.rs's `run_format`).
+const fn is_k(f: u8) -> bool {
+    f == Q4_K || f == Q5_K
+}
+
+/// Where the masks start in a group block's headers for a group of `l` rows: after the f16
+/// scales, and the f16 mins of the formats with one; for a K format, after the block's scale
+/// and min bytes (`k_rows`).
 const fn masks_at(f: u8, l: usize) -> usize {
-    if f == Q5_1 {
+    if has_min(f) && !is_k(f) {
         4 * l
     } else {
         2 * l
     }
 }
 
-/// Bytes of one group block's headers for a group of `l` rows: the scales, then Q4_1's mins,
-/// Q5_0's masks, or Q5_1's mins and masks.
+/// Bytes of one group block's headers for a group of `l` rows: the scales, then the mins of the
+/// formats with one, then the masks of those with fifth bits. A K format's blocks average this:
+/// its super-block's d and dmin (`8l` bytes) are an eighth of a block's `l` more (`k_rows`).
 const fn stride(f: u8, l: usize) -> usize {
-    match f {
-        Q8_0 | Q4_0 => 2 * l,
-        Q5_0 => 2 * l + 8 * l / 2,
-        Q5_1 => 4 * l + 8 * l / 2,
-        _ => 4 * l,
-    }
+    let masks = if has_masks(f) { 8 * l / 2 } else { 0 };
+    masks_at(f, l) + masks + if is_k(f) { l } else { 0 }
 }
 
 /// Bytes of one group block's quants, interleaved: eight chunks of 4l bytes for Q8_0, four for
@@ -261,18 +286,21 @@ const fn chunk_bytes(f: u8, l: usize) -> usize {
     }
 }
 
-/// Bytes of one stored block.
+/// Bytes of one stored block (a K format's super-block holds eight: its kernels never read the
+/// stored rows, `is_k`).
 const fn block_bytes(f: u8) -> usize {
     match f {
         Q8_0 => 34,
         Q4_0 => 18,
         Q5_0 => 22,
         Q5_1 => 24,
+        Q4_K | Q5_K => f_block_bytes(f),
         _ => 20,
     }
 }
 
-/// Where the quant bytes start in a stored block (Q8_0's 32, the nibble formats' 16).
+/// Where the quant bytes start in a stored block (Q8_0's 32, the nibble formats' 16; the K
+/// formats' stored rows are never read by the kernels).
 const fn quants_at(f: u8) -> usize {
     match f {
         Q8_0 | Q4_0 => 2,
@@ -302,6 +330,7 @@ macro_rules! by_format {
             (GroupFormat::Q5_0, false) => $f::<Q5_0, GROUP_AVX2, { block_bytes(Q5_0) }, { $size(Q5_0, GROUP_AVX2) }>($($arg),*),
             (GroupFormat::Q5_1, false) => $f::<Q5_1, GROUP_AVX2, { block_bytes(Q5_1) }, { $size(Q5_1, GROUP_AVX2) }>($($arg),*),
             (GroupFormat::Q4_1, false) => $f::<Q4_1, GROUP_AVX2, { block_bytes(Q4_1) }, { $size(Q4_1, GROUP_AVX2) }>($($arg),*),
+            (GroupFormat::Q4_K | GroupFormat::Q5_K, _) => unreachable!("the K formats are written by k_rows"),
         }
     };
 }
@@ -366,6 +395,7 @@ impl Packed {
             return None;
         }
         debug_assert_eq!(block_bytes(format as u8), ty.block_bytes());
+        debug_assert!(!is_k(format as u8) || ty.block_elems() == QK_K);
         Some(Packed {
             ty,
             format,
@@ -416,25 +446,57 @@ impl Packed {
         self.side.get().is_some_and(Option::is_some)
     }
 
+    /// The side table, and for a K format its interleaved copy too, written in the same tasks
+    /// (see `write_k_copy_with_side`).
     fn build_side(&self, arena: &Arena, run: &dyn Fn(usize, &(dyn Fn(usize) + Sync))) -> Option<Slab> {
         let (f, lanes, nb, rb) = (self.format, self.lanes, self.nb, self.row_bytes);
-        let st = stride(f as u8, lanes);
+        let (st, cs) = (stride(f as u8, lanes), chunk_bytes(f as u8, lanes));
         let (side, ptr) = arena.slab(self.groups * nb * st)?;
         // SAFETY: the slab's range is this call's alone (`Arena::slab`), and nothing reads it
         // before `side_table` stores it.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, side.len) };
+        let copy = if is_k(f as u8) { arena.slab(self.groups * nb * cs) } else { None };
+        // SAFETY: as for the side table: this call's range, read by no one before `ready`
+        // passes its groups (below).
+        let copy_bytes = copy.as_ref().map(|(slab, ptr)| unsafe { std::slice::from_raw_parts_mut(*ptr, slab.len) });
         let bytes = self.tensor.bytes();
         let per_task = (TASK_BYTES / (lanes * rb)).max(1);
         let pieces: Vec<parking_lot::Mutex<&mut [u8]>> = dst.chunks_mut(per_task * nb * st).map(parking_lot::Mutex::new).collect();
+        let copies: Vec<parking_lot::Mutex<&mut [u8]>> =
+            copy_bytes.map_or_else(Vec::new, |c| c.chunks_mut(per_task * nb * cs).map(parking_lot::Mutex::new).collect());
         run(pieces.len(), &|t| {
             let mut piece = pieces[t].lock();
+            let mut copy = copies.get(t).map(|c| c.lock());
             for (i, dst) in piece.chunks_exact_mut(nb * st).enumerate() {
                 let g = t * per_task + i;
-                by_format!(side_group, stride, f, lanes, (bytes, rb, g, dst))
+                if is_k(f as u8) {
+                    let quants = copy.as_deref_mut().map(|c| &mut c[i * nb * cs..(i + 1) * nb * cs]);
+                    k_rows(f as u8, lanes, &bytes[g * lanes * rb..(g + 1) * lanes * rb], rb, nb, Some(dst), quants);
+                } else {
+                    by_format!(side_group, stride, f, lanes, (bytes, rb, g, dst))
+                }
             }
         });
-        drop(pieces);
+        drop((pieces, copies));
+        if let Some((slab, _)) = copy {
+            self.write_k_copy_with_side(slab);
+        }
         Some(side)
+    }
+
+    /// Takes a K format's copy, written whole with its side table (`build_side`): the kernels
+    /// read only the copy's layout, and a group not in the copy is put in it for every call
+    /// (`k_rows`, about ten times the kernel's own time at one activation row), so the copy is
+    /// not left to the writer thread, which on busy cores can come to it many steps later. The
+    /// stored pages are handed back at once. Nothing else writes the copy meanwhile:
+    /// `begin_copy` waits for the side table.
+    fn write_k_copy_with_side(&self, slab: Slab) {
+        let mut released = self.writing.lock();
+        if self.copy.set(slab).is_ok() {
+            self.ready.store(self.groups, std::sync::atomic::Ordering::Release);
+            self.tensor.release_pages(0..self.rows() * self.row_bytes);
+            *released = self.groups;
+        }
     }
 
     /// The side table's bytes; built (`side_table` returned true) before any kernel runs.
@@ -518,7 +580,11 @@ impl Packed {
         let bytes = self.tensor.bytes();
         for (i, dst) in piece.chunks_exact_mut(nb * cs).enumerate() {
             let g = g0 + i;
-            by_format!(interleave_group, chunk_bytes, f, l, (bytes, rb, g, dst))
+            if is_k(f as u8) {
+                k_rows(f as u8, l, &bytes[g * l * rb..(g + 1) * l * rb], rb, nb, None, Some(dst));
+            } else {
+                by_format!(interleave_group, chunk_bytes, f, l, (bytes, rb, g, dst))
+            }
         }
         self.ready.store(g1, Ordering::Release);
         // A pass that looked at `ready` just before reads these from the page cache again: the
@@ -583,8 +649,12 @@ impl Packed {
 
     /// Row j's stored bytes (j < `rows()`), rebuilt from the side table and the interleaved
     /// copy into `row`; false where its group is not in the copy yet.
+    /// A K format's rows are not rebuilt (its copy holds decoded blocks): false.
     fn stored_row(&self, j: usize, row: &mut Vec<u8>) -> bool {
         let (f, l) = (self.format as u8, self.lanes);
+        if is_k(f) {
+            return false;
+        }
         let (st, cs, c) = (stride(f, l), chunk_bytes(f, l), 4 * l);
         let (g, r, bb) = (j / l, j % l, block_bytes(f));
         let Some(quants) = self.copy_group(g) else { return false };
