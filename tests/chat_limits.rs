@@ -31,6 +31,20 @@ fn a_batch_of_a_huge_count_is_refused() {
     assert_eq!(render("{{ range(5)|batch(2)|list|length }}", &chat(1), true, "<s>", "</s>").unwrap(), "3");
 }
 
+/// Backward slices that minijinja 2.24 cannot take itself (an empty value, a stop past the
+/// start, the smallest step) render as Jinja2 renders them (Python's slices: empty, empty, the
+/// last element); the others as before. `""[::-1]` panicked inside minijinja (a fuzzer's find).
+#[test]
+fn backward_slices_of_every_kind_render() {
+    let empty = [Message { role: "user".into(), content: String::new() }];
+    let r = |t: &str, chat: &[Message]| render(t, chat, true, "<s>", "</s>").unwrap();
+    assert_eq!(r("[{{ messages[0].content[::-1] }}]", &empty), "[]");
+    assert_eq!(r("[{{ ''[::-2] }}|{{ [][::-1]|length }}]", &empty), "[|0]");
+    assert_eq!(r("[{{ 'abc'[1:2:-1] }}|{{ [1, 2, 3][0:5:-1]|length }}]", &chat(1)), "[|0]");
+    assert_eq!(r("{{ 'abc'[::-9223372036854775807 - 1] }}", &chat(1)), "c");
+    assert_eq!(r("{{ 'abc'[::-1] }} {{ 'abcdef'[4:1:-2] }} {{ [1, 2, 3][::-1] }}", &chat(1)), "cba ec [3, 2, 1]");
+}
+
 #[test]
 fn output_past_the_cap_is_refused() {
     // 3 MiB of output for a chat of 9 bytes: past 1 MiB + 4 x 9.

@@ -421,6 +421,57 @@ pub const G_ADD: &str = "packlm:add";
 pub const G_MUL: &str = "packlm:mul";
 pub const G_RESULT: &str = "packlm:result";
 pub const G_SLICE: &str = "packlm:slice";
+
+/// A slice's arguments (value, start, stop, step) with a negative step made safe for
+/// minijinja 2.24's backward slicing (`range_step_backwards` in its value/ops.rs), which over
+/// an empty value indexes element 0 (`""[::-1]` panicked: a fuzzer's finding), subtracts
+/// `start - stop` without a check where the stop lies past the start (an overflow where
+/// overflow checks are on), and negates the step (`i64::MIN`). Where minijinja's own
+/// arithmetic makes the slice empty, it becomes `[0:0:1]` of the same value, which is empty
+/// and of the same kind; `i64::MIN` becomes `i64::MIN + 1`, which takes the same one element.
+/// Anything else (a positive step, arguments that are not integers, which minijinja refuses)
+/// passes unchanged.
+fn backward_slice_args(mut args: Vec<Value>) -> Vec<Value> {
+    let int = |v: &Value| -> Option<Option<i64>> {
+        if v.is_none() || v.is_undefined() {
+            Some(None)
+        } else {
+            i64::try_from(v.clone()).ok().map(Some)
+        }
+    };
+    let [value, start, stop, step] = &args[..] else { return args };
+    let (Some(start), Some(stop), Some(Some(step))) = (int(start), int(stop), int(step)) else { return args };
+    if step >= 0 {
+        return args;
+    }
+    let n = match value.as_str() {
+        Some(s) => s.chars().count(),
+        None => match value.len() {
+            Some(n) => n,
+            None => return args,
+        },
+    } as i64;
+    // minijinja's start and stop for a backward slice.
+    let first = match start {
+        None => (n - 1).max(0),
+        Some(s) if s >= n => (n - 1).max(0),
+        Some(s) if s >= 0 => s,
+        Some(s) => n.saturating_add(s).max(0),
+    };
+    let last = match stop {
+        None => 0,
+        Some(s) if s < 0 => n.saturating_add(s).max(0),
+        Some(s) => s,
+    };
+    if n == 0 || (last != 0 && last > first) {
+        args[1] = Value::from(0);
+        args[2] = Value::from(0);
+        args[3] = Value::from(1);
+    } else if step == i64::MIN {
+        args[3] = Value::from(i64::MIN + 1);
+    }
+    args
+}
 pub const G_COMPARE: &str = "packlm:compare";
 pub const G_BUILD: &str = "packlm:build";
 pub const G_KWARGS: &str = "packlm:kwargs";
@@ -554,7 +605,7 @@ pub fn install_guards(env: &mut Environment, budget: &Arc<Budget>) {
             }
         };
         b.charge(bytes, &|| "a slice".to_string())?;
-        Ok(for_unpack(args.0))
+        Ok(for_unpack(backward_slice_args(args.0)))
     });
     let b = Arc::clone(budget);
     env.add_function(G_COMPARE, move |a: Value, c: Value| -> Result<Value, Error> {
