@@ -494,7 +494,7 @@ fn packed_matrices_give_the_portable_bits() {
                         backends[0].interleave_now();
                     }
                     assert_eq!(packed.is_interleaved(), interleaved, "{isa:?} {ty}");
-                    for m in [1, 2, 3, 4, 9, 12, 13, 21, 64] {
+                    for m in [1, 2, 3, 4, 7, 8, 9, 12, 13, 21, 64] {
                         let x = random_x(&mut rng, m * n_in);
                         let mut q8 = Q8Rows::default();
                         q8.quantize(&x, n_in);
