@@ -61,7 +61,35 @@ pub trait Arith: Copy {
     fn exp_sub(&self, s: &mut [f32], max: f32) {
         exp_sub_scalar(s, max)
     }
+    /// Keys per call of `dots_transposed` at head size `d`; 0 (the default) where there is none.
+    fn transposed_keys(&self, _d: usize) -> usize {
+        0
+    }
+    /// `out[i] = dot(q, key i)` for the `transposed_keys(q.len())` keys whose elements `kt`
+    /// holds transposed (element j of key i at `kt[j * transposed_keys(q.len()) + i]`): the
+    /// same bits.
+    fn dots_transposed(&self, q: &[f32], kt: &[f32], out: &mut [f32]) {
+        let n = self.transposed_keys(q.len());
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            let key: Vec<f32> = (0..q.len()).map(|j| kt[j * n + i]).collect();
+            *o = self.dot(q, &key);
+        }
+    }
+    /// Eight keys' elements into `kt` as `dots_transposed` reads them, in lanes
+    /// `first..first + 8` of each element's `lanes`.
+    fn transpose8(&self, keys: [&[f32]; 8], kt: &mut [f32], lanes: usize, first: usize) {
+        for (i, k) in keys.iter().enumerate() {
+            for (j, &x) in k.iter().enumerate() {
+                kt[j * lanes + first + i] = x;
+            }
+        }
+    }
 }
+
+/// Fewest queries of a `group` for which its scores come from keys transposed once per tile
+/// (`transposed_scores`): the transposition is shared by the queries, and a decode step's 2 to
+/// 4 queries a KV head would pay more for it than they gain.
+const TRANSPOSED_QUERIES: usize = 8;
 
 /// `m.dot8` as eight calls of `m.dot`: the default, and what a faster `dot8` falls back to.
 #[inline(always)]
@@ -182,7 +210,11 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     let mut scores = SCORES.with_borrow_mut(std::mem::take);
     scores.clear();
     scores.resize(total, 0.0);
-    each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
+    if m.transposed_keys(d) > 0 && n >= TRANSPOSED_QUERIES {
+        transposed_scores(a, q, queries, kvh, spans, t_lo..t_hi, tile, &mut scores, m);
+    } else {
+        each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
+    }
     // `softmax` for each query, with the queries' sums side by side (`key_order_sums`).
     let mut sink_terms = [0.0f32; GROUP_QUERIES];
     for (i, &(lo, end, off)) in spans.iter().enumerate() {
@@ -221,6 +253,66 @@ fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, u
         }
         t0 = t1;
     }
+}
+
+/// `group_inline`'s raw scores with each tile's keys transposed once (`Arith::transpose8`) and
+/// the queries' products taken `m.transposed_keys(d)` keys at a time from that
+/// (`Arith::dots_transposed`); the keys of a query's span outside whole transposed runs (its
+/// first or last few) one at a time. Every score is `m.dot`'s bits, as in `raw_scores`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn transposed_scores(
+    a: &AttentionArgs,
+    q: &[f32],
+    queries: &[(usize, usize)],
+    kvh: usize,
+    spans: &[(usize, usize, usize)],
+    all: std::ops::Range<usize>,
+    tile: usize,
+    scores: &mut [f32],
+    m: impl Arith,
+) {
+    let (d, qw) = (a.shape.head_dim, a.shape.n_heads * a.shape.head_dim);
+    let lanes = m.transposed_keys(d);
+    let tile = tile.next_multiple_of(lanes);
+    let key = |t: usize| {
+        let (k, _) = a.plane.span(t, t + 1);
+        &k[kvh * d..(kvh + 1) * d]
+    };
+    // Taken out and put back, as in `head_inline`.
+    let mut kt = KEYS_T.with_borrow_mut(std::mem::take);
+    let mut t0 = all.start;
+    while t0 < all.end {
+        let t1 = (t0 + tile).min(all.end);
+        // Keys t0..whole, in runs of `lanes`, transposed.
+        let whole = t0 + (t1 - t0) / lanes * lanes;
+        kt.clear();
+        kt.resize((whole - t0) * d, 0.0);
+        for (g, run) in kt.chunks_exact_mut(lanes * d).enumerate() {
+            for first in (0..lanes).step_by(8) {
+                let at = t0 + g * lanes + first;
+                m.transpose8(std::array::from_fn(|i| key(at + i)), run, lanes, first);
+            }
+        }
+        for (i, &(lo, end, off)) in spans.iter().enumerate() {
+            let (s, e) = (t0.max(lo), t1.min(end));
+            let (r, h) = queries[i];
+            let qh = &q[r * qw + h * d..r * qw + (h + 1) * d];
+            let mut t = s;
+            while t < e {
+                let g = (t - t0) / lanes;
+                if t == t0 + g * lanes && t + lanes <= e.min(whole) {
+                    m.dots_transposed(qh, &kt[g * lanes * d..(g + 1) * lanes * d], &mut scores[off + t - lo..off + t - lo + lanes]);
+                    t += lanes;
+                } else {
+                    scores[off + t - lo] = m.dot(qh, key(t));
+                    t += 1;
+                }
+            }
+        }
+        t0 = t1;
+    }
+    KEYS_T.with_borrow_mut(|b| *b = kt);
 }
 
 /// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`, page by page: eight keys
@@ -398,6 +490,8 @@ const VALUE_RUN: usize = 64;
 thread_local! {
     /// Each thread's score buffer, reused by every head it computes: no allocation per head.
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's transposed keys of a tile (`transposed_scores`).
+    static KEYS_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
@@ -461,13 +555,35 @@ mod tests {
         }
     }
 
+    /// `Sequential`'s products with keys transposed eight at a time where the head size is a
+    /// multiple of 32 (the trait's own `dots_transposed` and `transpose8`), so that `group`
+    /// takes `transposed_scores` for eight queries or more.
+    #[derive(Clone, Copy)]
+    struct Transposing;
+
+    impl Arith for Transposing {
+        fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+            dot_sequential(a, b)
+        }
+        fn transposed_keys(&self, d: usize) -> usize {
+            if d % 32 == 0 { 8 } else { 0 }
+        }
+    }
+
     /// `group` gives each query `head`'s bits, over several key tiles, windows, caps, GQA, and
-    /// head sizes on and off the eight-key path.
+    /// head sizes on and off the eight-key path, with the scores from keys transposed per tile
+    /// (`Transposing`) too: windows starting inside a run of transposed keys, spans ending
+    /// inside one.
     #[test]
     fn group_is_head_for_every_query() {
+        group_is_head_with(Sequential);
+        group_is_head_with(Transposing);
+    }
+
+    fn group_is_head_with(m: impl Arith) {
         let mut seed = 0x5eed_1234_abcd_0001u64;
         for (d, nh, nkv, window, softcap) in
-            [(64, 6, 2, None, None), (11, 4, 1, Some(37), Some(3.0)), (256, 4, 1, None, None), (32, 3, 3, Some(5), None)]
+            [(64, 6, 2, None, None), (11, 4, 1, Some(37), Some(3.0)), (256, 4, 1, None, None), (32, 3, 3, Some(5), None), (64, 8, 2, Some(21), None)]
         {
             // Every other case with sinks.
             let sinks = (d % 64 == 0).then(|| values(&mut seed, nh, 8.0));
@@ -487,11 +603,11 @@ mod tests {
             for g in 0..nkv {
                 let list: Vec<(usize, usize)> = (0..rows * per).map(|i| (i / per, g * per + i % per)).take(GROUP_QUERIES).collect();
                 let mut outs = vec![0.0f32; list.len() * d];
-                group(&a, &q, g, &list, &mut outs, Sequential);
+                group(&a, &q, g, &list, &mut outs, m);
                 for (&(r, h), got) in list.iter().zip(outs.chunks_exact(d)) {
                     let qh = &q[r * nh * d + h * d..r * nh * d + (h + 1) * d];
                     let mut want = vec![0.0f32; d];
-                    head(&a, qh, h, first + r, &mut want, Sequential);
+                    head(&a, qh, h, first + r, &mut want, m);
                     let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
                     assert!(same, "d={d} window={window:?} row {r} head {h}: {got:?} vs {want:?}");
                 }

@@ -197,6 +197,113 @@ pub(crate) unsafe fn dot8_avx512(q: &[f32], k: &[f32], stride: usize) -> [f32; 8
     tree8(std::array::from_fn(|p| halves(v(2 * p), v(2 * p + 1))))
 }
 
+/// `dot_avx2_fma(q, key i)` for eight keys held transposed, element j of key i at
+/// `kt[8 * j + i]`, for a `q` of 32 M elements (no tail; M a constant, so that each lane's
+/// chain of M products is unrolled). Lane i is key i
+/// throughout: each of the one-key sum's 32 lanes (lane l of accumulator k sums the elements
+/// j = 8k + l mod 32, fused multiply-adds from 0 in the order of j) is a register here, and
+/// reduce32's tree adds whole registers, each add the same two operands as in the one-key
+/// tree; so every result has `dot_avx2_fma`'s bits, with no shuffle, and each query element
+/// broadcast once serves eight keys.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) unsafe fn dot8_transposed_avx2<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!(d == 32 * M && kt.len() >= 8 * d && out.len() >= 8);
+    let (pq, pk) = (q.as_ptr(), kt.as_ptr());
+    let z = _mm256_setzero_ps();
+    let v: [__m256; 8] = std::array::from_fn(|l| {
+        let a: [__m256; 4] = std::array::from_fn(|k| {
+            let mut acc = z;
+            for m in 0..M {
+                let j = 32 * m + 8 * k + l;
+                // SAFETY: j < 32 M = d, and element j's eight keys lie in kt (asserted above).
+                acc = unsafe { _mm256_fmadd_ps(_mm256_set1_ps(*pq.add(j)), _mm256_loadu_ps(pk.add(8 * j)), acc) };
+            }
+            acc
+        });
+        _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))
+    });
+    let w: [__m256; 4] = std::array::from_fn(|l| _mm256_add_ps(v[l], v[l + 4]));
+    let s = _mm256_add_ps(_mm256_add_ps(w[0], w[2]), _mm256_add_ps(w[1], w[3]));
+    // SAFETY: out holds 8 floats (asserted); storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+}
+
+/// `dot8_transposed_avx2` for sixteen keys in 512-bit registers, element j of key i at
+/// `kt[16 * j + i]`: lane i is key i, with the same operations in the same order.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[inline]
+pub(crate) unsafe fn dot16_transposed_avx512<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!(d == 32 * M && kt.len() >= 16 * d && out.len() >= 16);
+    let (pq, pk) = (q.as_ptr(), kt.as_ptr());
+    let z = _mm512_setzero_ps();
+    let v: [__m512; 8] = std::array::from_fn(|l| {
+        let a: [__m512; 4] = std::array::from_fn(|k| {
+            let mut acc = z;
+            for m in 0..M {
+                let j = 32 * m + 8 * k + l;
+                // SAFETY: j < 32 M = d, and element j's sixteen keys lie in kt (asserted above).
+                acc = unsafe { _mm512_fmadd_ps(_mm512_set1_ps(*pq.add(j)), _mm512_loadu_ps(pk.add(16 * j)), acc) };
+            }
+            acc
+        });
+        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))
+    });
+    let w: [__m512; 4] = std::array::from_fn(|l| _mm512_add_ps(v[l], v[l + 4]));
+    let s = _mm512_add_ps(_mm512_add_ps(w[0], w[2]), _mm512_add_ps(w[1], w[3]));
+    // SAFETY: out holds 16 floats (asserted); storeu has no alignment requirement.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), s) };
+}
+
+/// Eight keys' `d` elements (`keys[i]`, d a multiple of 8) into the transposed layout of
+/// `dot8_transposed_avx2` (`lanes` 8) or `dot16_transposed_avx512` (`lanes` 16, these keys in
+/// lanes `first..first + 8`): element j of key i to `kt[lanes * j + first + i]`, by 8 x 8
+/// transposes. Copies only: no value changes.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn transpose8_avx2(keys: [&[f32]; 8], kt: &mut [f32], lanes: usize, first: usize) {
+    use std::arch::x86_64::*;
+    let d = keys[0].len();
+    assert!(d % 8 == 0 && keys.iter().all(|k| k.len() == d) && first + 8 <= lanes && kt.len() >= lanes * d);
+    let out = kt.as_mut_ptr();
+    for jb in (0..d).step_by(8) {
+        // SAFETY: jb + 8 <= d for every key, and rows jb..jb + 8 of kt lie in it (asserted).
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(keys[i].as_ptr().add(jb)));
+            let t: [__m256; 8] = std::array::from_fn(|i| {
+                let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+                if i % 2 == 0 { _mm256_unpacklo_ps(a, b) } else { _mm256_unpackhi_ps(a, b) }
+            });
+            let u: [__m256; 8] = std::array::from_fn(|i| {
+                let (a, b) = (t[4 * (i / 4) + i % 2], t[4 * (i / 4) + i % 2 + 2]);
+                if (i / 2) % 2 == 0 { _mm256_shuffle_ps::<0x44>(a, b) } else { _mm256_shuffle_ps::<0xEE>(a, b) }
+            });
+            for c in 0..8 {
+                // Element jb + c of the eight keys: column c of the 8 x 8 block.
+                let (lo, hi) = (u[[0, 2, 1, 3][c % 4]], u[[0, 2, 1, 3][c % 4] + 4]);
+                let col = if c < 4 { _mm256_permute2f128_ps::<0x20>(lo, hi) } else { _mm256_permute2f128_ps::<0x31>(lo, hi) };
+                _mm256_storeu_ps(out.add(lanes * (jb + c) + first), col);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +353,53 @@ mod tests {
                 // SAFETY: HAS_AVX2_FMA checked above.
                 let got = unsafe { dot_avx2_fma(&a, &b) };
                 assert_eq!(got.to_bits(), want.to_bits(), "n={n}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// Keys held transposed (laid out by `transpose8_avx2`) give each key's `dot_avx2_fma`
+    /// bits, eight and sixteen at a time, at the head sizes the host sends that way.
+    #[test]
+    fn transposed_keys_are_one_dot_each() {
+        #[cfg(target_arch = "x86_64")]
+        if *HAS_AVX2_FMA {
+            let mut next = spread(0x51_7cc1_b727_220a);
+            for d in [64usize, 128, 256] {
+                let q: Vec<f32> = (0..d).map(|_| next()).collect();
+                let keys: Vec<Vec<f32>> = (0..16).map(|_| (0..d).map(|_| next()).collect()).collect();
+                // SAFETY (the calls below): HAS_AVX2_FMA checked above; AVX-512 F where called.
+                let want: Vec<f32> = keys.iter().map(|k| unsafe { dot_avx2_fma(&q, k) }).collect();
+                let row = |i: usize| -> [&[f32]; 8] { std::array::from_fn(|j| &keys[i + j][..]) };
+                let mut kt = vec![0.0f32; 8 * d];
+                unsafe { transpose8_avx2(row(0), &mut kt, 8, 0) };
+                let got = |kt: &[f32], out: &mut [f32]| unsafe {
+                    match d {
+                        64 => dot8_transposed_avx2::<2>(&q, kt, out),
+                        128 => dot8_transposed_avx2::<4>(&q, kt, out),
+                        _ => dot8_transposed_avx2::<8>(&q, kt, out),
+                    }
+                };
+                let mut out = [0.0f32; 8];
+                got(&kt, &mut out);
+                for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "d={d} key {i} of 8: {g} vs {w}");
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    let mut kt = vec![0.0f32; 16 * d];
+                    unsafe { transpose8_avx2(row(0), &mut kt, 16, 0) };
+                    unsafe { transpose8_avx2(row(8), &mut kt, 16, 8) };
+                    let mut out = [0.0f32; 16];
+                    unsafe {
+                        match d {
+                            64 => dot16_transposed_avx512::<2>(&q, &kt, &mut out),
+                            128 => dot16_transposed_avx512::<4>(&q, &kt, &mut out),
+                            _ => dot16_transposed_avx512::<8>(&q, &kt, &mut out),
+                        }
+                    }
+                    for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), w.to_bits(), "d={d} key {i} of 16: {g} vs {w}");
+                    }
+                }
             }
         }
     }
