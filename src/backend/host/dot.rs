@@ -197,75 +197,51 @@ pub(crate) unsafe fn dot8_avx512(q: &[f32], k: &[f32], stride: usize) -> [f32; 8
     tree8(std::array::from_fn(|p| halves(v(2 * p), v(2 * p + 1))))
 }
 
-/// `dot_avx2_fma(q, key i)` for eight keys held transposed, element j of key i at
-/// `kt[8 * j + i]`, for a `q` of 32 M elements (no tail; M a constant, so that each lane's
-/// chain of M products is unrolled). Lane i is key i
-/// throughout: each of the one-key sum's 32 lanes (lane l of accumulator k sums the elements
+/// Defines `$name::<M>(q, kt, out)`: `dot_avx2_fma(q, key i)` into `out[i]` for the `$lanes`
+/// keys held transposed, element j of key i at `kt[$lanes * j + i]`, for a `q` of 32 M elements
+/// (no tail; M a constant, so that each lane's chain of M products is unrolled). Lane i is key
+/// i throughout: each of the one-key sum's 32 lanes (lane l of accumulator k sums the elements
 /// j = 8k + l mod 32, fused multiply-adds from 0 in the order of j) is a register here, and
 /// reduce32's tree adds whole registers, each add the same two operands as in the one-key
 /// tree; so every result has `dot_avx2_fma`'s bits, with no shuffle, and each query element
-/// broadcast once serves eight keys.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-pub(crate) unsafe fn dot8_transposed_avx2<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let d = q.len();
-    assert!(d == 32 * M && kt.len() >= 8 * d && out.len() >= 8);
-    let (pq, pk) = (q.as_ptr(), kt.as_ptr());
-    let z = _mm256_setzero_ps();
-    let v: [__m256; 8] = std::array::from_fn(|l| {
-        let a: [__m256; 4] = std::array::from_fn(|k| {
-            let mut acc = z;
-            for m in 0..M {
-                let j = 32 * m + 8 * k + l;
-                // SAFETY: j < 32 M = d, and element j's eight keys lie in kt (asserted above).
-                acc = unsafe { _mm256_fmadd_ps(_mm256_set1_ps(*pq.add(j)), _mm256_loadu_ps(pk.add(8 * j)), acc) };
-            }
-            acc
-        });
-        _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))
-    });
-    let w: [__m256; 4] = std::array::from_fn(|l| _mm256_add_ps(v[l], v[l + 4]));
-    let s = _mm256_add_ps(_mm256_add_ps(w[0], w[2]), _mm256_add_ps(w[1], w[3]));
-    // SAFETY: out holds 8 floats (asserted); storeu has no alignment requirement.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
+/// broadcast once serves all the keys.
+macro_rules! transposed_dots {
+    ($name:ident, $features:literal, $lanes:literal, $v:ident, $zero:ident, $set1:ident, $load:ident, $fma:ident, $add:ident, $store:ident) => {
+        /// See `transposed_dots`.
+        ///
+        /// # Safety
+        /// The CPU has the features this is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[inline]
+        pub(crate) unsafe fn $name<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
+            use std::arch::x86_64::*;
+            let d = q.len();
+            assert!(d == 32 * M && kt.len() >= $lanes * d && out.len() >= $lanes);
+            let (pq, pk) = (q.as_ptr(), kt.as_ptr());
+            let z = $zero();
+            let v: [$v; 8] = std::array::from_fn(|l| {
+                let a: [$v; 4] = std::array::from_fn(|k| {
+                    let mut acc = z;
+                    for m in 0..M {
+                        let j = 32 * m + 8 * k + l;
+                        // SAFETY: j < 32 M = d, and element j's keys lie in kt (asserted above).
+                        acc = unsafe { $fma($set1(*pq.add(j)), $load(pk.add($lanes * j)), acc) };
+                    }
+                    acc
+                });
+                $add($add(a[0], a[1]), $add(a[2], a[3]))
+            });
+            let w: [$v; 4] = std::array::from_fn(|l| $add(v[l], v[l + 4]));
+            let s = $add($add(w[0], w[2]), $add(w[1], w[3]));
+            // SAFETY: out holds $lanes floats (asserted); the store has no alignment requirement.
+            unsafe { $store(out.as_mut_ptr(), s) };
+        }
+    };
 }
 
-/// `dot8_transposed_avx2` for sixteen keys in 512-bit registers, element j of key i at
-/// `kt[16 * j + i]`: lane i is key i, with the same operations in the same order.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and AVX-512 F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f")]
-#[inline]
-pub(crate) unsafe fn dot16_transposed_avx512<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let d = q.len();
-    assert!(d == 32 * M && kt.len() >= 16 * d && out.len() >= 16);
-    let (pq, pk) = (q.as_ptr(), kt.as_ptr());
-    let z = _mm512_setzero_ps();
-    let v: [__m512; 8] = std::array::from_fn(|l| {
-        let a: [__m512; 4] = std::array::from_fn(|k| {
-            let mut acc = z;
-            for m in 0..M {
-                let j = 32 * m + 8 * k + l;
-                // SAFETY: j < 32 M = d, and element j's sixteen keys lie in kt (asserted above).
-                acc = unsafe { _mm512_fmadd_ps(_mm512_set1_ps(*pq.add(j)), _mm512_loadu_ps(pk.add(16 * j)), acc) };
-            }
-            acc
-        });
-        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))
-    });
-    let w: [__m512; 4] = std::array::from_fn(|l| _mm512_add_ps(v[l], v[l + 4]));
-    let s = _mm512_add_ps(_mm512_add_ps(w[0], w[2]), _mm512_add_ps(w[1], w[3]));
-    // SAFETY: out holds 16 floats (asserted); storeu has no alignment requirement.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), s) };
-}
+transposed_dots!(dot8_transposed_avx2, "avx2,fma", 8, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps);
+transposed_dots!(dot16_transposed_avx512, "avx2,fma,avx512f", 16, __m512, _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps);
 
 /// Eight keys' `d` elements (`keys[i]`, d a multiple of 8) into the transposed layout of
 /// `dot8_transposed_avx2` (`lanes` 8) or `dot16_transposed_avx512` (`lanes` 16, these keys in

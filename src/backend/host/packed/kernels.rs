@@ -650,7 +650,7 @@ pub(super) mod avx2 {
             // (`group`): 4 rows go as one call (`kernel_time avx2`, 64 MiB: 10.1 ns a weight
             // row against 11.1 as two calls of 2). More rows go as evenly as calls of at most
             // 4 allow: 8 (the rows after a verify's first) as 4 and 4, not 3, 3 and 2.
-            return left.div_ceil(left.div_ceil(4));
+            return if left <= 4 { left } else { left.div_ceil(left.div_ceil(4)) };
         }
         if left == 4 {
             2
