@@ -3,8 +3,7 @@
 //! as Q4_1's nibbles and its scale and min as the 6-bit values and the super-block's d and dmin.
 
 use super::super::row_dot::{f16_at, scale_min_k4};
-use super::{chunk_bytes, has_masks, masks_at, stride, Q4_K};
-use crate::quant::QK_K;
+use super::{block_bytes, chunk_bytes, has_masks, masks_at, stride, Q4_K};
 
 /// A K format's group of `l` stored rows (`rows`, `rb` bytes each, `nb` blocks) into its side
 /// table (`side`, where given: `nb * stride` bytes, zeroed) and its interleaved quants
@@ -14,9 +13,9 @@ use crate::quant::QK_K;
 /// Q4_1's nibbles (byte j: element j low, j + 16 high).
 pub(super) fn k_rows(f: u8, l: usize, rows: &[u8], rb: usize, nb: usize, mut side: Option<&mut [u8]>, mut quants: Option<&mut [u8]>) {
     let (st, cs, c) = (stride(f, l), chunk_bytes(f, l), 4 * l);
+    let bb = block_bytes(f);
     for r in 0..l {
         let row = &rows[r * rb..(r + 1) * rb];
-        let bb = f_block_bytes(f);
         for b in 0..nb {
             let (sb, k) = (b / 8, b % 8);
             let stored = &row[sb * bb..(sb + 1) * bb];
@@ -50,15 +49,6 @@ pub(super) fn k_rows(f: u8, l: usize, rows: &[u8], rb: usize, nb: usize, mut sid
                 }
             }
         }
-    }
-}
-
-/// Bytes of a K format's stored super-block.
-pub(super) const fn f_block_bytes(f: u8) -> usize {
-    if f == Q4_K {
-        4 + 12 + QK_K / 2
-    } else {
-        4 + 12 + QK_K / 8 + QK_K / 2
     }
 }
 

@@ -70,7 +70,7 @@ mod kernels;
 mod k_rows;
 mod writer;
 
-use k_rows::{f_block_bytes, k_block_at, k_rows};
+use k_rows::{k_block_at, k_rows};
 pub use writer::Interleaver;
 
 /// Weight rows per group for the VNNI kernels: the lanes of a 512-bit register of i32.
@@ -294,7 +294,9 @@ const fn block_bytes(f: u8) -> usize {
         Q4_0 => 18,
         Q5_0 => 22,
         Q5_1 => 24,
-        Q4_K | Q5_K => f_block_bytes(f),
+        // d, dmin, 12 bytes of 6-bit scales and mins, (Q5_K's 32 bytes of fifth bits,) 128 of nibbles.
+        Q4_K => 4 + 12 + QK_K / 2,
+        Q5_K => 4 + 12 + QK_K / 8 + QK_K / 2,
         _ => 20,
     }
 }
