@@ -70,7 +70,10 @@ mod kernels;
 mod k_rows;
 mod writer;
 
-use k_rows::{k_block_at, k_rows};
+use k_rows::k_rows;
+// (Read by the group kernels alone, which are x86_64's.)
+#[cfg(target_arch = "x86_64")]
+use k_rows::k_block_at;
 pub use writer::Interleaver;
 
 /// Weight rows per group for the VNNI kernels: the lanes of a 512-bit register of i32.
