@@ -213,7 +213,10 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     if m.transposed_keys(d) > 0 && n >= TRANSPOSED_QUERIES {
         transposed_scores(a, q, queries, kvh, spans, t_lo..t_hi, tile, &mut scores, m);
     } else {
-        each_tile(t_lo..t_hi, tile, spans, |i, keys, at| raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m));
+        each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
+            prefetch_share(a, kvh, next_tile(keys.start, t_lo..t_hi, tile), i, n, Plane::Keys);
+            raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m)
+        });
     }
     // `softmax` for each query, with the queries' sums side by side (`key_order_sums`).
     let mut sink_terms = [0.0f32; GROUP_QUERIES];
@@ -232,7 +235,8 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     }
     outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
     each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
-        values(a, kvh, keys.start, keys.end, &scores[at..at + keys.len()], &mut outs[i * d..(i + 1) * d])
+        values(a, kvh, keys.start, keys.end, &scores[at..at + keys.len()], &mut outs[i * d..(i + 1) * d]);
+        prefetch_share(a, kvh, next_tile(keys.start, t_lo..t_hi, tile), i, n, Plane::Values);
     });
     SCORES.with_borrow_mut(|s| *s = scores);
 }
@@ -295,6 +299,7 @@ fn transposed_scores(
             }
         }
         for (i, &(lo, end, off)) in spans.iter().enumerate() {
+            prefetch_share(a, kvh, t1..(t1 + tile).min(all.end), i, spans.len(), Plane::Keys);
             let (s, e) = (t0.max(lo), t1.min(end));
             let (r, h) = queries[i];
             let qh = &q[r * qw + h * d..r * qw + (h + 1) * d];
@@ -375,17 +380,18 @@ fn scale_exp(a: &AttentionArgs, scores: &mut [f32], h: usize, m: impl Arith) -> 
     // Scaled (and capped) in place, and their maximum: `f32::max` ignores NaN and the maximum
     // of the others does not depend on the order they are taken in, so eight running maxima
     // (no chain through one variable) give the same value. Where two zeros of either sign tie,
-    // s - max is the same for every s either way.
+    // s - max is the same for every s either way. Whole runs of eight, then the rest: with one
+    // loop over both, the maxima were kept in memory, a store and a load on each run's chain
+    // (`perf annotate`).
     let mut maxes = [f32::NEG_INFINITY; 8];
-    for c in scores.chunks_mut(8) {
+    let mut runs = scores.chunks_exact_mut(8);
+    for c in &mut runs {
         for (s, m) in c.iter_mut().zip(maxes.iter_mut()) {
-            let mut x = *s * a.shape.scale;
-            if let Some(cap) = a.shape.softcap {
-                x = (x / cap).tanh() * cap;
-            }
-            *s = x;
-            *m = m.max(x);
+            scale_max(a, s, m);
         }
+    }
+    for (s, m) in runs.into_remainder().iter_mut().zip(maxes.iter_mut()) {
+        scale_max(a, s, m);
     }
     let max = maxes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
     match a.sinks.map(|s| s[h]) {
@@ -401,6 +407,17 @@ fn scale_exp(a: &AttentionArgs, scores: &mut [f32], h: usize, m: impl Arith) -> 
             term[0]
         }
     }
+}
+
+/// `scale_exp`'s first step for one score: scaled (and capped) in place, and into its maximum.
+#[inline(always)]
+fn scale_max(a: &AttentionArgs, s: &mut f32, max: &mut f32) {
+    let mut x = *s * a.shape.scale;
+    if let Some(cap) = a.shape.softcap {
+        x = (x / cap).tanh() * cap;
+    }
+    *s = x;
+    *max = max.max(x);
 }
 
 /// `softmax`'s last step: each probability over the sum.
@@ -486,6 +503,47 @@ fn page_values(a: &AttentionArgs, kvh: usize, v: &[f32], p: &[f32], out: &mut [f
 /// Dims of a head whose value sums one pass over the keys keeps in registers (8 AVX2 registers:
 /// 8 independent chains of adds, enough to hide the add latency).
 const VALUE_RUN: usize = 64;
+
+/// The keys or the values of a plane (`prefetch_share`).
+#[derive(Clone, Copy, PartialEq)]
+enum Plane {
+    Keys,
+    Values,
+}
+
+/// The tile after the one holding key `t`, for tiles of `tile` keys from `all.start`.
+#[inline(always)]
+fn next_tile(t: usize, all: std::ops::Range<usize>, tile: usize) -> std::ops::Range<usize> {
+    let t1 = t - (t - all.start) % tile + tile;
+    t1.min(all.end)..(t1 + tile).min(all.end)
+}
+
+/// Asks for share `i` of `n` of KV head `kvh`'s keys or values `next` (the next tile's), where
+/// the plane holds several KV heads: one head's keys then lie a row of the plane apart, a few to
+/// a 4 KiB page, and the hardware prefetcher, which starts again at each page, left the loads
+/// of a verify's attention waiting (`perf annotate`: a sixth of SmolLM2's in the transposition
+/// of keys). Asked for while the tile before is worked on, by each query a share, so that no
+/// query's pass waits for them all. A prefetch changes no value. With one KV head (Gemma3) a
+/// head's keys are contiguous, and asking was slower.
+#[inline(always)]
+fn prefetch_share(a: &AttentionArgs, kvh: usize, next: std::ops::Range<usize>, i: usize, n: usize, plane: Plane) {
+    if a.shape.n_kv_heads < 2 || next.is_empty() {
+        return;
+    }
+    let d = a.shape.head_dim;
+    let per = next.len().div_ceil(n.max(1));
+    for t in (next.start + i * per)..(next.start + (i + 1) * per).min(next.end) {
+        let (k, v) = a.plane.span(t, t + 1);
+        let x = if plane == Plane::Keys { &k[kvh * d..(kvh + 1) * d] } else { &v[kvh * d..(kvh + 1) * d] };
+        #[cfg(target_arch = "x86_64")]
+        for j in (0..x.len()).step_by(16) {
+            // SAFETY: a prefetch of an address inside `x`; it never faults.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(x.as_ptr().add(j).cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = x;
+    }
+}
 
 thread_local! {
     /// Each thread's score buffer, reused by every head it computes: no allocation per head.
