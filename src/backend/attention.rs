@@ -75,6 +75,13 @@ pub trait Arith: Copy {
             *o = self.dot(q, &key);
         }
     }
+    /// `dots_transposed` for two queries of the same length: the same bits, each element of
+    /// the keys read once for both.
+    fn dots_transposed2(&self, q: [&[f32]; 2], kt: &[f32], out: [&mut [f32]; 2]) {
+        let [o0, o1] = out;
+        self.dots_transposed(q[0], kt, o0);
+        self.dots_transposed(q[1], kt, o1);
+    }
     /// Eight keys' elements into `kt` as `dots_transposed` reads them, in lanes
     /// `first..first + 8` of each element's `lanes`.
     fn transpose8(&self, keys: [&[f32]; 8], kt: &mut [f32], lanes: usize, first: usize) {
@@ -283,6 +290,10 @@ fn transposed_scores(
         let (k, _) = a.plane.span(t, t + 1);
         &k[kvh * d..(kvh + 1) * d]
     };
+    let qh = |i: usize| {
+        let (r, h) = queries[i];
+        &q[r * qw + h * d..r * qw + (h + 1) * d]
+    };
     // Taken out and put back, as in `head_inline`.
     let mut kt = KEYS_T.with_borrow_mut(std::mem::take);
     let mut t0 = all.start;
@@ -298,26 +309,63 @@ fn transposed_scores(
                 m.transpose8(std::array::from_fn(|i| key(at + i)), run, lanes, first);
             }
         }
-        for (i, &(lo, end, off)) in spans.iter().enumerate() {
-            prefetch_share(a, kvh, t1..(t1 + tile).min(all.end), i, spans.len(), Plane::Keys);
-            let (s, e) = (t0.max(lo), t1.min(end));
-            let (r, h) = queries[i];
-            let qh = &q[r * qw + h * d..r * qw + (h + 1) * d];
-            let mut t = s;
-            while t < e {
-                let g = (t - t0) / lanes;
-                if t == t0 + g * lanes && t + lanes <= e.min(whole) {
-                    m.dots_transposed(qh, &kt[g * lanes * d..(g + 1) * lanes * d], &mut scores[off + t - lo..off + t - lo + lanes]);
-                    t += lanes;
-                } else {
-                    scores[off + t - lo] = m.dot(qh, key(t));
-                    t += 1;
+        // The whole runs of query i's keys in this tile.
+        let runs = |i: usize| {
+            let (lo, end, _) = spans[i];
+            let (s, e) = (t0.max(lo), t1.min(end).min(whole));
+            if s >= e {
+                return 0..0;
+            }
+            (s - t0).div_ceil(lanes)..(e - t0) / lanes
+        };
+        let run_at = |i: usize, g: usize| spans[i].2 + t0 + g * lanes - spans[i].0;
+        // Queries two by two: the runs both see, in one pass over their keys for both
+        // (`dots_transposed2`: a pass of one query loads a key register for each product).
+        for i0 in (0..spans.len()).step_by(2) {
+            let pair = (i0 + 1 < spans.len()).then_some(i0 + 1);
+            let both = pair.map_or(0..0, |i1| {
+                let (r0, r1) = (runs(i0), runs(i1));
+                r0.start.max(r1.start)..r0.end.min(r1.end)
+            });
+            if let Some(i1) = pair {
+                for g in both.clone() {
+                    let run = &kt[g * lanes * d..(g + 1) * lanes * d];
+                    m.dots_transposed2([qh(i0), qh(i1)], run, two_runs(scores, run_at(i0, g), run_at(i1, g), lanes));
+                }
+            }
+            for i in std::iter::once(i0).chain(pair) {
+                prefetch_share(a, kvh, t1..(t1 + tile).min(all.end), i, spans.len(), Plane::Keys);
+                let (lo, end, off) = spans[i];
+                let (s, e) = (t0.max(lo), t1.min(end));
+                let mut t = s;
+                while t < e {
+                    let g = (t - t0) / lanes;
+                    if t == t0 + g * lanes && t + lanes <= e.min(whole) {
+                        if !both.contains(&g) {
+                            m.dots_transposed(qh(i), &kt[g * lanes * d..(g + 1) * lanes * d], &mut scores[off + t - lo..off + t - lo + lanes]);
+                        }
+                        t += lanes;
+                    } else {
+                        scores[off + t - lo] = m.dot(qh(i), key(t));
+                        t += 1;
+                    }
                 }
             }
         }
         t0 = t1;
     }
     KEYS_T.with_borrow_mut(|b| *b = kt);
+}
+
+/// `x[a..a + len]` and `x[b..b + len]`, which do not overlap.
+fn two_runs(x: &mut [f32], a: usize, b: usize, len: usize) -> [&mut [f32]; 2] {
+    if a < b {
+        let (l, r) = x.split_at_mut(b);
+        [&mut l[a..a + len], &mut r[..len]]
+    } else {
+        let (l, r) = x.split_at_mut(a);
+        [&mut r[..len], &mut l[b..b + len]]
+    }
 }
 
 /// `dst[t - t0] = dot(qh, key t)` for keys t0..t1 of KV head `kvh`, page by page: eight keys

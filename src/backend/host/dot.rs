@@ -214,28 +214,39 @@ macro_rules! transposed_dots {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
         #[inline]
-        pub(crate) unsafe fn $name<const M: usize>(q: &[f32], kt: &[f32], out: &mut [f32]) {
+        pub(crate) unsafe fn $name<const M: usize, const Q: usize>(q: [&[f32]; Q], kt: &[f32], out: [&mut [f32]; Q]) {
             use std::arch::x86_64::*;
-            let d = q.len();
-            assert!(d == 32 * M && kt.len() >= $lanes * d && out.len() >= $lanes);
-            let (pq, pk) = (q.as_ptr(), kt.as_ptr());
+            let d = 32 * M;
+            assert!(q.iter().all(|q| q.len() == d) && kt.len() >= $lanes * d && out.iter().all(|o| o.len() >= $lanes));
+            let (pq, pk) = (q.map(|q| q.as_ptr()), kt.as_ptr());
             let z = $zero();
-            let v: [$v; 8] = std::array::from_fn(|l| {
-                let a: [$v; 4] = std::array::from_fn(|k| {
-                    let mut acc = z;
+            // Lane l's sums (its four accumulators added) for each query.
+            let v = |l: usize| -> [$v; Q] {
+                let a: [[$v; Q]; 4] = std::array::from_fn(|k| {
+                    let mut acc = [z; Q];
                     for m in 0..M {
                         let j = 32 * m + 8 * k + l;
                         // SAFETY: j < 32 M = d, and element j's keys lie in kt (asserted above).
-                        acc = unsafe { $fma($set1(*pq.add(j)), $load(pk.add($lanes * j)), acc) };
+                        let keys = unsafe { $load(pk.add($lanes * j)) };
+                        for (acc, pq) in acc.iter_mut().zip(pq) {
+                            // SAFETY: j < d = each query's length (asserted above).
+                            *acc = $fma($set1(unsafe { *pq.add(j) }), keys, *acc);
+                        }
                     }
                     acc
                 });
-                $add($add(a[0], a[1]), $add(a[2], a[3]))
+                std::array::from_fn(|i| $add($add(a[0][i], a[1][i]), $add(a[2][i], a[3][i])))
+            };
+            // Lanes l and l + 4 taken one after the other, so that only four sums a query wait.
+            let w: [[$v; Q]; 4] = std::array::from_fn(|l| {
+                let (x, y) = (v(l), v(l + 4));
+                std::array::from_fn(|i| $add(x[i], y[i]))
             });
-            let w: [$v; 4] = std::array::from_fn(|l| $add(v[l], v[l + 4]));
-            let s = $add($add(w[0], w[2]), $add(w[1], w[3]));
-            // SAFETY: out holds $lanes floats (asserted); the store has no alignment requirement.
-            unsafe { $store(out.as_mut_ptr(), s) };
+            for (i, out) in out.into_iter().enumerate() {
+                let s = $add($add(w[0][i], w[2][i]), $add(w[1][i], w[3][i]));
+                // SAFETY: out holds $lanes floats (asserted); the store has no alignment requirement.
+                unsafe { $store(out.as_mut_ptr(), s) };
+            }
         }
     };
 }
@@ -334,47 +345,71 @@ mod tests {
     }
 
     /// Keys held transposed (laid out by `transpose8_avx2`) give each key's `dot_avx2_fma`
-    /// bits, eight and sixteen at a time, at the head sizes the host sends that way.
+    /// bits, eight and sixteen at a time, at the head sizes the host sends that way, for one
+    /// query a call and for two.
     #[test]
     fn transposed_keys_are_one_dot_each() {
         #[cfg(target_arch = "x86_64")]
         if *HAS_AVX2_FMA {
             let mut next = spread(0x51_7cc1_b727_220a);
             for d in [64usize, 128, 256] {
-                let q: Vec<f32> = (0..d).map(|_| next()).collect();
+                let qs: [Vec<f32>; 2] = std::array::from_fn(|_| (0..d).map(|_| next()).collect());
                 let keys: Vec<Vec<f32>> = (0..16).map(|_| (0..d).map(|_| next()).collect()).collect();
                 // SAFETY (the calls below): HAS_AVX2_FMA checked above; AVX-512 F where called.
-                let want: Vec<f32> = keys.iter().map(|k| unsafe { dot_avx2_fma(&q, k) }).collect();
+                let want: [Vec<f32>; 2] = std::array::from_fn(|i| keys.iter().map(|k| unsafe { dot_avx2_fma(&qs[i], k) }).collect());
                 let row = |i: usize| -> [&[f32]; 8] { std::array::from_fn(|j| &keys[i + j][..]) };
-                let mut kt = vec![0.0f32; 8 * d];
-                unsafe { transpose8_avx2(row(0), &mut kt, 8, 0) };
-                let got = |kt: &[f32], out: &mut [f32]| unsafe {
-                    match d {
-                        64 => dot8_transposed_avx2::<2>(&q, kt, out),
-                        128 => dot8_transposed_avx2::<4>(&q, kt, out),
-                        _ => dot8_transposed_avx2::<8>(&q, kt, out),
+                let check = |got: &[[f32; 16]; 2], queries: usize, lanes: usize| {
+                    for (qi, (got, want)) in got.iter().zip(&want).take(queries).enumerate() {
+                        for (i, (g, w)) in got.iter().zip(want).take(lanes).enumerate() {
+                            assert_eq!(g.to_bits(), w.to_bits(), "d={d} query {qi} of {queries}, key {i} of {lanes}: {g} vs {w}");
+                        }
                     }
                 };
-                let mut out = [0.0f32; 8];
-                got(&kt, &mut out);
-                for (i, (g, w)) in out.iter().zip(&want).enumerate() {
-                    assert_eq!(g.to_bits(), w.to_bits(), "d={d} key {i} of 8: {g} vs {w}");
+                let mut kt = vec![0.0f32; 8 * d];
+                unsafe { transpose8_avx2(row(0), &mut kt, 8, 0) };
+                let mut out = [[0.0f32; 16]; 2];
+                let [o0, _] = &mut out;
+                unsafe {
+                    match d {
+                        64 => dot8_transposed_avx2::<2, 1>([&qs[0]], &kt, [o0]),
+                        128 => dot8_transposed_avx2::<4, 1>([&qs[0]], &kt, [o0]),
+                        _ => dot8_transposed_avx2::<8, 1>([&qs[0]], &kt, [o0]),
+                    }
                 }
+                check(&out, 1, 8);
+                let [o0, o1] = &mut out;
+                unsafe {
+                    match d {
+                        64 => dot8_transposed_avx2::<2, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
+                        128 => dot8_transposed_avx2::<4, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
+                        _ => dot8_transposed_avx2::<8, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
+                    }
+                }
+                check(&out, 2, 8);
                 if is_x86_feature_detected!("avx512f") {
                     let mut kt = vec![0.0f32; 16 * d];
                     unsafe { transpose8_avx2(row(0), &mut kt, 16, 0) };
                     unsafe { transpose8_avx2(row(8), &mut kt, 16, 8) };
-                    let mut out = [0.0f32; 16];
+                    let mut out = [[0.0f32; 16]; 2];
+                    let [o0, o1] = &mut out;
                     unsafe {
                         match d {
-                            64 => dot16_transposed_avx512::<2>(&q, &kt, &mut out),
-                            128 => dot16_transposed_avx512::<4>(&q, &kt, &mut out),
-                            _ => dot16_transposed_avx512::<8>(&q, &kt, &mut out),
+                            64 => dot16_transposed_avx512::<2, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
+                            128 => dot16_transposed_avx512::<4, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
+                            _ => dot16_transposed_avx512::<8, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
                         }
                     }
-                    for (i, (g, w)) in out.iter().zip(&want).enumerate() {
-                        assert_eq!(g.to_bits(), w.to_bits(), "d={d} key {i} of 16: {g} vs {w}");
+                    check(&out, 2, 16);
+                    let [o0, _] = &mut out;
+                    *o0 = [0.0; 16];
+                    unsafe {
+                        match d {
+                            64 => dot16_transposed_avx512::<2, 1>([&qs[0]], &kt, [o0]),
+                            128 => dot16_transposed_avx512::<4, 1>([&qs[0]], &kt, [o0]),
+                            _ => dot16_transposed_avx512::<8, 1>([&qs[0]], &kt, [o0]),
+                        }
                     }
+                    check(&out, 1, 16);
                 }
             }
         }
