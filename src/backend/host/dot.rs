@@ -358,58 +358,40 @@ mod tests {
                 // SAFETY (the calls below): HAS_AVX2_FMA checked above; AVX-512 F where called.
                 let want: [Vec<f32>; 2] = std::array::from_fn(|i| keys.iter().map(|k| unsafe { dot_avx2_fma(&qs[i], k) }).collect());
                 let row = |i: usize| -> [&[f32]; 8] { std::array::from_fn(|j| &keys[i + j][..]) };
-                let check = |got: &[[f32; 16]; 2], queries: usize, lanes: usize| {
-                    for (qi, (got, want)) in got.iter().zip(&want).take(queries).enumerate() {
+                let check = |got: &[[f32; 16]], lanes: usize| {
+                    let queries = got.len();
+                    for (qi, (got, want)) in got.iter().zip(&want).enumerate() {
                         for (i, (g, w)) in got.iter().zip(want).take(lanes).enumerate() {
                             assert_eq!(g.to_bits(), w.to_bits(), "d={d} query {qi} of {queries}, key {i} of {lanes}: {g} vs {w}");
                         }
                     }
                 };
+                // `$kernel::<M, Q>` at this d for the first Q queries, into fresh outputs.
+                macro_rules! run {
+                    ($kernel:ident, $q:literal, $kt:expr) => {{
+                        let mut out = [[0.0f32; 16]; $q];
+                        let outs = out.each_mut().map(|o| &mut o[..]);
+                        let qs: [&[f32]; $q] = std::array::from_fn(|i| &qs[i][..]);
+                        unsafe {
+                            match d {
+                                64 => $kernel::<2, $q>(qs, $kt, outs),
+                                128 => $kernel::<4, $q>(qs, $kt, outs),
+                                _ => $kernel::<8, $q>(qs, $kt, outs),
+                            }
+                        }
+                        out
+                    }};
+                }
                 let mut kt = vec![0.0f32; 8 * d];
                 unsafe { transpose8_avx2(row(0), &mut kt, 8, 0) };
-                let mut out = [[0.0f32; 16]; 2];
-                let [o0, _] = &mut out;
-                unsafe {
-                    match d {
-                        64 => dot8_transposed_avx2::<2, 1>([&qs[0]], &kt, [o0]),
-                        128 => dot8_transposed_avx2::<4, 1>([&qs[0]], &kt, [o0]),
-                        _ => dot8_transposed_avx2::<8, 1>([&qs[0]], &kt, [o0]),
-                    }
-                }
-                check(&out, 1, 8);
-                let [o0, o1] = &mut out;
-                unsafe {
-                    match d {
-                        64 => dot8_transposed_avx2::<2, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                        128 => dot8_transposed_avx2::<4, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                        _ => dot8_transposed_avx2::<8, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                    }
-                }
-                check(&out, 2, 8);
+                check(&run!(dot8_transposed_avx2, 1, &kt), 8);
+                check(&run!(dot8_transposed_avx2, 2, &kt), 8);
                 if is_x86_feature_detected!("avx512f") {
                     let mut kt = vec![0.0f32; 16 * d];
                     unsafe { transpose8_avx2(row(0), &mut kt, 16, 0) };
                     unsafe { transpose8_avx2(row(8), &mut kt, 16, 8) };
-                    let mut out = [[0.0f32; 16]; 2];
-                    let [o0, o1] = &mut out;
-                    unsafe {
-                        match d {
-                            64 => dot16_transposed_avx512::<2, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                            128 => dot16_transposed_avx512::<4, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                            _ => dot16_transposed_avx512::<8, 2>([&qs[0], &qs[1]], &kt, [o0, o1]),
-                        }
-                    }
-                    check(&out, 2, 16);
-                    let [o0, _] = &mut out;
-                    *o0 = [0.0; 16];
-                    unsafe {
-                        match d {
-                            64 => dot16_transposed_avx512::<2, 1>([&qs[0]], &kt, [o0]),
-                            128 => dot16_transposed_avx512::<4, 1>([&qs[0]], &kt, [o0]),
-                            _ => dot16_transposed_avx512::<8, 1>([&qs[0]], &kt, [o0]),
-                        }
-                    }
-                    check(&out, 1, 16);
+                    check(&run!(dot16_transposed_avx512, 1, &kt), 16);
+                    check(&run!(dot16_transposed_avx512, 2, &kt), 16);
                 }
             }
         }
