@@ -572,10 +572,11 @@ fn next_tile(t: usize, all: std::ops::Range<usize>, tile: usize) -> std::ops::Ra
 /// of a verify's attention waiting (`perf annotate`: a sixth of SmolLM2's in the transposition
 /// of keys). Asked for while the tile before is worked on, by each query a share, so that no
 /// query's pass waits for them all. A prefetch changes no value. With one KV head (Gemma3) a
-/// head's keys are contiguous, and asking was slower.
+/// head's keys are contiguous, and asking was slower. Only x86_64 asks: elsewhere Rust's
+/// prefetch intrinsic is not stable, and no other way was measured.
 #[inline(always)]
 fn prefetch_share(a: &AttentionArgs, kvh: usize, next: std::ops::Range<usize>, i: usize, n: usize, plane: Plane) {
-    if a.shape.n_kv_heads < 2 || next.is_empty() {
+    if !cfg!(target_arch = "x86_64") || a.shape.n_kv_heads < 2 || next.is_empty() {
         return;
     }
     let d = a.shape.head_dim;
