@@ -218,10 +218,10 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
     scores.clear();
     scores.resize(total, 0.0);
     if m.transposed_keys(d) > 0 && n >= TRANSPOSED_QUERIES {
-        transposed_scores(a, q, queries, kvh, spans, t_lo..t_hi, tile, &mut scores, m);
+        transposed_scores(a, qh, kvh, spans, t_lo..t_hi, tile, &mut scores, m);
     } else {
-        each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
-            prefetch_share(a, kvh, next_tile(keys.start, t_lo..t_hi, tile), i, n, Plane::Keys);
+        each_tile(t_lo..t_hi, tile, spans, |i, keys, at, next| {
+            prefetch_share(a, kvh, next, i, n, Plane::Keys);
             raw_scores(a, qh(i), kvh, keys.start, keys.end, &mut scores[at..at + keys.len()], m)
         });
     }
@@ -241,25 +241,25 @@ fn group_inline(a: &AttentionArgs, q: &[f32], kvh: usize, queries: &[(usize, usi
         divide(&mut scores[off..off + end - lo], sum);
     }
     outs[..n * d].iter_mut().for_each(|x| *x = 0.0);
-    each_tile(t_lo..t_hi, tile, spans, |i, keys, at| {
+    each_tile(t_lo..t_hi, tile, spans, |i, keys, at, next| {
         values(a, kvh, keys.start, keys.end, &scores[at..at + keys.len()], &mut outs[i * d..(i + 1) * d]);
-        prefetch_share(a, kvh, next_tile(keys.start, t_lo..t_hi, tile), i, n, Plane::Values);
+        prefetch_share(a, kvh, next, i, n, Plane::Values);
     });
     SCORES.with_borrow_mut(|s| *s = scores);
 }
 
-/// `f(i, keys, at)` for each tile of `tile` keys in `all`, and in it for each query i (of
-/// `spans`: first key, last key + 1, where its scores start) that sees some of the tile: the
-/// keys it sees there, and where the first one's score is.
+/// `f(i, keys, at, next)` for each tile of `tile` keys in `all`, and in it for each query i
+/// (of `spans`: first key, last key + 1, where its scores start) that sees some of the tile:
+/// the keys it sees there, where the first one's score is, and the next tile's keys.
 #[inline(always)]
-fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, usize)], mut f: impl FnMut(usize, std::ops::Range<usize>, usize)) {
+fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, usize)], mut f: impl FnMut(usize, std::ops::Range<usize>, usize, std::ops::Range<usize>)) {
     let mut t0 = all.start;
     while t0 < all.end {
         let t1 = (t0 + tile).min(all.end);
         for (i, &(lo, end, off)) in spans.iter().enumerate() {
             let (s, e) = (t0.max(lo), t1.min(end));
             if s < e {
-                f(i, s..e, off + s - lo);
+                f(i, s..e, off + s - lo, t1..(t1 + tile).min(all.end));
             }
         }
         t0 = t1;
@@ -272,10 +272,9 @@ fn each_tile(all: std::ops::Range<usize>, tile: usize, spans: &[(usize, usize, u
 /// first or last few) one at a time. Every score is `m.dot`'s bits, as in `raw_scores`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn transposed_scores(
+fn transposed_scores<'q>(
     a: &AttentionArgs,
-    q: &[f32],
-    queries: &[(usize, usize)],
+    qh: impl Fn(usize) -> &'q [f32],
     kvh: usize,
     spans: &[(usize, usize, usize)],
     all: std::ops::Range<usize>,
@@ -283,16 +282,12 @@ fn transposed_scores(
     scores: &mut [f32],
     m: impl Arith,
 ) {
-    let (d, qw) = (a.shape.head_dim, a.shape.n_heads * a.shape.head_dim);
+    let d = a.shape.head_dim;
     let lanes = m.transposed_keys(d);
     let tile = tile.next_multiple_of(lanes);
     let key = |t: usize| {
         let (k, _) = a.plane.span(t, t + 1);
         &k[kvh * d..(kvh + 1) * d]
-    };
-    let qh = |i: usize| {
-        let (r, h) = queries[i];
-        &q[r * qw + h * d..r * qw + (h + 1) * d]
     };
     // Taken out and put back, as in `head_inline`.
     let mut kt = KEYS_T.with_borrow_mut(std::mem::take);
@@ -557,13 +552,6 @@ const VALUE_RUN: usize = 64;
 enum Plane {
     Keys,
     Values,
-}
-
-/// The tile after the one holding key `t`, for tiles of `tile` keys from `all.start`.
-#[inline(always)]
-fn next_tile(t: usize, all: std::ops::Range<usize>, tile: usize) -> std::ops::Range<usize> {
-    let t1 = t - (t - all.start) % tile + tile;
-    t1.min(all.end)..(t1 + tile).min(all.end)
 }
 
 /// Asks for share `i` of `n` of KV head `kvh`'s keys or values `next` (the next tile's), where

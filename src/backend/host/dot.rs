@@ -197,16 +197,17 @@ pub(crate) unsafe fn dot8_avx512(q: &[f32], k: &[f32], stride: usize) -> [f32; 8
     tree8(std::array::from_fn(|p| halves(v(2 * p), v(2 * p + 1))))
 }
 
-/// Defines `$name::<M>(q, kt, out)`: `dot_avx2_fma(q, key i)` into `out[i]` for the `$lanes`
-/// keys held transposed, element j of key i at `kt[$lanes * j + i]`, for a `q` of 32 M elements
-/// (no tail; M a constant, so that each lane's chain of M products is unrolled). Lane i is key
-/// i throughout: each of the one-key sum's 32 lanes (lane l of accumulator k sums the elements
-/// j = 8k + l mod 32, fused multiply-adds from 0 in the order of j) is a register here, and
-/// reduce32's tree adds whole registers, each add the same two operands as in the one-key
-/// tree; so every result has `dot_avx2_fma`'s bits, with no shuffle, and each query element
-/// broadcast once serves all the keys.
+/// Defines `$name::<M, Q>(q, kt, out)`: `dot_avx2_fma(q[k], key i)` into `out[k][i]` for Q
+/// queries and the `$lanes` keys held transposed, element j of key i at `kt[$lanes * j + i]`,
+/// each query of 32 M elements (no tail; M a constant, so that each lane's chain of M products
+/// is unrolled), each register of keys loaded once for all Q queries; and `$by_len::<Q>`, which
+/// takes M from the queries' length. Lane i is key i throughout: each of the one-key sum's 32
+/// lanes (lane l of accumulator k sums the elements j = 8k + l mod 32, fused multiply-adds from
+/// 0 in the order of j) is a register here, and reduce32's tree adds whole registers, each add
+/// the same two operands as in the one-key tree; so every result has `dot_avx2_fma`'s bits,
+/// with no shuffle, and each query element broadcast once serves all the keys.
 macro_rules! transposed_dots {
-    ($name:ident, $features:literal, $lanes:literal, $v:ident, $zero:ident, $set1:ident, $load:ident, $fma:ident, $add:ident, $store:ident) => {
+    ($name:ident, $by_len:ident, $features:literal, $lanes:literal, $v:ident, $zero:ident, $set1:ident, $load:ident, $fma:ident, $add:ident, $store:ident) => {
         /// See `transposed_dots`.
         ///
         /// # Safety
@@ -248,11 +249,29 @@ macro_rules! transposed_dots {
                 unsafe { $store(out.as_mut_ptr(), s) };
             }
         }
+
+        /// `$name` with M from the queries' length: 64, 128, else 256.
+        ///
+        /// # Safety
+        /// As `$name`.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[inline]
+        pub(crate) unsafe fn $by_len<const Q: usize>(q: [&[f32]; Q], kt: &[f32], out: [&mut [f32]; Q]) {
+            // SAFETY: the caller's promise; `$name` asserts the lengths.
+            unsafe {
+                match q[0].len() {
+                    64 => $name::<2, Q>(q, kt, out),
+                    128 => $name::<4, Q>(q, kt, out),
+                    _ => $name::<8, Q>(q, kt, out),
+                }
+            }
+        }
     };
 }
 
-transposed_dots!(dot8_transposed_avx2, "avx2,fma", 8, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps);
-transposed_dots!(dot16_transposed_avx512, "avx2,fma,avx512f", 16, __m512, _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps);
+transposed_dots!(dot8_transposed_avx2, dots8_transposed_avx2, "avx2,fma", 8, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps);
+transposed_dots!(dot16_transposed_avx512, dots16_transposed_avx512, "avx2,fma,avx512f", 16, __m512, _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps);
 
 /// Eight keys' `d` elements (`keys[i]`, d a multiple of 8) into the transposed layout of
 /// `dot8_transposed_avx2` (`lanes` 8) or `dot16_transposed_avx512` (`lanes` 16, these keys in
@@ -366,32 +385,25 @@ mod tests {
                         }
                     }
                 };
-                // `$kernel::<M, Q>` at this d for the first Q queries, into fresh outputs.
+                // `$kernel::<Q>` for the first Q queries, into fresh outputs.
                 macro_rules! run {
                     ($kernel:ident, $q:literal, $kt:expr) => {{
                         let mut out = [[0.0f32; 16]; $q];
                         let outs = out.each_mut().map(|o| &mut o[..]);
-                        let qs: [&[f32]; $q] = std::array::from_fn(|i| &qs[i][..]);
-                        unsafe {
-                            match d {
-                                64 => $kernel::<2, $q>(qs, $kt, outs),
-                                128 => $kernel::<4, $q>(qs, $kt, outs),
-                                _ => $kernel::<8, $q>(qs, $kt, outs),
-                            }
-                        }
+                        unsafe { $kernel::<$q>(std::array::from_fn(|i| &qs[i][..]), $kt, outs) };
                         out
                     }};
                 }
                 let mut kt = vec![0.0f32; 8 * d];
                 unsafe { transpose8_avx2(row(0), &mut kt, 8, 0) };
-                check(&run!(dot8_transposed_avx2, 1, &kt), 8);
-                check(&run!(dot8_transposed_avx2, 2, &kt), 8);
+                check(&run!(dots8_transposed_avx2, 1, &kt), 8);
+                check(&run!(dots8_transposed_avx2, 2, &kt), 8);
                 if is_x86_feature_detected!("avx512f") {
                     let mut kt = vec![0.0f32; 16 * d];
                     unsafe { transpose8_avx2(row(0), &mut kt, 16, 0) };
                     unsafe { transpose8_avx2(row(8), &mut kt, 16, 8) };
-                    check(&run!(dot16_transposed_avx512, 1, &kt), 16);
-                    check(&run!(dot16_transposed_avx512, 2, &kt), 16);
+                    check(&run!(dots16_transposed_avx512, 1, &kt), 16);
+                    check(&run!(dots16_transposed_avx512, 2, &kt), 16);
                 }
             }
         }

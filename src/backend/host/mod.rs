@@ -692,25 +692,13 @@ impl attention::Arith for Avx2Arith {
     #[inline(always)]
     fn dots_transposed(&self, q: &[f32], kt: &[f32], out: &mut [f32]) {
         // SAFETY: as `dot`; dot8_transposed_avx2 gives dot_avx2_fma's bits (dot.rs).
-        unsafe {
-            if q.len() == 64 {
-                dot::dot8_transposed_avx2::<2, 1>([q], kt, [out])
-            } else {
-                dot::dot8_transposed_avx2::<4, 1>([q], kt, [out])
-            }
-        }
+        unsafe { dot::dots8_transposed_avx2([q], kt, [out]) }
     }
 
     #[inline(always)]
     fn dots_transposed2(&self, q: [&[f32]; 2], kt: &[f32], out: [&mut [f32]; 2]) {
         // SAFETY: as `dots_transposed`.
-        unsafe {
-            if q[0].len() == 64 {
-                dot::dot8_transposed_avx2::<2, 2>(q, kt, out)
-            } else {
-                dot::dot8_transposed_avx2::<4, 2>(q, kt, out)
-            }
-        }
+        unsafe { dot::dots8_transposed_avx2(q, kt, out) }
     }
 
     #[inline(always)]
@@ -760,25 +748,13 @@ impl attention::Arith for Avx512Arith {
     #[inline(always)]
     fn dots_transposed(&self, q: &[f32], kt: &[f32], out: &mut [f32]) {
         // SAFETY: as `dot8`; dot16_transposed_avx512 gives dot_avx2_fma's bits (dot.rs).
-        unsafe {
-            match q.len() {
-                64 => dot::dot16_transposed_avx512::<2, 1>([q], kt, [out]),
-                128 => dot::dot16_transposed_avx512::<4, 1>([q], kt, [out]),
-                _ => dot::dot16_transposed_avx512::<8, 1>([q], kt, [out]),
-            }
-        }
+        unsafe { dot::dots16_transposed_avx512([q], kt, [out]) }
     }
 
     #[inline(always)]
     fn dots_transposed2(&self, q: [&[f32]; 2], kt: &[f32], out: [&mut [f32]; 2]) {
         // SAFETY: as `dots_transposed`.
-        unsafe {
-            match q[0].len() {
-                64 => dot::dot16_transposed_avx512::<2, 2>(q, kt, out),
-                128 => dot::dot16_transposed_avx512::<4, 2>(q, kt, out),
-                _ => dot::dot16_transposed_avx512::<8, 2>(q, kt, out),
-            }
-        }
+        unsafe { dot::dots16_transposed_avx512(q, kt, out) }
     }
 
     #[inline(always)]
