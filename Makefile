@@ -6,6 +6,11 @@
 #               kernel tests on aarch64 (under qemu)
 
 CARGO ?= cargo
+# What make builds carries no debug info (Cargo.toml's release profile keeps line tables for a
+# profiler run by hand, cargo build --release): with it a test run's build folder came to 11 GB,
+# most of it some 50 test binaries of 100 MB each, 85 MB of each debug info. A CI run once died
+# in the linker with SIGBUS, which lld gets when the disk under its output fills.
+export CARGO_PROFILE_RELEASE_DEBUG ?= 0
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France? Answer with one word.
 
