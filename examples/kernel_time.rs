@@ -10,6 +10,9 @@
 //! (host/packed/) as the host backend runs them, over the stored rows and over the interleaved
 //! copy. A tool for comparing kernel changes on one machine; the model-level numbers come from
 //! examples/bench.rs.
+//!
+//! `kernel_time exp` times exp.rs's exponent instead (a softmax's and SiLU's), on each form
+//! this CPU runs: 4096 values from the L1, best of 5 runs, ns per value.
 
 use std::time::Instant;
 
@@ -27,8 +30,9 @@ fn main() {
         Some("avx2") => Int8Isa::Avx2,
         Some("vnni") => Int8Isa::Avx512Vnni,
         Some("neon") => Int8Isa::Neon,
+        Some("exp") => return exp_time(),
         Some(other) => {
-            eprintln!("kernel_time: unknown ISA {other:?} (portable, avx2, vnni, neon)");
+            eprintln!("kernel_time: unknown ISA {other:?} (portable, avx2, vnni, neon, exp)");
             std::process::exit(2);
         }
     };
@@ -101,6 +105,49 @@ fn main() {
                 }
                 println!("{line}");
             }
+        }
+    }
+}
+
+/// `kernel_time exp`: exp.rs's `exp_sub` in each form this CPU runs.
+fn exp_time() {
+    use packlm::backend::exp;
+    let src: Vec<f32> = (0..4096).map(|i| -(((i * 7919) % 2000) as f32) / 100.0).collect();
+    let mut x = src.clone();
+    let mut time = |name: &str, f: &dyn Fn(&mut [f32])| {
+        let reps = 2000;
+        let best = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    x.copy_from_slice(&src);
+                    f(&mut x);
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("exp {name:<8} {:.3} ns per value", best * 1e9 / (reps * src.len()) as f64);
+    };
+    time("scalar", &|x| exp::exp_sub_scalar(x, 0.0));
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &mut [f32]) {
+            // SAFETY: called only where the CPU has AVX2 and FMA (checked below).
+            unsafe { exp::avx2::exp_sub(x, 0.0) }
+        }
+        #[target_feature(enable = "avx2,fma,avx512f")]
+        unsafe fn avx512(x: &mut [f32]) {
+            // SAFETY: called only where the CPU has AVX-512 F (checked below).
+            unsafe { exp::avx512::exp_sub(x, 0.0) }
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the features were just detected.
+            time("avx2", &|x| unsafe { avx2(x) });
+        }
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: as above.
+            time("avx512", &|x| unsafe { avx512(x) });
         }
     }
 }

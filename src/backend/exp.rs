@@ -99,16 +99,69 @@ pub mod avx2 {
 
     use super::*;
 
+    /// TAB's entries split into their low and their high 32 bits, eight to a register, for
+    /// `entry4`.
+    static TAB_HALVES: [[u32; 32]; 2] = {
+        let mut h = [[0; 32]; 2];
+        let mut i = 0;
+        while i < 32 {
+            h[0][i] = TAB[i] as u32;
+            h[1][i] = (TAB[i] >> 32) as u32;
+            i += 1;
+        }
+        h
+    };
+
+    /// TAB[ki % 32] in each 64-bit lane, read with permutes: each half of every entry is
+    /// picked from its four registers by bits 0..2 of the index (`vpermd`), then by bits 3
+    /// and 4 (blends on the sign bit of the index shifted up). The same entries as
+    /// `vpgatherqq`, which was slow on the Xeon VMs at hand: an exponent cost 2.8-3.0 ns with
+    /// two gathers per eight, 1.5-2.2 ns with these permutes (4096 values from the L1, one
+    /// thread; `examples/kernel_time exp` times today's form; BENCHMARKS.md).
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[inline(always)]
+    unsafe fn entry4(ki: __m256i) -> __m256i {
+        // SAFETY: the caller's promise; each load reads 8 of a half's 32 entries.
+        unsafe {
+            // Both 32-bit halves of a lane carry the index (its low half), so that a lane's
+            // two permuted halves come from one entry.
+            let idx = _mm256_shuffle_epi32::<0b10_10_00_00>(ki);
+            let bit3 = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(idx));
+            let bit4 = _mm256_castsi256_ps(_mm256_slli_epi32::<27>(idx));
+            let [low, high] = &TAB_HALVES;
+            _mm256_blend_epi32::<0b1010_1010>(pick(low, idx, bit3, bit4), pick(high, idx, bit3, bit4))
+        }
+    }
+
+    /// `half[idx % 32]` in each 32-bit lane (`entry4`). A function, not a closure: a closure
+    /// is compiled without its caller's target features, and its intrinsics become calls.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[inline(always)]
+    unsafe fn pick(half: &[u32; 32], idx: __m256i, bit3: __m256, bit4: __m256) -> __m256i {
+        // SAFETY: the caller's promise; the loads read entries 0..8, 8..16, 16..24, 24..32.
+        unsafe {
+            let p = half.as_ptr();
+            let e0 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(p.cast()), idx);
+            let e1 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(p.add(8).cast()), idx);
+            let e2 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(p.add(16).cast()), idx);
+            let e3 = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(p.add(24).cast()), idx);
+            let low = _mm256_blendv_ps(_mm256_castsi256_ps(e0), _mm256_castsi256_ps(e1), bit3);
+            let high = _mm256_blendv_ps(_mm256_castsi256_ps(e2), _mm256_castsi256_ps(e3), bit3);
+            _mm256_castps_si256(_mm256_blendv_ps(low, high, bit4))
+        }
+    }
+
     /// `expf` on 4 lanes of doubles widened from f32 (the main path, no special cases).
     #[inline(always)]
     unsafe fn main4(xd: __m256d) -> __m128 {
         let shifted = _mm256_fmadd_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_set1_pd(SHIFT));
         let ki = _mm256_castpd_si256(shifted);
         let r = _mm256_fmsub_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_sub_pd(shifted, _mm256_set1_pd(SHIFT)));
-        let idx = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
-        // SAFETY: every index is below 32, the table's length.
-        let t = unsafe { _mm256_i64gather_epi64::<8>(TAB.as_ptr().cast(), idx) };
-        let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
+        let s = _mm256_castsi256_pd(_mm256_add_epi64(unsafe { entry4(ki) }, _mm256_slli_epi64::<47>(ki)));
         let p = _mm256_fmadd_pd(_mm256_set1_pd(C[0]), r, _mm256_set1_pd(C[1]));
         let y = _mm256_fmadd_pd(_mm256_set1_pd(C[2]), r, _mm256_set1_pd(1.0));
         let y = _mm256_fmadd_pd(p, _mm256_mul_pd(r, r), y);
