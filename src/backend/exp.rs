@@ -161,7 +161,9 @@ pub mod avx2 {
         let shifted = _mm256_fmadd_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_set1_pd(SHIFT));
         let ki = _mm256_castpd_si256(shifted);
         let r = _mm256_fmsub_pd(_mm256_set1_pd(INV_LN2_N), xd, _mm256_sub_pd(shifted, _mm256_set1_pd(SHIFT)));
-        let s = _mm256_castsi256_pd(_mm256_add_epi64(unsafe { entry4(ki) }, _mm256_slli_epi64::<47>(ki)));
+        // SAFETY: the caller's promise (AVX2).
+        let t = unsafe { entry4(ki) };
+        let s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64::<47>(ki)));
         let p = _mm256_fmadd_pd(_mm256_set1_pd(C[0]), r, _mm256_set1_pd(C[1]));
         let y = _mm256_fmadd_pd(_mm256_set1_pd(C[2]), r, _mm256_set1_pd(1.0));
         let y = _mm256_fmadd_pd(p, _mm256_mul_pd(r, r), y);
