@@ -27,7 +27,7 @@ are finite and prints how often each expert was picked.
 Writes (models/ is git-ignored):
     models/moe-bench-8x2.f16.gguf   weights F16, norms and router F32
 and, with --quantize-with, llama.cpp's own quantizer (llama_model_quantize, its default tensor
-type mix for the file type, as the llama-quantize tool does) makes
+type mix for the file type, as the llama-quantize tool does; scripts/requantize.py) makes
     models/moe-bench-8x2.Q8_0.gguf
     models/moe-bench-8x2.Q4_0.gguf
 (the Q8_0 file is Q8_0 throughout; in the Q4_0 file llama.cpp's mix puts output.weight in Q6_K
@@ -64,28 +64,6 @@ CONTEXT = 4096
 STD_EMBD = 0.02
 STD_LINEAR = 0.05
 STD_ROUTER = 0.1
-
-QUANTIZE = r"""
-import sys
-import numpy as np
-import llama_cpp
-src = sys.argv[1]
-for ftype, dst in zip(sys.argv[2::2], sys.argv[3::2]):
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = int(ftype)
-    p.nthread = 2
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), p)
-    if rc != 0:
-        sys.exit(f"llama_model_quantize {dst}: {rc}")
-    llm = llama_cpp.Llama(model_path=dst, n_threads=2, n_ctx=256, logits_all=True, verbose=False)
-    ids = llm.tokenize(b"The quick brown fox jumps over the lazy dog.")
-    llm.eval(ids)
-    logits = np.asarray(llm.scores[: len(ids)])
-    if not np.isfinite(logits).all():
-        sys.exit(f"{dst}: non-finite logits")
-    print(f"llama.cpp {llama_cpp.__version__}: {dst}: {len(ids)} tokens, logits std {logits.std():.3f}, "
-          f"argmax {logits.argmax(axis=1).tolist()}")
-"""
 
 
 def tensors(seed, n_vocab):
@@ -265,10 +243,10 @@ def main():
     outputs = [f16_path]
 
     if a.quantize_with:
-        quant = [(7, out_dir / f"{STEM}.Q8_0.gguf"), (2, out_dir / f"{STEM}.Q4_0.gguf")]  # llama_ftype
-        argv = [a.quantize_with, "-c", QUANTIZE, str(f16_path)]
+        quant = [("Q8_0", out_dir / f"{STEM}.Q8_0.gguf"), ("Q4_0", out_dir / f"{STEM}.Q4_0.gguf")]
+        argv = [a.quantize_with, str(Path(__file__).with_name("requantize.py")), str(f16_path)]
         for ftype, path in quant:
-            argv += [str(ftype), str(path)]
+            argv += [ftype, str(path)]
         # llama.cpp's quantizer logs every tensor on stderr: shown only when the step fails.
         done = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
