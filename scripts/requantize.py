@@ -7,8 +7,9 @@ TYPE is a llama.cpp file type name (Q8_0, Q5_0, Q4_0, Q5_1, Q4_K_M, Q5_K_M, Q6_K
 Python must have llama-cpp-python installed (this script installs nothing). Each output is
 written by `llama_model_quantize` with `allow_requantize` (a source already quantized has its
 weights dequantized and rounded again) and llama.cpp's default tensor mix for the file type, as
-its llama-quantize tool chooses it (for example Q5_0 keeps the tied embedding in Q8_0). Then the file is opened by llama.cpp and a short text's logits are checked finite, and
-the output's sha256 is printed so that a benchmark can name the exact file it ran.
+its llama-quantize tool chooses it (for example Q5_0 keeps the tied embedding in Q8_0). Then
+llama.cpp opens the file and a short text's logits are checked finite, and the output's sha256
+is printed so that a benchmark can name the exact file it ran.
 
 The benchmarks' SmolLM2-135M Q8_0 and Q5_0 files are made this way from
 models/SmolLM2-135M-Instruct.Q4_1.gguf, and scripts/make_moe_bench_model.py's quantized files
