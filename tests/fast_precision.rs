@@ -201,3 +201,82 @@ fn verify_at_fast_across_the_first_output_tile_equals_stepping() {
         }
     }
 }
+
+/// The output matrix's products (their activation rows, in order) while a pass runs: the
+/// tiles a verify projects to logits in.
+#[derive(Default)]
+struct Tiles {
+    names: std::sync::Mutex<Vec<String>>,
+    rows: std::sync::Mutex<Vec<usize>>,
+}
+
+struct RecordTiles(Arc<Tiles>);
+
+impl packlm::backend::watched::Watch for RecordTiles {
+    fn matrix(&self, w: &packlm::pack::tensor::WeightTensor) -> usize {
+        let mut names = self.0.names.lock().unwrap();
+        names.push(w.name.clone());
+        names.len() - 1
+    }
+    fn around(&self, call: packlm::backend::watched::Call, run: &mut dyn FnMut()) {
+        if let packlm::backend::watched::Call::Matrix { id, rows } = call {
+            let name = self.0.names.lock().unwrap()[id].clone();
+            if name == "lm_head.weight" || name == "model.embed_tokens.weight" {
+                self.0.rows.lock().unwrap().push(rows);
+            }
+        }
+        run();
+    }
+}
+
+/// A verify after one that took all its drafts projects all its rows in one tile; after one
+/// that rejected a draft (and in a fresh session), its first tile has `rows_for_one` rows
+/// again. Whatever the tiles, each verify accepts exactly the right prefix, chooses plain
+/// stepping's token and keeps a fresh session's bits for that row.
+#[test]
+fn verify_tiles_follow_the_last_verify_and_keep_the_bits() {
+    for (name, p) in models() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()) {
+            let tiles = Arc::new(Tiles::default());
+            let be = CpuBackend::new(HostBackend::with_isa(2, isa).unwrap().with_precision(Precision::Fast));
+            let watched = packlm::backend::watched::Watched { inner: Box::new(be), watcher: RecordTiles(tiles.clone()) };
+            let m = Arc::new(Model::open_on(&p, Box::new(watched)).unwrap());
+            let first = m.backend().rows_for_one().min(16);
+            let what = format!("{name} fast, {isa:?} kernels (first tile of {first} rows)");
+            let prefix = prompt(&m, 8);
+            let mut g = Session::new(m.clone(), 0).unwrap();
+            g.step_batch(&prefix, Want::Last).unwrap();
+            let mut greedy = Vec::new();
+            for _ in 0..24 {
+                let next = argmax(g.last_logits());
+                greedy.push(next);
+                g.step(next).unwrap();
+            }
+            let v = m.spec().vocab_size as u32;
+            let mut s = Session::new(m.clone(), 0).unwrap();
+            s.step_batch(&prefix, Want::Last).unwrap();
+            // (pending at, drafts, first wrong draft, the tiles wanted): all taken in a fresh
+            // session; all taken after that; one rejected after that; all taken after that.
+            let split = |rows: usize| if first >= rows { vec![rows] } else { vec![first, rows - first] };
+            let rounds = [(0usize, 8usize, None, split(9)), (9, 4, None, vec![5]), (14, 4, Some(1), vec![5]), (16, 4, None, split(5))];
+            for (at, k, wrong, want_tiles) in rounds {
+                let mut draft = greedy[at + 1..=at + k].to_vec();
+                if let Some(w) = wrong {
+                    draft[w] = (draft[w] + 1) % v;
+                }
+                tiles.rows.lock().unwrap().clear();
+                let r = s.verify(greedy[at], &draft, packlm::engine::speculative::Acceptance::Greedy).unwrap();
+                let n = wrong.unwrap_or(k);
+                assert_eq!((r.n_accepted, r.next), (n, greedy[at + n + 1]), "{what}: drafts after {at}, wrong at {wrong:?}");
+                let got_tiles = tiles.rows.lock().unwrap().clone();
+                // A rejected draft in the first tile ends the projection there.
+                let want_tiles = if wrong.is_some_and(|w| w < want_tiles[0]) { want_tiles[..1].to_vec() } else { want_tiles };
+                assert_eq!(got_tiles, want_tiles, "{what}: the output tiles of the verify of drafts after {at}");
+                let held = [&prefix[..], &greedy[..=at + n]].concat();
+                assert_eq!(s.n_past(), held.len(), "{what}: positions held after {at}");
+                let want = stepped(&m, &held);
+                assert_bits_equal(s.last_logits(), &want[want.len() - v as usize..], &format!("{what}: kept logits after {at}"));
+            }
+        }
+    }
+}

@@ -311,7 +311,8 @@ pub trait Backend: Send + Sync {
     /// Most activation rows a matmul over a large matrix takes for about the time of one (up to
     /// there the weights' reading bounds the pass, not the arithmetic); usize::MAX where the
     /// backend knows no such bound. `verify` projects its first rows to logits in a tile of this
-    /// many, so that a draft rejected early does not pay for the rows after it.
+    /// many, so that a draft rejected early does not pay for the rows after it (all its rows at
+    /// once where the session's last verify took all its drafts).
     fn rows_for_one(&self) -> usize {
         usize::MAX
     }

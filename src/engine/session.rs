@@ -55,6 +55,9 @@ pub struct Session {
     pub(super) constraint: Option<(Constraint, usize)>,
     /// The LoRA adapters its passes apply (`set_adapters`).
     pub(super) adapters: adapter::AdapterSet,
+    /// Whether the last verify took all its drafts: the next projects all its rows to logits
+    /// in one tile (`speculative`'s `judge`). Only where time goes depends on it, never a value.
+    pub(super) took_all: bool,
 }
 
 /// What a pass that fails puts back (`Session::save`, `Session::settle`): the positions, the last
@@ -110,7 +113,7 @@ impl Session {
         }
         let n_ctx = if n_ctx == 0 { max } else { n_ctx };
         let kv = model.backend.new_kv(&model.spec.layers);
-        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default(), constraint: None, adapters: Default::default() })
+        Ok(Session { model, kv, tokens: Vec::new(), last_logits: Vec::new(), n_ctx, abort: Arc::new(AtomicBool::new(false)), counters: VerifyCounters::default(), bufs: Default::default(), constraint: None, adapters: Default::default(), took_all: false })
     }
 
     /// A new session with this one's exact state (positions, tokens, last logits, n_ctx,
@@ -129,6 +132,7 @@ impl Session {
             bufs: Default::default(),
             constraint: self.constraint.clone(),
             adapters: self.adapters.clone(),
+            took_all: self.took_all,
         }
     }
 

@@ -85,9 +85,14 @@ impl Session {
     /// that row's logits are kept. The first tile has the rows the backend projects for about
     /// the time of one (`Backend::rows_for_one`): on a 262k vocabulary the projection of 9
     /// rows at `fast` on AVX2 cost more than the layers, and a draft rejected at its first
-    /// token needs one row's logits. Row i's logits are the bits a projection of all rows at once
-    /// gives (backend exactness rule), and the random draws happen in the same order, so the
-    /// outcome is that of judging all rows after one full projection.
+    /// token needs one row's logits. After a verify that took all its drafts, the first tile
+    /// has every row instead: drafts are taken in runs (a drafter copying text), and for a
+    /// verify whose drafts are all taken two tiles read the output matrix twice (Gemma3 at
+    /// `fast` on AVX2: the 2-row tile took as long as a step's one-row projection, 20 ms of a
+    /// 30 ms step; BENCHMARKS.md). Row i's logits are the bits a
+    /// projection of all rows at once gives (backend exactness rule), and the random draws
+    /// happen in the same order, so the outcome is that of judging all rows after one full
+    /// projection, whatever the tiles.
     fn verify_pass(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
         let rows = self.verify_rows(pending, draft, &acc)?;
         let model = self.model.clone();
@@ -132,7 +137,7 @@ impl Session {
         let mut unread: Option<usize> = None;
         let mut n_accepted = 0;
         let mut chosen: Option<u32> = None;
-        let first_tile = model.backend.rows_for_one().clamp(1, OUTPUT_TILE_ROWS);
+        let first_tile = if self.took_all { OUTPUT_TILE_ROWS } else { model.backend.rows_for_one().clamp(1, OUTPUT_TILE_ROWS) };
         let mut next_row = 0;
         // Under a constraint each row is read back and masked with the grammar's state after
         // its token (the constraint takes the pending token now, each draft as it is accepted):
@@ -247,6 +252,7 @@ impl Session {
         self.kv.truncate(keep);
         self.tokens.truncate(keep);
         self.last_logits = row;
+        self.took_all = n_accepted == draft.len();
         self.counters.rounds += 1;
         self.counters.drafted += draft.len() as u64;
         self.counters.accepted += n_accepted as u64;
