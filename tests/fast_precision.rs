@@ -163,6 +163,19 @@ fn fast_answers_the_chat_prompt_as_hf() {
     assert_eq!(got, want, "reply {:?}", m.vocab().decode(&got, true));
 }
 
+/// The `n` tokens plain greedy stepping gives after `prefix`.
+fn greedy_after(m: &Arc<Model>, prefix: &[u32], n: usize) -> Vec<u32> {
+    let mut g = Session::new(m.clone(), 0).unwrap();
+    g.step_batch(prefix, Want::Last).unwrap();
+    let mut greedy = Vec::new();
+    for _ in 0..n {
+        let next = argmax(g.last_logits());
+        greedy.push(next);
+        g.step(next).unwrap();
+    }
+    greedy
+}
+
 /// Verify's first output tile has the rows the backend projects for about the time of one (2 at
 /// `fast` on AVX2), the rest follow in larger tiles: with 8 greedy drafts, all right or the
 /// first wrong one at each place around that boundary, verify accepts exactly the right
@@ -174,14 +187,7 @@ fn verify_at_fast_across_the_first_output_tile_equals_stepping() {
             let m = open_fast_isa(&p, isa, 2);
             let what = format!("{name} fast, {isa:?} kernels (first tile of {} rows)", m.backend().rows_for_one());
             let prefix = prompt(&m, 8);
-            let mut g = Session::new(m.clone(), 0).unwrap();
-            g.step_batch(&prefix, Want::Last).unwrap();
-            let mut greedy = Vec::new();
-            for _ in 0..10 {
-                let next = argmax(g.last_logits());
-                greedy.push(next);
-                g.step(next).unwrap();
-            }
+            let greedy = greedy_after(&m, &prefix, 10);
             let v = m.spec().vocab_size as u32;
             for wrong_at in [None, Some(0), Some(1), Some(2), Some(3), Some(6)] {
                 let mut draft = greedy[1..9].to_vec();
@@ -244,14 +250,7 @@ fn verify_tiles_follow_the_last_verify_and_keep_the_bits() {
             let first = m.backend().rows_for_one().min(16);
             let what = format!("{name} fast, {isa:?} kernels (first tile of {first} rows)");
             let prefix = prompt(&m, 8);
-            let mut g = Session::new(m.clone(), 0).unwrap();
-            g.step_batch(&prefix, Want::Last).unwrap();
-            let mut greedy = Vec::new();
-            for _ in 0..24 {
-                let next = argmax(g.last_logits());
-                greedy.push(next);
-                g.step(next).unwrap();
-            }
+            let greedy = greedy_after(&m, &prefix, 24);
             let v = m.spec().vocab_size as u32;
             let mut s = Session::new(m.clone(), 0).unwrap();
             s.step_batch(&prefix, Want::Last).unwrap();
