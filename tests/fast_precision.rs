@@ -237,7 +237,7 @@ impl packlm::backend::watched::Watch for RecordTiles {
 
 /// A verify after one that took all its drafts projects all its rows in one tile; after one
 /// that rejected a draft (and in a fresh session), its first tile has `rows_for_one` rows
-/// again. Whatever the tiles, each verify accepts exactly the right prefix, chooses plain
+/// again; a verify without drafts leaves that as it was. Whatever the tiles, each verify accepts exactly the right prefix, chooses plain
 /// stepping's token and keeps a fresh session's bits for that row.
 #[test]
 fn verify_tiles_follow_the_last_verify_and_keep_the_bits() {
@@ -255,9 +255,10 @@ fn verify_tiles_follow_the_last_verify_and_keep_the_bits() {
             let mut s = Session::new(m.clone(), 0).unwrap();
             s.step_batch(&prefix, Want::Last).unwrap();
             // (pending at, drafts, first wrong draft, the tiles wanted): all taken in a fresh
-            // session; all taken after that; one rejected after that; all taken after that.
+            // session; one rejected after that (all rows at once); no drafts; all taken (the
+            // rejection's word stands over the empty verify); all taken again (all at once).
             let split = |rows: usize| if first >= rows { vec![rows] } else { vec![first, rows - first] };
-            let rounds = [(0usize, 8usize, None, split(9)), (9, 4, None, vec![5]), (14, 4, Some(1), vec![5]), (16, 4, None, split(5))];
+            let rounds = [(0usize, 8usize, None, split(9)), (9, 4, Some(1), vec![5]), (11, 0, None, vec![1]), (12, 4, None, split(5)), (17, 4, None, vec![5])];
             for (at, k, wrong, want_tiles) in rounds {
                 let mut draft = greedy[at + 1..=at + k].to_vec();
                 if let Some(w) = wrong {

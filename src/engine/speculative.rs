@@ -89,10 +89,9 @@ impl Session {
     /// has every row instead: drafts are taken in runs (a drafter copying text), and for a
     /// verify whose drafts are all taken two tiles read the output matrix twice (Gemma3 at
     /// `fast` on AVX2: the 2-row tile took as long as a step's one-row projection, 20 ms of a
-    /// 30 ms step; BENCHMARKS.md). Row i's logits are the bits a
-    /// projection of all rows at once gives (backend exactness rule), and the random draws
-    /// happen in the same order, so the outcome is that of judging all rows after one full
-    /// projection, whatever the tiles.
+    /// 30 ms step; BENCHMARKS.md). Row i's logits are the bits a projection of all rows at
+    /// once gives (backend exactness rule), and the random draws happen in the same order, so
+    /// the outcome is that of judging all rows after one full projection, whatever the tiles.
     fn verify_pass(&mut self, pending: u32, draft: &[u32], acc: Acceptance) -> Result<VerifyOutcome> {
         let rows = self.verify_rows(pending, draft, &acc)?;
         let model = self.model.clone();
@@ -252,7 +251,10 @@ impl Session {
         self.kv.truncate(keep);
         self.tokens.truncate(keep);
         self.last_logits = row;
-        self.took_all = n_accepted == draft.len();
+        // A verify without drafts says nothing of the drafter's runs: the last word stands.
+        if !draft.is_empty() {
+            self.took_all = n_accepted == draft.len();
+        }
         self.counters.rounds += 1;
         self.counters.drafted += draft.len() as u64;
         self.counters.accepted += n_accepted as u64;
